@@ -1,0 +1,274 @@
+//! The public handle: `Db`. Wires the engine's components together; holds no logic of
+//! its own beyond argument checks and lifecycle (background threads, directory lock).
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::io::{FileSystem, Io, RealFs};
+use crate::options::{check_key, Options, WriteOptions};
+use crate::read::iter::DbIterator;
+use crate::stats::{Counters, LevelStats, Stats};
+use crate::write::batch::WriteBatch;
+use parking_lot::Mutex;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// An open database. Cheap to clone; every clone is usable from any thread through `&self`.
+/// When the last clone is dropped (or [`Db::close`] is called), background work stops and
+/// the directory lock is released; every acknowledged write is already in the log.
+#[derive(Clone)]
+pub struct Db {
+    engine: Arc<Engine>,
+    lifecycle: Arc<Lifecycle>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("dir", &self.engine.dir).finish()
+    }
+}
+
+struct Lifecycle {
+    engine: Arc<Engine>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Lifecycle {
+    fn shutdown(&self) {
+        {
+            let mut g = self.engine.bg.lock();
+            g.shutdown = true;
+            self.engine.bg_cv.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        // Hand the acknowledged-but-buffered tail to the OS before letting go.
+        let _ = self.engine.log.lock().writer.commit(false);
+        self.engine.dir_lock.lock().take();
+    }
+}
+
+impl Drop for Lifecycle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Db {
+    /// Opens (or creates, with `create_if_missing`) the database in `path`.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Db> {
+        Self::open_with_fs(path, options, Arc::new(RealFs))
+    }
+
+    /// Opens the database through a caller-supplied file system (for tests that simulate
+    /// crashes or inject faults).
+    pub fn open_with_fs(
+        path: impl AsRef<Path>,
+        options: Options,
+        fs: Arc<dyn FileSystem>,
+    ) -> Result<Db> {
+        let io = Io::new(fs, options.direct_io);
+        let threads = options.background_threads;
+        let engine = Engine::open(path.as_ref(), options, io)?;
+        let lifecycle = Arc::new(Lifecycle {
+            engine: Arc::clone(&engine),
+            threads: Mutex::new(Vec::new()),
+        });
+        for i in 0..threads {
+            let e = Arc::clone(&engine);
+            let handle = std::thread::Builder::new()
+                .name(format!("hybridkv-bg-{i}"))
+                .spawn(move || e.background_loop())
+                .map_err(|err| Error::io("spawn background thread", path.as_ref(), err))?;
+            lifecycle.threads.lock().push(handle);
+        }
+        Ok(Db { engine, lifecycle })
+    }
+
+    /// Stores `value` under `key`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_opt(key, value, &self.default_write_options())
+    }
+
+    /// Stores `value` under `key` with explicit write options.
+    pub fn put_opt(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write_opt(b, opts)
+    }
+
+    /// Deletes `key` (not an error if absent).
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(b)
+    }
+
+    /// Applies every operation of `batch` atomically.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.write_opt(batch, &self.default_write_options())
+    }
+
+    /// Applies `batch` atomically with explicit write options.
+    pub fn write_opt(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.engine.write_batch(batch, opts.sync)
+    }
+
+    fn default_write_options(&self) -> WriteOptions {
+        WriteOptions {
+            sync: self.engine.opts.sync,
+        }
+    }
+
+    /// The value stored under `key`, if any.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
+        check_key(key)?;
+        let (sv, snapshot) = self.engine.snapshot();
+        let v = crate::read::get(&sv, snapshot, key)?;
+        let c = &self.engine.counters;
+        Counters::add(&c.gets, 1);
+        if let Some(v) = &v {
+            Counters::add(&c.user_bytes_read, (key.len() + v.len()) as u64);
+        }
+        Ok(v)
+    }
+
+    /// Pairs whose keys fall in `range`, in key order, as of now. An invalid range (start
+    /// after end) yields one `Error::InvalidArgument`.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> DbIterator {
+        let own = |b: Bound<&K>| match b {
+            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let (start, end) = (own(range.start_bound()), own(range.end_bound()));
+        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
+            (&start, &end)
+        {
+            if s > e {
+                return DbIterator::failed(Error::InvalidArgument(
+                    "range start is after its end".into(),
+                ));
+            }
+        }
+        let (sv, snapshot) = self.engine.snapshot();
+        DbIterator::new((*sv).clone(), snapshot, start, end)
+    }
+
+    /// Pairs whose keys start with `prefix`, in key order.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> DbIterator {
+        let p = prefix.as_ref().to_vec();
+        match prefix_successor(&p) {
+            Some(end) => self.range::<Vec<u8>, _>((Bound::Included(p), Bound::Excluded(end))),
+            None => self.range::<Vec<u8>, _>((Bound::Included(p), Bound::Unbounded)),
+        }
+    }
+
+    /// Every pair, in key order.
+    pub fn iter(&self) -> DbIterator {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// Writes the memtable to L1 and waits until it is there.
+    pub fn flush(&self) -> Result<()> {
+        self.engine.check_poison()?;
+        let target = {
+            let mut log = self.engine.log.lock();
+            self.engine.rotate(&mut log)?;
+            log.next_lsn.saturating_sub(1)
+        };
+        self.engine.wake_all();
+        let e = &self.engine;
+        e.wait_background(|| {
+            let (sv, _) = e.snapshot();
+            sv.imms.iter().all(|m| m.max_lsn() > target)
+        })
+    }
+
+    /// Waits until no flush or compaction is pending.
+    pub fn compact(&self) -> Result<()> {
+        self.engine.wake_all();
+        let e = &self.engine;
+        e.wait_background(|| !e.has_pending_work())
+    }
+
+    /// A snapshot of the engine's statistics.
+    pub fn stats(&self) -> Result<Stats> {
+        let e = &self.engine;
+        let mut s = Stats::default();
+        s.fill_counters(&e.counters);
+        let (sv, _) = e.snapshot();
+        s.memtable_bytes = std::iter::once(&sv.mem)
+            .chain(sv.imms.iter())
+            .map(|m| m.size() as u64)
+            .sum();
+        s.immutable_memtables = sv.imms.len();
+        s.cache_bytes = e.cache.used_bytes();
+        s.levels = sv
+            .version
+            .levels
+            .iter()
+            .enumerate()
+            .map(|(i, f)| LevelStats {
+                level: i + 1,
+                files: usize::from(f.is_some()),
+                file_bytes: f.as_ref().map_or(0, |f| f.file_len()),
+                target_bytes: e.opts.level_target_bytes(i + 1),
+                entries: f.as_ref().map_or(0, |f| f.entries()),
+                tombstones: f.as_ref().map_or(0, |f| f.tombstones()),
+                kv_bytes: f.as_ref().map_or(0, |f| f.kv_bytes()),
+            })
+            .collect();
+        s.wal_file_bytes = crate::log::small::list(&e.io, &e.dir, 0)?
+            .iter()
+            .map(|(_, p)| e.io.fs().file_len(p).unwrap_or(0))
+            .sum();
+        s.io = e.io.stats().snapshot();
+        Ok(s)
+    }
+
+    /// Stops background work and releases the directory. Other clones of this handle
+    /// fail with `Error::Closed` afterwards.
+    pub fn close(self) -> Result<()> {
+        self.lifecycle.shutdown();
+        Ok(())
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.engine.dir
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix` (`None` if unbounded).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_successor;
+
+    #[test]
+    fn prefix_successor_cases() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_successor(b"\xff\xff"), None);
+        assert_eq!(prefix_successor(b""), None);
+    }
+}

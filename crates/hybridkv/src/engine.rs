@@ -1,0 +1,132 @@
+//! The shared state of one open database, and the locks that guard it.
+//!
+//! Owns: the wiring between components (logs, memtables, versions, background work).
+//! The write path (`write`), background flush/compaction (`compaction::worker`), recovery
+//! (`manifest::recovery`) and the read path (`read`) each add their own `impl Engine` block.
+//!
+//! Lock order (never taken in the other direction): `log` -> `versions` -> `read`;
+//! `bg` is taken alone or after `read` was released.
+
+use crate::cache::NodeCache;
+use crate::error::{Error, Result};
+use crate::io::{DirLock, Io};
+use crate::log::small::SmallLogWriter;
+use crate::manifest::version::Version;
+use crate::manifest::ManifestState;
+use crate::memtable::Memtable;
+use crate::options::Options;
+use crate::read::SuperVersion;
+use crate::stats::Counters;
+use crate::write::commit::CommitQueue;
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Held by the commit leader: the small log and the active memtable.
+pub(crate) struct LogState {
+    pub writer: SmallLogWriter,
+    pub mem: Arc<Memtable>,
+    pub next_lsn: u64,
+}
+
+/// What readers capture: the current `SuperVersion` and the highest visible LSN.
+pub(crate) struct ReadState {
+    pub sv: Arc<SuperVersion>,
+    pub visible: u64,
+}
+
+/// The current version and what the manifest must record with it.
+pub(crate) struct VersionState {
+    pub version: Arc<Version>,
+    /// `busy[level]`: a job reads or writes that level (index 0 unused).
+    pub busy: Vec<bool>,
+    pub log_min_id: u64,
+    pub flushed_lsn: u64,
+}
+
+/// Background coordination.
+#[derive(Default)]
+pub(crate) struct BgState {
+    pub shutdown: bool,
+    pub running: usize,
+}
+
+pub(crate) struct Engine {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub io: Io,
+    pub cache: Arc<NodeCache>,
+    pub commit: CommitQueue,
+    pub log: Mutex<LogState>,
+    pub read: RwLock<ReadState>,
+    pub versions: Mutex<VersionState>,
+    pub next_file_id: AtomicU64,
+    pub bg: Mutex<BgState>,
+    pub bg_cv: Condvar,
+    /// Set by a failed log write, fsync or background job: writes are refused.
+    pub poison: Mutex<Option<String>>,
+    pub counters: Counters,
+    pub dir_lock: Mutex<Option<Box<dyn DirLock>>>,
+}
+
+impl Engine {
+    /// The current super version and snapshot LSN, captured together.
+    pub(crate) fn snapshot(&self) -> (Arc<SuperVersion>, u64) {
+        let r = self.read.read();
+        (Arc::clone(&r.sv), r.visible)
+    }
+
+    pub(crate) fn alloc_file_id(&self) -> u64 {
+        self.next_file_id.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Refuses writes from now on.
+    pub(crate) fn set_poison(&self, why: &Error) {
+        let mut p = self.poison.lock();
+        if p.is_none() {
+            *p = Some(why.to_string());
+        }
+        drop(p);
+        self.wake_all();
+    }
+
+    pub(crate) fn check_poison(&self) -> Result<()> {
+        match &*self.poison.lock() {
+            Some(msg) => Err(Error::Poisoned(msg.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.bg.lock().shutdown
+    }
+
+    /// Wakes background workers and anyone waiting for them.
+    pub(crate) fn wake_all(&self) {
+        let _g = self.bg.lock();
+        self.bg_cv.notify_all();
+    }
+
+    /// The manifest contents for `vs`.
+    pub(crate) fn manifest_state(&self, vs: &VersionState, version: &Version) -> ManifestState {
+        ManifestState {
+            next_file_id: self.next_file_id.load(Ordering::SeqCst),
+            log_min_id: vs.log_min_id,
+            flushed_lsn: vs.flushed_lsn,
+            levels: version.manifest_levels(),
+        }
+    }
+
+    /// Replaces the version seen by readers (and optionally drops the oldest immutable
+    /// memtable, which the new version now holds).
+    pub(crate) fn publish_version(&self, version: &Arc<Version>, flushed: Option<&Arc<Memtable>>) {
+        let mut r = self.read.write();
+        let mut sv = (*r.sv).clone();
+        sv.version = Arc::clone(version);
+        if let Some(m) = flushed {
+            sv.imms.retain(|x| !Arc::ptr_eq(x, m));
+        }
+        r.sv = Arc::new(sv);
+    }
+}

@@ -1,0 +1,200 @@
+//! Byte counters per component, fed by wrappers around every opened file.
+
+use super::{ReadableFile, WritableFile};
+use crate::error::Result;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The parts of the engine whose I/O is counted separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoComponent {
+    /// The small log (write-ahead log): appends and recovery reads.
+    Wal,
+    /// Flush output (memtable merged into L1) and its reads of L1.
+    Flush,
+    /// Compaction output and its reads of the input levels.
+    Compaction,
+    /// Point lookups and scans reading level nodes.
+    LevelRead,
+    /// The manifest.
+    Manifest,
+}
+
+impl IoComponent {
+    /// Every component, in report order.
+    pub const ALL: [IoComponent; 5] = [
+        IoComponent::Wal,
+        IoComponent::Flush,
+        IoComponent::Compaction,
+        IoComponent::LevelRead,
+        IoComponent::Manifest,
+    ];
+
+    /// Short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoComponent::Wal => "wal",
+            IoComponent::Flush => "flush",
+            IoComponent::Compaction => "compaction",
+            IoComponent::LevelRead => "level_read",
+            IoComponent::Manifest => "manifest",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            IoComponent::Wal => 0,
+            IoComponent::Flush => 1,
+            IoComponent::Compaction => 2,
+            IoComponent::LevelRead => 3,
+            IoComponent::Manifest => 4,
+        }
+    }
+
+    /// Level files are the ones read and written with direct I/O when it is on.
+    pub(crate) fn is_level_file(self) -> bool {
+        matches!(
+            self,
+            IoComponent::Flush | IoComponent::Compaction | IoComponent::LevelRead
+        )
+    }
+}
+
+/// Live counters (shared by all files of one database).
+#[derive(Debug, Default)]
+pub struct IoStats {
+    written: [AtomicU64; 5],
+    read: [AtomicU64; 5],
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoStatsSnapshot {
+    /// Bytes written per component, in [`IoComponent::ALL`] order.
+    pub written: Vec<(IoComponent, u64)>,
+    /// Bytes read per component, in [`IoComponent::ALL`] order.
+    pub read: Vec<(IoComponent, u64)>,
+}
+
+impl IoStatsSnapshot {
+    /// Bytes written by one component.
+    pub fn written_by(&self, c: IoComponent) -> u64 {
+        self.written
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, v)| *v)
+    }
+    /// Bytes read by one component.
+    pub fn read_by(&self, c: IoComponent) -> u64 {
+        self.read
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, v)| *v)
+    }
+    /// Bytes written by all components.
+    pub fn total_written(&self) -> u64 {
+        self.written.iter().map(|(_, v)| v).sum()
+    }
+    /// Bytes read by all components.
+    pub fn total_read(&self) -> u64 {
+        self.read.iter().map(|(_, v)| v).sum()
+    }
+}
+
+impl IoStats {
+    fn add_written(&self, c: IoComponent, n: u64) {
+        if let Some(a) = self.written.get(c.index()) {
+            a.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    fn add_read(&self, c: IoComponent, n: u64) {
+        if let Some(a) = self.read.get(c.index()) {
+            a.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Copies the counters.
+    pub fn snapshot(&self) -> IoStatsSnapshot {
+        let get = |arr: &[AtomicU64; 5], c: IoComponent| {
+            arr.get(c.index()).map_or(0, |a| a.load(Ordering::Relaxed))
+        };
+        IoStatsSnapshot {
+            written: IoComponent::ALL
+                .iter()
+                .map(|&c| (c, get(&self.written, c)))
+                .collect(),
+            read: IoComponent::ALL
+                .iter()
+                .map(|&c| (c, get(&self.read, c)))
+                .collect(),
+        }
+    }
+}
+
+pub(super) struct CountingWriter {
+    inner: Box<dyn WritableFile>,
+    stats: Arc<IoStats>,
+    component: IoComponent,
+}
+
+impl CountingWriter {
+    pub(super) fn new(
+        inner: Box<dyn WritableFile>,
+        stats: Arc<IoStats>,
+        component: IoComponent,
+    ) -> Self {
+        CountingWriter {
+            inner,
+            stats,
+            component,
+        }
+    }
+}
+
+impl WritableFile for CountingWriter {
+    fn append(&mut self, data: &[u8]) -> Result<()> {
+        self.inner.append(data)?;
+        self.stats.add_written(self.component, data.len() as u64);
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn sync_data(&mut self) -> Result<()> {
+        self.inner.sync_data()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+pub(super) struct CountingReader {
+    inner: Arc<dyn ReadableFile>,
+    stats: Arc<IoStats>,
+    component: IoComponent,
+}
+
+impl CountingReader {
+    pub(super) fn new(
+        inner: Arc<dyn ReadableFile>,
+        stats: Arc<IoStats>,
+        component: IoComponent,
+    ) -> Self {
+        CountingReader {
+            inner,
+            stats,
+            component,
+        }
+    }
+}
+
+impl ReadableFile for CountingReader {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read_exact_at(offset, buf)?;
+        self.stats.add_read(self.component, buf.len() as u64);
+        Ok(())
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}

@@ -1,0 +1,171 @@
+//! The I/O layer: the only code that touches the operating system's files.
+//!
+//! Owns: the [`FileSystem`] seam (open, read at, append, sync data, sync directory, rename,
+//! delete, punch hole, list, lock), the real implementation ([`RealFs`], with optional
+//! `O_DIRECT`), and byte counting per component ([`IoStats`]). Never: interprets bytes or
+//! decides what is live; it moves bytes and reports errors as `Error::Io` with the path.
+//!
+//! Every other module receives an [`Io`] handle, so tests can substitute a simulated or
+//! fault-injecting file system without touching the engine.
+
+mod counting;
+mod real;
+
+pub use counting::{IoComponent, IoStats, IoStatsSnapshot};
+pub use real::RealFs;
+
+use crate::error::Result;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Alignment used for direct I/O and for level-file layout.
+pub const IO_ALIGN: usize = 4096;
+
+/// A file opened for appending (sequential writes from the start).
+pub trait WritableFile: Send + Sync {
+    /// Appends `data` (possibly buffered in user space).
+    fn append(&mut self, data: &[u8]) -> Result<()>;
+    /// Hands every buffered byte to the operating system (survives a process crash).
+    fn flush(&mut self) -> Result<()>;
+    /// Flushes, then makes the file's data durable (survives power loss).
+    fn sync_data(&mut self) -> Result<()>;
+    /// Bytes appended so far (buffered or not).
+    fn len(&self) -> u64;
+    /// Whether nothing was appended yet.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A file opened for positional reads.
+pub trait ReadableFile: Send + Sync {
+    /// Fills `buf` from `offset`; reading past the end is an `UnexpectedEof` I/O error.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Current length of the file.
+    fn len(&self) -> u64;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An exclusive lock on a database directory, released on drop.
+pub trait DirLock: Send + Sync + Debug {}
+
+/// Everything the engine needs from a file system.
+pub trait FileSystem: Send + Sync + Debug {
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> Result<()>;
+    /// Creates (or truncates) a file for appending. `direct` asks for `O_DIRECT`, in which
+    /// case every flush must leave a multiple of [`IO_ALIGN`] bytes written.
+    fn create(&self, path: &Path, direct: bool) -> Result<Box<dyn WritableFile>>;
+    /// Opens an existing file for positional reads.
+    fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>>;
+    /// Atomically renames `from` to `to` (durable once the directory is synced).
+    fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    /// Deletes a file.
+    fn remove(&self, path: &Path) -> Result<()>;
+    /// Names of the entries of a directory.
+    fn list(&self, dir: &Path) -> Result<Vec<String>>;
+    /// Makes creates, renames and deletes in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> Result<()>;
+    /// What is at `path`: `None` if nothing, `Some(true)` for a directory.
+    fn kind(&self, path: &Path) -> Result<Option<bool>>;
+    /// Length of a file.
+    fn file_len(&self, path: &Path) -> Result<u64>;
+    /// Bytes the file occupies on disk (after holes are punched).
+    fn allocated_len(&self, path: &Path) -> Result<u64>;
+    /// Cuts a file to `len` bytes and makes that durable (used to drop a torn log tail).
+    fn truncate(&self, path: &Path, len: u64) -> Result<()>;
+    /// Frees `len` bytes at `offset` of a file, keeping its size (space returns to the OS).
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> Result<()>;
+    /// Takes an exclusive lock on `path` (created if missing); fails if another holder has it.
+    fn lock(&self, path: &Path) -> Result<Box<dyn DirLock>>;
+}
+
+/// The handle every component uses: a file system, its byte counters, and the I/O mode.
+#[derive(Debug, Clone)]
+pub struct Io {
+    fs: Arc<dyn FileSystem>,
+    stats: Arc<IoStats>,
+    direct: bool,
+}
+
+impl Io {
+    /// Wraps a file system; `direct` selects `O_DIRECT` for level files.
+    pub fn new(fs: Arc<dyn FileSystem>, direct: bool) -> Self {
+        Io {
+            fs,
+            stats: Arc::new(IoStats::default()),
+            direct,
+        }
+    }
+
+    /// The underlying file system.
+    pub fn fs(&self) -> &dyn FileSystem {
+        self.fs.as_ref()
+    }
+
+    /// The byte counters.
+    pub fn stats(&self) -> &Arc<IoStats> {
+        &self.stats
+    }
+
+    /// Whether level files use direct I/O.
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Creates a file whose writes are counted under `component`. Level files (flush and
+    /// compaction output) use direct I/O when it is on; logs never do.
+    pub fn create(&self, path: &Path, component: IoComponent) -> Result<Box<dyn WritableFile>> {
+        let direct = self.direct && component.is_level_file();
+        let inner = self.fs.create(path, direct)?;
+        Ok(Box::new(counting::CountingWriter::new(
+            inner,
+            Arc::clone(&self.stats),
+            component,
+        )))
+    }
+
+    /// Opens a file whose reads are counted under `component`.
+    pub fn open(&self, path: &Path, component: IoComponent) -> Result<Arc<dyn ReadableFile>> {
+        let direct = self.direct && component.is_level_file();
+        let inner = self.fs.open(path, direct)?;
+        Ok(Arc::new(counting::CountingReader::new(
+            inner,
+            Arc::clone(&self.stats),
+            component,
+        )))
+    }
+
+    /// Reads a whole (small) file, counted under `component`.
+    pub fn read_all(&self, path: &Path, component: IoComponent) -> Result<Vec<u8>> {
+        let file = self.open(path, component)?;
+        let len = usize::try_from(file.len())
+            .map_err(|_| crate::Error::corruption(path, 0, "file too large to read into memory"))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(0, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Writes `data` to `path` durably and atomically: temp file, fsync, rename, fsync dir.
+    pub fn write_atomic(
+        &self,
+        dir: &Path,
+        name: &str,
+        data: &[u8],
+        component: IoComponent,
+    ) -> Result<()> {
+        let tmp: PathBuf = dir.join(format!("{name}.tmp"));
+        let dst = dir.join(name);
+        {
+            let mut f = self.create(&tmp, component)?;
+            f.append(data)?;
+            f.sync_data()?;
+        }
+        self.fs.rename(&tmp, &dst)?;
+        self.fs.sync_dir(dir)
+    }
+}

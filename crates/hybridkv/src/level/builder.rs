@@ -1,0 +1,241 @@
+//! Writes one level file bottom-up from entries arriving in key order (Parallax §3.4):
+//! leaves are filled completely, each full leaf adds a pivot to the index node above it,
+//! and full index nodes add pivots further up, so no node is ever rewritten.
+
+use super::footer::Footer;
+use super::node::{
+    NodeBuf, INDEX_FIXED, INLINE_FIXED, NODE_BLOB, NODE_INDEX, NODE_LEAF, OVERFLOW_FIXED,
+    TOMBSTONE_FIXED,
+};
+use crate::error::Result;
+use crate::format::crc32c;
+use crate::io::{WritableFile, IO_ALIGN};
+
+/// Header of an overflow blob: `[kind u8][version u8][reserved u16][len u32][data crc u32]
+/// [header crc u32]`.
+pub(crate) const BLOB_HEADER: usize = 16;
+
+/// What a finished level file holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LevelMeta {
+    pub file_len: u64,
+    pub entries: u64,
+    pub tombstones: u64,
+    /// Logical key + value bytes of the live (non-tombstone) entries.
+    pub kv_bytes: u64,
+}
+
+struct IndexLevel {
+    node: NodeBuf,
+    first_key: Vec<u8>,
+    /// Child of the most recent pivot (the root when it is the only one at the top).
+    last_child: u64,
+    emitted: u64,
+}
+
+/// Builds a level file. Entries must arrive in strictly increasing key order.
+pub(crate) struct LevelBuilder {
+    file: Box<dyn WritableFile>,
+    leaf_size: usize,
+    index_size: usize,
+    max_inline: usize,
+    leaf: NodeBuf,
+    leaf_first_key: Vec<u8>,
+    index: Vec<IndexLevel>,
+    leaves: u64,
+    meta: LevelMeta,
+    last_key: Option<Vec<u8>>,
+    zero: Vec<u8>,
+}
+
+impl LevelBuilder {
+    pub(crate) fn new(file: Box<dyn WritableFile>, leaf_size: usize, index_size: usize) -> Self {
+        LevelBuilder {
+            file,
+            leaf_size,
+            index_size,
+            // A quarter leaf at most inline, so full leaves hold several pairs.
+            max_inline: NodeBuf::capacity(leaf_size) / 4,
+            leaf: NodeBuf::new(leaf_size, NODE_LEAF),
+            leaf_first_key: Vec::new(),
+            index: Vec::new(),
+            leaves: 0,
+            meta: LevelMeta::default(),
+            last_key: None,
+            zero: vec![0u8; IO_ALIGN],
+        }
+    }
+
+    /// Number of entries added so far.
+    pub(crate) fn entries(&self) -> u64 {
+        self.meta.entries
+    }
+
+    fn pad_to_alignment(&mut self) -> Result<()> {
+        let rem = (self.file.len() % IO_ALIGN as u64) as usize;
+        if rem != 0 {
+            let pad = self.zero.get(..IO_ALIGN - rem).unwrap_or_default();
+            self.file.append(pad)?;
+        }
+        Ok(())
+    }
+
+    /// Adds one entry; `value` `None` is a tombstone.
+    /// # Preconditions
+    /// `key` is greater than every key added before.
+    pub(crate) fn add(&mut self, key: &[u8], lsn: u64, value: Option<&[u8]>) -> Result<()> {
+        debug_assert!(
+            self.last_key.as_deref().is_none_or(|k| k < key),
+            "keys out of order"
+        );
+        let entry_len = match value {
+            None => TOMBSTONE_FIXED + key.len(),
+            Some(v) if INLINE_FIXED + key.len() + v.len() + 4 <= self.max_inline => {
+                INLINE_FIXED + key.len() + v.len()
+            }
+            Some(_) => OVERFLOW_FIXED + key.len(),
+        };
+        if !self.leaf.fits(entry_len) {
+            self.emit_leaf()?;
+        }
+        if self.leaf.count() == 0 {
+            self.leaf_first_key.clear();
+            self.leaf_first_key.extend_from_slice(key);
+        }
+        match value {
+            None => {
+                self.leaf.push_tombstone(key, lsn);
+                self.meta.tombstones += 1;
+            }
+            Some(v) if entry_len == INLINE_FIXED + key.len() + v.len() => {
+                self.leaf.push_inline(key, lsn, v);
+            }
+            Some(v) => {
+                let (offset, crc) = self.write_blob(v)?;
+                self.leaf
+                    .push_overflow(key, lsn, v.len() as u32, offset, crc);
+            }
+        }
+        if let Some(v) = value {
+            self.meta.kv_bytes += (key.len() + v.len()) as u64;
+        }
+        self.meta.entries += 1;
+        if cfg!(debug_assertions) {
+            self.last_key = Some(key.to_vec());
+        }
+        Ok(())
+    }
+
+    /// Appends a value too big for a leaf as a blob; returns its offset and data CRC.
+    fn write_blob(&mut self, value: &[u8]) -> Result<(u64, u32)> {
+        let offset = self.file.len();
+        let crc = crc32c(value);
+        let mut h = [0u8; BLOB_HEADER];
+        h[0] = NODE_BLOB;
+        h[1] = super::node::NODE_VERSION;
+        h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&crc.to_le_bytes());
+        let hcrc = crc32c(&h[..12]);
+        h[12..16].copy_from_slice(&hcrc.to_le_bytes());
+        self.file.append(&h)?;
+        self.file.append(value)?;
+        self.pad_to_alignment()?;
+        Ok((offset, crc))
+    }
+
+    fn emit_leaf(&mut self) -> Result<()> {
+        if self.leaf.count() == 0 {
+            return Ok(());
+        }
+        let offset = self.file.len();
+        let bytes = self.leaf.finish();
+        self.file.append(bytes)?;
+        self.leaf.reset();
+        self.leaves += 1;
+        let first = std::mem::take(&mut self.leaf_first_key);
+        self.push_pivot(0, &first, offset)?;
+        self.leaf_first_key = first;
+        Ok(())
+    }
+
+    fn push_pivot(&mut self, level: usize, key: &[u8], child: u64) -> Result<()> {
+        if self.index.len() == level {
+            self.index.push(IndexLevel {
+                node: NodeBuf::new(self.index_size, NODE_INDEX),
+                first_key: Vec::new(),
+                last_child: 0,
+                emitted: 0,
+            });
+        }
+        let full = self
+            .index
+            .get(level)
+            .is_some_and(|l| !l.node.fits(INDEX_FIXED + key.len()));
+        if full {
+            self.emit_index(level)?;
+        }
+        if let Some(l) = self.index.get_mut(level) {
+            if l.node.count() == 0 {
+                l.first_key.clear();
+                l.first_key.extend_from_slice(key);
+            }
+            l.node.push_index(key, child);
+            l.last_child = child;
+        }
+        Ok(())
+    }
+
+    fn emit_index(&mut self, level: usize) -> Result<()> {
+        let offset = self.file.len();
+        let Some(l) = self.index.get_mut(level) else {
+            return Ok(());
+        };
+        let bytes = l.node.finish();
+        self.file.append(bytes)?;
+        l.node.reset();
+        l.emitted += 1;
+        let first = std::mem::take(&mut l.first_key);
+        self.push_pivot(level + 1, &first, offset)
+    }
+
+    /// Writes the last nodes and the footer, syncs, and reports what the file holds.
+    pub(crate) fn finish(mut self) -> Result<LevelMeta> {
+        self.emit_leaf()?;
+        let mut root = 0u64;
+        let mut height = 0u32;
+        if self.leaves > 0 {
+            let mut level = 0;
+            loop {
+                let Some(l) = self.index.get(level) else {
+                    break;
+                };
+                let is_top = level + 1 == self.index.len();
+                if is_top && l.emitted == 0 && l.node.count() == 1 {
+                    // A single pending pivot at the top: its child is the root.
+                    root = l.last_child;
+                    height = level as u32 + 1;
+                    break;
+                }
+                self.emit_index(level)?;
+                level += 1;
+            }
+        }
+        // The footer fills the end of one aligned block, so the file stays aligned.
+        let footer = Footer {
+            height,
+            root,
+            entries: self.meta.entries,
+            tombstones: self.meta.tombstones,
+            kv_bytes: self.meta.kv_bytes,
+            leaves: self.leaves,
+            leaf_size: self.leaf_size as u32,
+            index_size: self.index_size as u32,
+        };
+        let mut block = vec![0u8; IO_ALIGN];
+        footer.encode_into(&mut block);
+        self.file.append(&block)?;
+        self.file.sync_data()?;
+        self.meta.file_len = self.file.len();
+        Ok(self.meta)
+    }
+}

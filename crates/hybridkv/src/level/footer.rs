@@ -1,0 +1,88 @@
+//! The level-file footer: the last 128 bytes of the file's last 4 KiB block.
+
+use crate::format::{crc32c, Decoder};
+
+pub(crate) const FOOTER_SIZE: usize = 128;
+const MAGIC: &[u8; 8] = b"HKVLEVEL";
+/// Format version of level files.
+pub(crate) const LEVEL_VERSION: u32 = 1;
+
+/// What the footer records about a level file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Footer {
+    /// 0 for an empty file, 1 when the root is a leaf, +1 per index level.
+    pub height: u32,
+    pub root: u64,
+    pub entries: u64,
+    pub tombstones: u64,
+    pub kv_bytes: u64,
+    pub leaves: u64,
+    pub leaf_size: u32,
+    pub index_size: u32,
+}
+
+/// Why a footer was rejected.
+pub(crate) enum FooterError {
+    Corrupt(&'static str),
+    Version(u32),
+}
+
+impl Footer {
+    /// Writes the footer into the last `FOOTER_SIZE` bytes of `block`.
+    pub(crate) fn encode_into(&self, block: &mut [u8]) {
+        let mut f = [0u8; FOOTER_SIZE];
+        f[..8].copy_from_slice(MAGIC);
+        f[8..12].copy_from_slice(&LEVEL_VERSION.to_le_bytes());
+        f[12..16].copy_from_slice(&self.height.to_le_bytes());
+        f[16..24].copy_from_slice(&self.root.to_le_bytes());
+        f[24..32].copy_from_slice(&self.entries.to_le_bytes());
+        f[32..40].copy_from_slice(&self.tombstones.to_le_bytes());
+        f[40..48].copy_from_slice(&self.kv_bytes.to_le_bytes());
+        f[48..56].copy_from_slice(&self.leaves.to_le_bytes());
+        f[56..60].copy_from_slice(&self.leaf_size.to_le_bytes());
+        f[60..64].copy_from_slice(&self.index_size.to_le_bytes());
+        let crc = crc32c(&f[..FOOTER_SIZE - 4]);
+        f[FOOTER_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
+        let n = block.len();
+        if let Some(dst) = block.get_mut(n.saturating_sub(FOOTER_SIZE)..) {
+            dst.copy_from_slice(&f);
+        }
+    }
+
+    /// Decodes and checks a footer.
+    pub(crate) fn decode(f: &[u8]) -> Result<Self, FooterError> {
+        let body = f
+            .get(..FOOTER_SIZE - 4)
+            .ok_or(FooterError::Corrupt("footer too short"))?;
+        let mut d = Decoder::new(f);
+        if d.bytes(8) != Some(MAGIC.as_slice()) {
+            return Err(FooterError::Corrupt("not a level file (bad footer magic)"));
+        }
+        let crc = Decoder::new(f.get(FOOTER_SIZE - 4..).unwrap_or_default()).u32();
+        if crc != Some(crc32c(body)) {
+            return Err(FooterError::Corrupt("footer checksum mismatch"));
+        }
+        let version = d.u32().unwrap_or(0);
+        if version != LEVEL_VERSION {
+            return Err(FooterError::Version(version));
+        }
+        let bad = FooterError::Corrupt("footer too short");
+        let footer = Footer {
+            height: d.u32().ok_or(FooterError::Corrupt("footer too short"))?,
+            root: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
+            entries: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
+            tombstones: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
+            kv_bytes: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
+            leaves: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
+            leaf_size: d.u32().ok_or(FooterError::Corrupt("footer too short"))?,
+            index_size: d.u32().ok_or(bad)?,
+        };
+        let node_ok = |s: u32| (4096..=1 << 20).contains(&s) && s % 4096 == 0;
+        if !node_ok(footer.leaf_size) || !node_ok(footer.index_size) || footer.height > 64 {
+            return Err(FooterError::Corrupt(
+                "footer node sizes or height out of range",
+            ));
+        }
+        Ok(footer)
+    }
+}

@@ -1,0 +1,176 @@
+//! The level format: each on-disk level is one sorted run stored as a B+-tree built
+//! bottom-up (Parallax §3.2, Kreon), in one file.
+//!
+//! Owns: the byte layout of leaves, index nodes, overflow blobs and the footer, writing a
+//! level file from sorted entries ([`builder::LevelBuilder`]) and reading it back
+//! ([`reader::LevelFile`]: point lookups, cursors, compaction scans). Never: decides which
+//! entries to keep or which files are live (compaction and the manifest do).
+
+pub(crate) mod builder;
+pub(crate) mod footer;
+pub(crate) mod node;
+pub(crate) mod reader;
+
+pub(crate) use builder::{LevelBuilder, LevelMeta};
+pub(crate) use reader::{LevelCursor, LevelEntry, LevelFile, LevelValue};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::NodeCache;
+    use crate::io::{Io, IoComponent, RealFs};
+    use std::ops::Bound;
+    use std::sync::Arc;
+
+    fn build(
+        dir: &std::path::Path,
+        id: u64,
+        entries: &[(Vec<u8>, u64, Option<Vec<u8>>)],
+    ) -> Arc<LevelFile> {
+        let io = Io::new(Arc::new(RealFs), false);
+        let f = io
+            .create(&dir.join(reader::file_name(id)), IoComponent::Flush)
+            .unwrap();
+        let mut b = LevelBuilder::new(f, 8192, 12288);
+        for (k, lsn, v) in entries {
+            b.add(k, *lsn, v.as_deref()).unwrap();
+        }
+        let meta = b.finish().unwrap();
+        assert_eq!(meta.entries, entries.len() as u64);
+        Arc::new(LevelFile::open(&io, dir, id, Arc::new(NodeCache::new(1 << 20))).unwrap())
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("user{:08}", i.wrapping_mul(2654435761) % 1_000_000_007).into_bytes()
+    }
+
+    fn sample(n: u32) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+        let mut v: Vec<_> = (0..n)
+            .map(|i| {
+                let val = match i % 50 {
+                    0 => Some(vec![(i % 251) as u8; 40_000]), // overflow blob
+                    7 => None,                                // tombstone
+                    _ => Some(vec![(i % 251) as u8; (i % 300) as usize]),
+                };
+                (key(i), u64::from(i) + 1, val)
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.dedup_by(|a, b| a.0 == b.0);
+        v
+    }
+
+    #[test]
+    fn get_finds_every_entry_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        let lf = build(dir.path(), 1, &entries);
+        for (k, lsn, v) in &entries {
+            let (got_lsn, got) = lf.get(k).unwrap().unwrap();
+            assert_eq!(got_lsn, *lsn);
+            assert_eq!(lf.resolve(got).unwrap(), *v);
+        }
+        assert!(lf.get(b"absent").unwrap().is_none());
+        assert!(lf.get(b"zzzzzzzzzzzzzzzz").unwrap().is_none());
+        assert!(lf.get(b"").unwrap().is_none());
+    }
+
+    #[test]
+    fn cursor_and_scanner_walk_everything_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        let lf = build(dir.path(), 2, &entries);
+        let mut c = lf.cursor();
+        c.seek(Bound::Unbounded).unwrap();
+        let mut n = 0;
+        while let Some((k, lsn, v)) = c.next_entry().unwrap() {
+            assert_eq!(k, entries[n].0);
+            assert_eq!(lsn, entries[n].1);
+            assert_eq!(lf.resolve(v).unwrap(), entries[n].2);
+            n += 1;
+        }
+        assert_eq!(n, entries.len());
+        let mut s = lf.scanner(IoComponent::Compaction).unwrap();
+        let mut m = 0;
+        while let Some((k, _, v)) = s.next_entry().unwrap() {
+            assert_eq!(k, entries[m].0);
+            assert_eq!(s.resolve(v).unwrap(), entries[m].2);
+            m += 1;
+        }
+        assert_eq!(m, entries.len());
+        // Seeks land on the first key at or after the target.
+        for probe in [0usize, 1, 777, entries.len() - 1] {
+            let target = &entries[probe].0;
+            c.seek(Bound::Included(target)).unwrap();
+            assert_eq!(&c.next_entry().unwrap().unwrap().0, target);
+            c.seek(Bound::Excluded(target)).unwrap();
+            assert_eq!(
+                c.next_entry().unwrap().map(|e| e.0),
+                entries.get(probe + 1).map(|e| e.0.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn max_size_keys_and_huge_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut entries: Vec<_> = (0..40u8)
+            .map(|i| {
+                let mut k = vec![i; crate::options::MAX_KEY_SIZE];
+                k[0] = i;
+                (
+                    k,
+                    u64::from(i) + 1,
+                    Some(vec![i; if i % 9 == 0 { 3 << 20 } else { 10 }]),
+                )
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let lf = build(dir.path(), 3, &entries);
+        for (k, _, v) in &entries {
+            let (_, got) = lf.get(k).unwrap().unwrap();
+            assert_eq!(lf.resolve(got).unwrap(), *v);
+        }
+    }
+
+    #[test]
+    fn corrupted_node_is_reported_with_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        // No overflow blobs: the file is leaves and index nodes only, so byte 16484 lies in
+        // the third node, a leaf (index nodes come after hundreds of leaves).
+        let entries: Vec<_> = sample(3000)
+            .into_iter()
+            .filter(|e| e.2.as_ref().is_none_or(|v| v.len() < 1000))
+            .collect();
+        let lf = build(dir.path(), 4, &entries);
+        let path = lf.path().to_path_buf();
+        drop(lf);
+        let mut data = std::fs::read(&path).unwrap();
+        data[8192 * 2 + 100] ^= 0xff; // inside some node
+        std::fs::write(&path, &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let lf =
+            Arc::new(LevelFile::open(&io, dir.path(), 4, Arc::new(NodeCache::new(0))).unwrap());
+        let mut errors = 0;
+        for (k, _, _) in &entries {
+            match lf.get(k) {
+                Ok(_) => {}
+                Err(crate::Error::Corruption { file, .. }) => {
+                    assert_eq!(file, path);
+                    errors += 1;
+                }
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        assert!(errors > 0, "the damaged node was never reported");
+        let mut s = lf.scanner(IoComponent::Compaction).unwrap();
+        let mut res = Ok(None);
+        for _ in 0..=entries.len() {
+            res = s.next_entry();
+            if !matches!(res, Ok(Some(_))) {
+                break;
+            }
+        }
+        assert!(matches!(res, Err(crate::Error::Corruption { .. })));
+    }
+}

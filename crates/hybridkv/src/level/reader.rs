@@ -1,0 +1,528 @@
+//! Reads a level file: point lookups descending the B+-tree through the node cache,
+//! cursors for scans, and a sequential scanner for compaction that reads the file in large
+//! aligned chunks and bypasses the cache.
+
+use super::builder::BLOB_HEADER;
+use super::footer::{Footer, FooterError, FOOTER_SIZE};
+use super::node::{NodeView, ValueRef, NODE_BLOB, NODE_INDEX, NODE_LEAF};
+use crate::cache::{NodeBytes, NodeCache};
+use crate::error::{Error, Result};
+use crate::format::{crc32c, Decoder};
+use crate::io::{Io, IoComponent, ReadableFile, IO_ALIGN};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Read size of the compaction scanner (the paper reads levels in 2 MiB segments).
+const SCAN_WINDOW: usize = 2 << 20;
+
+/// A value as found in a level, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LevelValue {
+    Inline(Vec<u8>),
+    Overflow { offset: u64, len: u32, crc: u32 },
+    Tombstone,
+}
+
+impl From<ValueRef<'_>> for LevelValue {
+    fn from(v: ValueRef<'_>) -> Self {
+        match v {
+            ValueRef::Inline(b) => LevelValue::Inline(b.to_vec()),
+            ValueRef::Overflow { offset, len, crc } => LevelValue::Overflow { offset, len, crc },
+            ValueRef::Tombstone => LevelValue::Tombstone,
+        }
+    }
+}
+
+/// An entry read from a level: key, LSN, value.
+pub(crate) type LevelEntry = (Vec<u8>, u64, LevelValue);
+
+/// File name of level file `id`.
+pub(crate) fn file_name(id: u64) -> String {
+    format!("{id:08}.lvl")
+}
+
+/// Parses a level file name back to its id.
+pub(crate) fn parse_name(name: &str) -> Option<u64> {
+    name.strip_suffix(".lvl")?.parse().ok()
+}
+
+/// One immutable level file. Deleted from disk when marked obsolete and the last reference
+/// (a version, an iterator, a running compaction) is dropped.
+pub(crate) struct LevelFile {
+    id: u64,
+    path: PathBuf,
+    file: Arc<dyn ReadableFile>,
+    footer: Footer,
+    data_end: u64,
+    cache: Arc<NodeCache>,
+    io: Io,
+    obsolete: AtomicBool,
+}
+
+impl std::fmt::Debug for LevelFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LevelFile")
+            .field("id", &self.id)
+            .field("footer", &self.footer)
+            .finish()
+    }
+}
+
+impl Drop for LevelFile {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            // A failure leaves an orphan that the next open sweeps.
+            let _ = self.io.fs().remove(&self.path);
+        }
+    }
+}
+
+impl LevelFile {
+    /// Opens level file `id` in `dir`, checking its footer.
+    pub(crate) fn open(io: &Io, dir: &Path, id: u64, cache: Arc<NodeCache>) -> Result<Self> {
+        let path = dir.join(file_name(id));
+        let file = io.open(&path, IoComponent::LevelRead)?;
+        let len = file.len();
+        if len < IO_ALIGN as u64 || len % IO_ALIGN as u64 != 0 {
+            return Err(Error::corruption(
+                &path,
+                len,
+                "level file length is not a whole number of blocks",
+            ));
+        }
+        let mut f = vec![0u8; FOOTER_SIZE];
+        let foff = len - FOOTER_SIZE as u64;
+        file.read_exact_at(foff, &mut f)?;
+        let footer = match Footer::decode(&f) {
+            Ok(footer) => footer,
+            Err(FooterError::Corrupt(what)) => return Err(Error::corruption(&path, foff, what)),
+            Err(FooterError::Version(found)) => {
+                return Err(Error::UnsupportedVersion {
+                    file: path,
+                    found,
+                    supported: super::footer::LEVEL_VERSION,
+                })
+            }
+        };
+        Ok(LevelFile {
+            id,
+            path,
+            file,
+            footer,
+            data_end: len - IO_ALIGN as u64,
+            cache,
+            io: io.clone(),
+            obsolete: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// File length in bytes.
+    pub(crate) fn file_len(&self) -> u64 {
+        self.data_end + IO_ALIGN as u64
+    }
+
+    /// Entries (including tombstones).
+    pub(crate) fn entries(&self) -> u64 {
+        self.footer.entries
+    }
+
+    /// Tombstones.
+    pub(crate) fn tombstones(&self) -> u64 {
+        self.footer.tombstones
+    }
+
+    /// Logical key + value bytes of live entries.
+    pub(crate) fn kv_bytes(&self) -> u64 {
+        self.footer.kv_bytes
+    }
+
+    /// Schedules deletion for when the last reference is dropped.
+    pub(crate) fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
+    fn corrupt(&self, offset: u64, what: &str) -> Error {
+        Error::corruption(&self.path, offset, what)
+    }
+
+    fn node_shape(&self, height: u32) -> (u8, usize) {
+        if height <= 1 {
+            (NODE_LEAF, self.footer.leaf_size as usize)
+        } else {
+            (NODE_INDEX, self.footer.index_size as usize)
+        }
+    }
+
+    /// Loads the node at `offset` whose subtree height is `height`, via the cache.
+    fn load_node(&self, offset: u64, height: u32) -> Result<NodeBytes> {
+        if let Some(n) = self.cache.get(self.id, offset) {
+            return Ok(n);
+        }
+        let (kind, size) = self.node_shape(height);
+        if offset % IO_ALIGN as u64 != 0 || offset.saturating_add(size as u64) > self.data_end {
+            return Err(self.corrupt(offset, "node offset out of range"));
+        }
+        let mut buf = vec![0u8; size];
+        self.file.read_exact_at(offset, &mut buf)?;
+        NodeView::verify(&buf, kind).map_err(|what| self.corrupt(offset, what))?;
+        let node: NodeBytes = Arc::from(buf);
+        self.cache.insert(self.id, offset, Arc::clone(&node));
+        Ok(node)
+    }
+
+    /// Newest entry for `key` in this level, if any.
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
+        if self.footer.height == 0 {
+            return Ok(None);
+        }
+        let mut offset = self.footer.root;
+        let mut height = self.footer.height;
+        loop {
+            let node = self.load_node(offset, height)?;
+            if height == 1 {
+                let view = NodeView::new(&node, NODE_LEAF).map_err(|w| self.corrupt(offset, w))?;
+                let i = view
+                    .lower_bound(key, false)
+                    .ok_or_else(|| self.corrupt(offset, "undecodable leaf key"))?;
+                if i == view.count() {
+                    return Ok(None);
+                }
+                let e = view
+                    .leaf_entry(i)
+                    .ok_or_else(|| self.corrupt(offset, "undecodable leaf entry"))?;
+                return Ok((e.key == key).then(|| (e.lsn, e.value.into())));
+            }
+            let view = NodeView::new(&node, NODE_INDEX).map_err(|w| self.corrupt(offset, w))?;
+            let child = view
+                .child_for(key)
+                .and_then(|i| view.child(i))
+                .ok_or_else(|| self.corrupt(offset, "undecodable index entry"))?;
+            offset = child;
+            height -= 1;
+        }
+    }
+
+    /// Reads an overflow value through `file`, checking its header and checksum.
+    fn read_blob(
+        &self,
+        file: &dyn ReadableFile,
+        offset: u64,
+        len: u32,
+        crc: u32,
+    ) -> Result<Vec<u8>> {
+        if offset.saturating_add(BLOB_HEADER as u64 + u64::from(len)) > self.data_end {
+            return Err(self.corrupt(offset, "overflow value out of range"));
+        }
+        let mut buf = vec![0u8; BLOB_HEADER + len as usize];
+        file.read_exact_at(offset, &mut buf)?;
+        let mut d = Decoder::new(&buf);
+        let kind = d.u8();
+        d.bytes(3);
+        let (blen, bcrc, hcrc) = (d.u32(), d.u32(), d.u32());
+        if kind != Some(NODE_BLOB) || blen != Some(len) || bcrc != Some(crc) {
+            return Err(self.corrupt(
+                offset,
+                "overflow value header does not match its leaf entry",
+            ));
+        }
+        if buf.get(..12).map(crc32c) != hcrc {
+            return Err(self.corrupt(offset, "overflow value header checksum mismatch"));
+        }
+        buf.drain(..BLOB_HEADER);
+        if crc32c(&buf) != crc {
+            return Err(self.corrupt(offset, "overflow value checksum mismatch"));
+        }
+        Ok(buf)
+    }
+
+    /// The value bytes of `v` (`None` for a tombstone), reading an overflow blob if needed.
+    pub(crate) fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
+        match v {
+            LevelValue::Inline(b) => Ok(Some(b)),
+            LevelValue::Tombstone => Ok(None),
+            LevelValue::Overflow { offset, len, crc } => self
+                .read_blob(self.file.as_ref(), offset, len, crc)
+                .map(Some),
+        }
+    }
+
+    /// A cursor positioned before the first entry.
+    pub(crate) fn cursor(self: &Arc<Self>) -> LevelCursor {
+        LevelCursor {
+            file: Arc::clone(self),
+            stack: Vec::new(),
+        }
+    }
+
+    /// A sequential scanner for compaction, counted under `component`.
+    pub(crate) fn scanner(self: &Arc<Self>, component: IoComponent) -> Result<LevelScanner> {
+        Ok(LevelScanner {
+            reader: self.io.open(&self.path, component)?,
+            file: Arc::clone(self),
+            pos: 0,
+            window: Vec::new(),
+            win_start: 0,
+            leaf: None,
+        })
+    }
+}
+
+struct Frame {
+    node: NodeBytes,
+    offset: u64,
+    idx: usize,
+    count: usize,
+}
+
+/// Walks a level's leaves in key order through the index (used by iterators).
+pub(crate) struct LevelCursor {
+    file: Arc<LevelFile>,
+    /// Path from the root to the current leaf.
+    stack: Vec<Frame>,
+}
+
+impl LevelCursor {
+    fn height_of_next_frame(&self) -> u32 {
+        self.file
+            .footer
+            .height
+            .saturating_sub(self.stack.len() as u32)
+    }
+
+    fn push(&mut self, offset: u64) -> Result<()> {
+        let height = self.height_of_next_frame();
+        let node = self.file.load_node(offset, height)?;
+        let kind = if height == 1 { NODE_LEAF } else { NODE_INDEX };
+        let count = NodeView::new(&node, kind)
+            .map_err(|w| self.file.corrupt(offset, w))?
+            .count();
+        self.stack.push(Frame {
+            node,
+            offset,
+            idx: 0,
+            count,
+        });
+        Ok(())
+    }
+
+    fn child_of_top(&self) -> Result<u64> {
+        let Some(top) = self.stack.last() else {
+            return Err(self.file.corrupt(0, "cursor stack empty"));
+        };
+        NodeView::new(&top.node, NODE_INDEX)
+            .ok()
+            .and_then(|v| v.child(top.idx))
+            .ok_or_else(|| self.file.corrupt(top.offset, "undecodable index entry"))
+    }
+
+    /// From an index frame, descends along first children to a leaf.
+    fn descend_leftmost(&mut self) -> Result<()> {
+        while self.height_of_next_frame() >= 1 {
+            let child = self.child_of_top()?;
+            self.push(child)?;
+        }
+        Ok(())
+    }
+
+    /// Moves to the next leaf that has entries, or empties the stack.
+    fn next_leaf(&mut self) -> Result<()> {
+        loop {
+            self.stack.pop();
+            loop {
+                let Some(top) = self.stack.last_mut() else {
+                    return Ok(());
+                };
+                top.idx += 1;
+                if top.idx < top.count {
+                    break;
+                }
+                self.stack.pop();
+            }
+            self.descend_leftmost()?;
+            if self.stack.last().is_some_and(|f| f.count > 0) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Positions at the first entry at or after `from`.
+    pub(crate) fn seek(&mut self, from: Bound<&[u8]>) -> Result<()> {
+        self.stack.clear();
+        if self.file.footer.height == 0 {
+            return Ok(());
+        }
+        self.push(self.file.footer.root)?;
+        while self.height_of_next_frame() >= 1 {
+            let Some(top) = self.stack.last_mut() else {
+                break;
+            };
+            let idx = match from {
+                Bound::Unbounded => Some(0),
+                Bound::Included(k) | Bound::Excluded(k) => NodeView::new(&top.node, NODE_INDEX)
+                    .ok()
+                    .and_then(|v| v.child_for(k)),
+            };
+            top.idx = idx.ok_or_else(|| self.file.corrupt(top.offset, "undecodable index key"))?;
+            let child = self.child_of_top()?;
+            self.push(child)?;
+        }
+        if let Some(top) = self.stack.last_mut() {
+            let idx = match from {
+                Bound::Unbounded => Some(0),
+                Bound::Included(k) => NodeView::new(&top.node, NODE_LEAF)
+                    .ok()
+                    .and_then(|v| v.lower_bound(k, false)),
+                Bound::Excluded(k) => NodeView::new(&top.node, NODE_LEAF)
+                    .ok()
+                    .and_then(|v| v.lower_bound(k, true)),
+            };
+            top.idx = idx.ok_or_else(|| self.file.corrupt(top.offset, "undecodable leaf key"))?;
+            if top.idx >= top.count {
+                self.next_leaf()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the current entry and advances.
+    pub(crate) fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+        let Some(top) = self.stack.last_mut() else {
+            return Ok(None);
+        };
+        let entry = NodeView::new(&top.node, NODE_LEAF)
+            .ok()
+            .and_then(|v| v.leaf_entry(top.idx))
+            .map(|e| (e.key.to_vec(), e.lsn, LevelValue::from(e.value)))
+            .ok_or_else(|| self.file.corrupt(top.offset, "undecodable leaf entry"))?;
+        top.idx += 1;
+        if top.idx >= top.count {
+            self.next_leaf()?;
+        }
+        Ok(Some(entry))
+    }
+
+    /// The file this cursor reads (to resolve overflow values).
+    pub(crate) fn file(&self) -> &Arc<LevelFile> {
+        &self.file
+    }
+}
+
+/// Reads a level file front to back in large chunks, yielding leaf entries in key order.
+pub(crate) struct LevelScanner {
+    file: Arc<LevelFile>,
+    reader: Arc<dyn ReadableFile>,
+    pos: u64,
+    window: Vec<u8>,
+    win_start: u64,
+    leaf: Option<(Vec<u8>, u64, usize, usize)>,
+}
+
+impl LevelScanner {
+    /// Makes `[pos, pos + len)` available in the window.
+    fn ensure(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
+        let in_window =
+            pos >= self.win_start && pos + len as u64 <= self.win_start + self.window.len() as u64;
+        if !in_window {
+            let avail = self.file.data_end.saturating_sub(pos);
+            if (len as u64) > avail {
+                return Err(self
+                    .file
+                    .corrupt(pos, "node extends past the end of the level data"));
+            }
+            let n = usize::try_from(avail.min(SCAN_WINDOW as u64))
+                .unwrap_or(SCAN_WINDOW)
+                .max(len);
+            self.window.resize(n, 0);
+            self.reader.read_exact_at(pos, &mut self.window)?;
+            self.win_start = pos;
+        }
+        let start = usize::try_from(pos - self.win_start).unwrap_or(usize::MAX);
+        self.window
+            .get(start..start.saturating_add(len))
+            .ok_or_else(|| self.file.corrupt(pos, "scanner window out of range"))
+    }
+
+    /// Loads the next leaf into `self.leaf`; false at the end of the file.
+    fn load_next_leaf(&mut self) -> Result<bool> {
+        let (leaf_size, index_size) = (
+            self.file.footer.leaf_size as usize,
+            self.file.footer.index_size as usize,
+        );
+        while self.pos < self.file.data_end {
+            let pos = self.pos;
+            let head = self.ensure(pos, BLOB_HEADER)?;
+            match head.first().copied() {
+                Some(NODE_LEAF) => {
+                    let node = self.ensure(pos, leaf_size)?.to_vec();
+                    let count = NodeView::verify(&node, NODE_LEAF)
+                        .map_err(|w| self.file.corrupt(pos, w))?
+                        .count();
+                    self.pos += leaf_size as u64;
+                    self.leaf = Some((node, pos, 0, count));
+                    return Ok(true);
+                }
+                Some(NODE_INDEX) => self.pos += index_size as u64,
+                Some(NODE_BLOB) => {
+                    let len = Decoder::new(head.get(4..8).unwrap_or_default()).u32();
+                    let Some(len) = len else {
+                        return Err(self.file.corrupt(pos, "truncated overflow header"));
+                    };
+                    if head.get(..12).map(crc32c)
+                        != Decoder::new(head.get(12..16).unwrap_or_default()).u32()
+                    {
+                        return Err(self
+                            .file
+                            .corrupt(pos, "overflow value header checksum mismatch"));
+                    }
+                    self.pos +=
+                        (BLOB_HEADER as u64 + u64::from(len)).next_multiple_of(IO_ALIGN as u64);
+                }
+                _ => return Err(self.file.corrupt(pos, "unknown node kind")),
+            }
+        }
+        Ok(false)
+    }
+
+    /// The next entry in key order.
+    pub(crate) fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+        loop {
+            if let Some((node, off, idx, count)) = &mut self.leaf {
+                if *idx < *count {
+                    let entry = NodeView::new(node, NODE_LEAF)
+                        .ok()
+                        .and_then(|v| v.leaf_entry(*idx))
+                        .map(|e| (e.key.to_vec(), e.lsn, LevelValue::from(e.value)));
+                    let off = *off;
+                    *idx += 1;
+                    return entry
+                        .map(Some)
+                        .ok_or_else(|| self.file.corrupt(off, "undecodable leaf entry"));
+                }
+            }
+            if !self.load_next_leaf()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The value bytes of `v` (`None` for a tombstone), read through the scanner's handle.
+    pub(crate) fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
+        match v {
+            LevelValue::Overflow { offset, len, crc } => self
+                .file
+                .read_blob(self.reader.as_ref(), offset, len, crc)
+                .map(Some),
+            other => self.file.resolve(other),
+        }
+    }
+}

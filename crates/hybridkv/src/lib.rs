@@ -1,0 +1,44 @@
+//! hybridkv: an embeddable key-value storage engine for fast SSDs, built on the hybrid
+//! key-value placement of the Parallax paper.
+//!
+//! ```no_run
+//! use hybridkv::{Db, Options, WriteBatch};
+//! # fn main() -> hybridkv::Result<()> {
+//! let db = Db::open("/tmp/my-db", Options::default())?;
+//! db.put("hello", "world")?;
+//! assert_eq!(db.get("hello")?.as_deref(), Some(&b"world"[..]));
+//! let mut batch = WriteBatch::new();
+//! batch.put("a", "1").delete("hello");
+//! db.write(batch)?;
+//! for pair in db.prefix("a") {
+//!     let (key, value) = pair?;
+//!     println!("{key:?} = {value:?}");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The architecture (one module per component) is described in `docs/ARCHITECTURE.md`,
+//! every on-disk byte in `docs/FORMAT.md`.
+
+mod cache;
+mod compaction;
+mod db;
+mod engine;
+mod error;
+mod format;
+pub mod io;
+mod level;
+mod log;
+mod manifest;
+mod memtable;
+mod options;
+mod read;
+mod stats;
+mod write;
+
+pub use db::Db;
+pub use error::{Error, Result};
+pub use options::{Options, WriteOptions, MAX_KEY_SIZE, MAX_VALUE_SIZE};
+pub use read::iter::DbIterator;
+pub use stats::{LevelStats, Stats};
+pub use write::batch::{WriteBatch, MAX_BATCH_BYTES};

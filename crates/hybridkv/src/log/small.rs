@@ -1,0 +1,306 @@
+//! The small log (WAL): one file per memtable generation, `NNNNNNNN.wal`.
+//!
+//! Layout (FORMAT.md, "Small log"): a 16-byte file header, then records
+//! `[payload_len u32][first_lsn u64][count u32][header_crc u32][payload_crc u32][payload]`.
+//! The header CRC covers the first 16 bytes of the record header, the payload CRC the
+//! payload, so a reader can tell a damaged length from a damaged payload.
+//!
+//! Replay rule: a record that fails its checks ends replay cleanly only when no valid record
+//! follows it anywhere in the newest log file (a torn tail, which is then cut off);
+//! otherwise, and in any older file, it is `Error::Corruption` with the file and offset.
+
+use crate::error::{Error, Result};
+use crate::format::{crc32c, Decoder};
+use crate::io::{Io, IoComponent, WritableFile};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"HKVSLOG\0";
+/// Format version of small-log files.
+pub(crate) const VERSION: u32 = 1;
+const FILE_HEADER: usize = 16;
+const RECORD_HEADER: usize = 24;
+
+/// File name of small-log file `id`.
+pub(crate) fn file_name(id: u64) -> String {
+    format!("{id:08}.wal")
+}
+
+/// Parses a small-log file name back to its id.
+pub(crate) fn parse_name(name: &str) -> Option<u64> {
+    name.strip_suffix(".wal")?.parse().ok()
+}
+
+fn file_header() -> [u8; FILE_HEADER] {
+    let mut h = [0u8; FILE_HEADER];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    let crc = crc32c(&h[..12]);
+    h[12..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Appends records to one small-log file.
+pub(crate) struct SmallLogWriter {
+    id: u64,
+    file: Box<dyn WritableFile>,
+    buf: Vec<u8>,
+}
+
+impl SmallLogWriter {
+    /// Creates log file `id` in `dir` and makes its creation durable.
+    pub(crate) fn create(io: &Io, dir: &Path, id: u64) -> Result<Self> {
+        let mut file = io.create(&dir.join(file_name(id)), IoComponent::Wal)?;
+        file.append(&file_header())?;
+        file.flush()?;
+        io.fs().sync_dir(dir)?;
+        Ok(SmallLogWriter {
+            id,
+            file,
+            buf: Vec::with_capacity(256 << 10),
+        })
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Bytes in the file so far.
+    pub(crate) fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    /// Encodes one record into the pending group.
+    pub(crate) fn add(&mut self, first_lsn: u64, count: u32, payload: &[u8]) {
+        let mut h = [0u8; RECORD_HEADER];
+        h[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[4..12].copy_from_slice(&first_lsn.to_le_bytes());
+        h[12..16].copy_from_slice(&count.to_le_bytes());
+        let hcrc = crc32c(&h[..16]);
+        h[16..20].copy_from_slice(&hcrc.to_le_bytes());
+        h[20..24].copy_from_slice(&crc32c(payload).to_le_bytes());
+        self.buf.extend_from_slice(&h);
+        self.buf.extend_from_slice(payload);
+    }
+
+    /// Writes the pending group in one append and hands it to the OS; with `sync`, also
+    /// makes it durable.
+    pub(crate) fn commit(&mut self, sync: bool) -> Result<()> {
+        let result = self.file.append(&self.buf).and_then(|()| self.file.flush());
+        self.buf.clear();
+        if self.buf.capacity() > 4 << 20 {
+            self.buf.shrink_to(256 << 10);
+        }
+        result?;
+        if sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Makes everything written durable (used before switching to a new file).
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// One replayed record.
+#[derive(Debug)]
+pub(crate) struct Record {
+    pub first_lsn: u64,
+    pub count: u32,
+    pub payload: Vec<u8>,
+}
+
+enum Parsed {
+    Ok(Record, usize),
+    Bad(&'static str),
+}
+
+fn parse_at(data: &[u8], pos: usize) -> Parsed {
+    let Some(rest) = data.get(pos..) else {
+        return Parsed::Bad("record header past end of file");
+    };
+    let mut d = Decoder::new(rest);
+    let (Some(len), Some(lsn), Some(count), Some(hcrc), Some(pcrc)) =
+        (d.u32(), d.u64(), d.u32(), d.u32(), d.u32())
+    else {
+        return Parsed::Bad("truncated record header");
+    };
+    if rest.get(..16).map(crc32c) != Some(hcrc) {
+        return Parsed::Bad("record header checksum mismatch");
+    }
+    let Some(payload) = d.bytes(len as usize) else {
+        return Parsed::Bad("record payload past end of file");
+    };
+    if crc32c(payload) != pcrc {
+        return Parsed::Bad("record payload checksum mismatch");
+    }
+    Parsed::Ok(
+        Record {
+            first_lsn: lsn,
+            count,
+            payload: payload.to_vec(),
+        },
+        RECORD_HEADER + len as usize,
+    )
+}
+
+/// What replaying one file found.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    pub records: Vec<Record>,
+    /// Offset where a torn tail starts, if one was found (only in the newest file).
+    pub torn_at: Option<u64>,
+}
+
+/// Reads every record of log file `path`. `newest` says whether a bad record may be a torn
+/// tail (see the module comment).
+pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> {
+    let data = io.read_all(path, IoComponent::Wal)?;
+    let Some(header) = data.get(..FILE_HEADER) else {
+        // A crash right after creating the file can leave it shorter than its header.
+        if newest {
+            return Ok(Replay {
+                records: Vec::new(),
+                torn_at: Some(0),
+            });
+        }
+        return Err(Error::corruption(
+            path,
+            0,
+            "small-log file shorter than its header",
+        ));
+    };
+    if header.get(..8) != Some(MAGIC.as_slice()) {
+        return Err(Error::corruption(
+            path,
+            0,
+            "not a small-log file (bad magic)",
+        ));
+    }
+    let mut d = Decoder::new(header.get(8..).unwrap_or_default());
+    let version = d.u32().unwrap_or(0);
+    if header.get(..12).map(crc32c) != d.u32() {
+        return Err(Error::corruption(
+            path,
+            0,
+            "small-log file header checksum mismatch",
+        ));
+    }
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion {
+            file: path.to_path_buf(),
+            found: version,
+            supported: VERSION,
+        });
+    }
+    let mut records = Vec::new();
+    let mut pos = FILE_HEADER;
+    while pos < data.len() {
+        match parse_at(&data, pos) {
+            Parsed::Ok(rec, n) => {
+                records.push(rec);
+                pos += n;
+            }
+            Parsed::Bad(what) => {
+                let later_valid =
+                    (pos + 1..data.len()).any(|p| matches!(parse_at(&data, p), Parsed::Ok(..)));
+                if newest && !later_valid {
+                    return Ok(Replay {
+                        records,
+                        torn_at: Some(pos as u64),
+                    });
+                }
+                return Err(Error::corruption(path, pos as u64, what));
+            }
+        }
+    }
+    Ok(Replay {
+        records,
+        torn_at: None,
+    })
+}
+
+/// Paths of the small-log files in `dir` with id >= `min_id`, oldest first.
+pub(crate) fn list(io: &Io, dir: &Path, min_id: u64) -> Result<Vec<(u64, PathBuf)>> {
+    let mut out: Vec<(u64, PathBuf)> = io
+        .fs()
+        .list(dir)?
+        .into_iter()
+        .filter_map(|n| parse_name(&n).map(|id| (id, dir.join(n))))
+        .filter(|(id, _)| *id >= min_id)
+        .collect();
+    out.sort_by_key(|(id, _)| *id);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::RealFs;
+    use std::sync::Arc;
+
+    fn io() -> Io {
+        Io::new(Arc::new(RealFs), false)
+    }
+
+    fn write_log(dir: &Path, n: u64) -> PathBuf {
+        let io = io();
+        let mut w = SmallLogWriter::create(&io, dir, 1).unwrap();
+        for i in 0..n {
+            w.add(i * 2 + 1, 2, format!("payload-{i}").as_bytes());
+            w.commit(false).unwrap();
+        }
+        w.sync().unwrap();
+        dir.join(file_name(1))
+    }
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_log(dir.path(), 10);
+        let r = replay_file(&io(), &p, true).unwrap();
+        assert_eq!(r.records.len(), 10);
+        assert!(r.torn_at.is_none());
+        assert_eq!(r.records[3].first_lsn, 7);
+        assert_eq!(r.records[3].payload, b"payload-3");
+    }
+
+    #[test]
+    fn torn_tail_ends_replay_every_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_log(dir.path(), 5);
+        let full = std::fs::read(&p).unwrap();
+        let last_start = full.len() - (RECORD_HEADER + "payload-4".len());
+        for cut in last_start + 1..full.len() {
+            std::fs::write(&p, &full[..cut]).unwrap();
+            let r = replay_file(&io(), &p, true).unwrap();
+            assert_eq!(r.records.len(), 4, "cut at {cut}");
+            assert_eq!(r.torn_at, Some(last_start as u64));
+        }
+    }
+
+    #[test]
+    fn corrupt_middle_record_is_corruption_with_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_log(dir.path(), 5);
+        let mut data = std::fs::read(&p).unwrap();
+        let second = FILE_HEADER + RECORD_HEADER + "payload-0".len();
+        data[second + RECORD_HEADER + 2] ^= 0x40; // payload byte of record 1
+        std::fs::write(&p, &data).unwrap();
+        match replay_file(&io(), &p, true) {
+            Err(Error::Corruption { offset, .. }) => assert_eq!(offset, second as u64),
+            other => panic!(
+                "expected corruption, got {:?}",
+                other.map(|r| r.records.len())
+            ),
+        }
+        // In an older file even a bad last record is corruption.
+        let mut data = std::fs::read(&p).unwrap();
+        data[second + RECORD_HEADER + 2] ^= 0x40;
+        let n = data.len();
+        data[n - 1] ^= 0xff;
+        std::fs::write(&p, &data).unwrap();
+        assert!(replay_file(&io(), &p, false).unwrap_err().is_corruption());
+    }
+}

@@ -1,0 +1,146 @@
+//! The manifest: which level files make up which level, where small-log replay starts,
+//! and the highest LSN the levels hold.
+//!
+//! Owns: the one durable description of the database's files, written whole with
+//! write-new-then-rename (`MANIFEST.tmp`, fsync, rename, fsync dir), so every change is
+//! atomic. Never: deletes files itself; callers delete what a durable manifest no longer
+//! names. FORMAT.md, "Manifest".
+
+pub(crate) mod recovery;
+pub(crate) mod version;
+
+use crate::error::{Error, Result};
+use crate::format::{crc32c, Decoder};
+use crate::io::{Io, IoComponent};
+use std::path::Path;
+
+pub(crate) const MANIFEST_NAME: &str = "MANIFEST";
+const MAGIC: &[u8; 8] = b"HKVMANIF";
+/// Format version of the manifest.
+pub(crate) const MANIFEST_VERSION: u32 = 1;
+const HEADER: usize = 20;
+
+/// The durable state the manifest records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ManifestState {
+    /// Every file id below this was allocated already.
+    pub next_file_id: u64,
+    /// Small-log files with a smaller id hold only flushed data.
+    pub log_min_id: u64,
+    /// Highest LSN held by the levels.
+    pub flushed_lsn: u64,
+    /// (level number starting at 1, file id, file length) per non-empty level.
+    pub levels: Vec<(u32, u64, u64)>,
+}
+
+impl ManifestState {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut p = Vec::with_capacity(32 + self.levels.len() * 20);
+        p.extend_from_slice(&self.next_file_id.to_le_bytes());
+        p.extend_from_slice(&self.log_min_id.to_le_bytes());
+        p.extend_from_slice(&self.flushed_lsn.to_le_bytes());
+        p.extend_from_slice(&(self.levels.len() as u32).to_le_bytes());
+        for (level, id, len) in &self.levels {
+            p.extend_from_slice(&level.to_le_bytes());
+            p.extend_from_slice(&id.to_le_bytes());
+            p.extend_from_slice(&len.to_le_bytes());
+        }
+        let mut out = Vec::with_capacity(HEADER + p.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
+        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c(&p).to_le_bytes());
+        out.extend_from_slice(&p);
+        out
+    }
+
+    pub(crate) fn decode(data: &[u8], file: &Path) -> Result<Self> {
+        let bad = |offset: u64, what: &str| Error::corruption(file, offset, what);
+        let mut d = Decoder::new(data);
+        if d.bytes(8) != Some(MAGIC.as_slice()) {
+            return Err(bad(0, "not a manifest (bad magic)"));
+        }
+        let version = d.u32().ok_or_else(|| bad(8, "truncated header"))?;
+        let len = d.u32().ok_or_else(|| bad(12, "truncated header"))? as usize;
+        let crc = d.u32().ok_or_else(|| bad(16, "truncated header"))?;
+        let payload = d
+            .bytes(len)
+            .ok_or_else(|| bad(HEADER as u64, "payload shorter than its length"))?;
+        if crc32c(payload) != crc {
+            return Err(bad(HEADER as u64, "manifest checksum mismatch"));
+        }
+        if version != MANIFEST_VERSION {
+            return Err(Error::UnsupportedVersion {
+                file: file.to_path_buf(),
+                found: version,
+                supported: MANIFEST_VERSION,
+            });
+        }
+        let mut p = Decoder::new(payload);
+        let short = || bad(HEADER as u64, "manifest payload truncated");
+        let next_file_id = p.u64().ok_or_else(short)?;
+        let log_min_id = p.u64().ok_or_else(short)?;
+        let flushed_lsn = p.u64().ok_or_else(short)?;
+        let n = p.u32().ok_or_else(short)? as usize;
+        if n > 64 {
+            return Err(bad(HEADER as u64, "manifest lists too many levels"));
+        }
+        let mut levels = Vec::with_capacity(n);
+        for _ in 0..n {
+            let level = p.u32().ok_or_else(short)?;
+            let id = p.u64().ok_or_else(short)?;
+            let flen = p.u64().ok_or_else(short)?;
+            if level == 0 || id >= next_file_id || levels.iter().any(|(l, _, _)| *l == level) {
+                return Err(bad(HEADER as u64, "manifest level entry out of range"));
+            }
+            levels.push((level, id, flen));
+        }
+        Ok(ManifestState {
+            next_file_id,
+            log_min_id,
+            flushed_lsn,
+            levels,
+        })
+    }
+
+    /// Writes this state as the new manifest, atomically and durably.
+    pub(crate) fn store(&self, io: &Io, dir: &Path) -> Result<()> {
+        io.write_atomic(dir, MANIFEST_NAME, &self.encode(), IoComponent::Manifest)
+    }
+
+    /// Reads the manifest, `None` if the directory has none.
+    pub(crate) fn load(io: &Io, dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join(MANIFEST_NAME);
+        if io.fs().kind(&path)?.is_none() {
+            return Ok(None);
+        }
+        let data = io.read_all(&path, IoComponent::Manifest)?;
+        Self::decode(&data, &path).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_damage_detected() {
+        let s = ManifestState {
+            next_file_id: 10,
+            log_min_id: 7,
+            flushed_lsn: 12345,
+            levels: vec![(1, 8, 4096), (3, 5, 8192)],
+        };
+        let bytes = s.encode();
+        let p = Path::new("MANIFEST");
+        assert_eq!(ManifestState::decode(&bytes, p).unwrap(), s);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(ManifestState::decode(&bad, p).is_err(), "flip at {i}");
+        }
+        for cut in 0..bytes.len() {
+            assert!(ManifestState::decode(&bytes[..cut], p).is_err());
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Opening a database: validate the directory, take the lock, load the manifest, open the
+//! level files, sweep orphans, and replay the small log in LSN order from where the last
+//! flush left off.
+
+use super::version::Version;
+use super::{ManifestState, MANIFEST_NAME};
+use crate::cache::NodeCache;
+use crate::engine::{BgState, Engine, LogState, ReadState, VersionState};
+use crate::error::{Error, Result};
+use crate::io::Io;
+use crate::level::{reader as level_reader, LevelFile};
+use crate::log::small::{self, SmallLogWriter};
+use crate::memtable::Memtable;
+use crate::options::Options;
+use crate::read::SuperVersion;
+use crate::stats::Counters;
+use crate::write::batch::{decode_ops, BatchOp};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+const LOCK_NAME: &str = "LOCK";
+
+/// Whether a directory entry is one hybridkv writes.
+fn is_ours(name: &str) -> bool {
+    name == MANIFEST_NAME
+        || name == LOCK_NAME
+        || name.ends_with(".tmp")
+        || small::parse_name(name).is_some()
+        || level_reader::parse_name(name).is_some()
+}
+
+impl Engine {
+    pub(crate) fn open(dir: &Path, opts: Options, io: Io) -> Result<Arc<Engine>> {
+        opts.validate()?;
+        match io.fs().kind(dir)? {
+            Some(true) => {}
+            Some(false) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is a file, not a database directory",
+                    dir.display()
+                )))
+            }
+            None if opts.create_if_missing => io.fs().create_dir_all(dir)?,
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} does not exist (and create_if_missing is false)",
+                    dir.display()
+                )))
+            }
+        }
+        let names = io.fs().list(dir)?;
+        let has_manifest = names.iter().any(|n| n == MANIFEST_NAME);
+        if !has_manifest {
+            let foreign: Vec<&String> = names.iter().filter(|n| !is_ours(n)).collect();
+            if let Some(first) = foreign.first() {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is not a hybridkv database (it holds other files, e.g. {first})",
+                    dir.display()
+                )));
+            }
+            if names.iter().any(|n| level_reader::parse_name(n).is_some()) {
+                return Err(Error::corruption(
+                    dir.join(MANIFEST_NAME),
+                    0,
+                    "manifest missing but level files exist",
+                ));
+            }
+            if !opts.create_if_missing {
+                return Err(Error::InvalidArgument(format!(
+                    "{} holds no hybridkv database (and create_if_missing is false)",
+                    dir.display()
+                )));
+            }
+        }
+        let lock = io.fs().lock(&dir.join(LOCK_NAME))?;
+
+        let state = match ManifestState::load(&io, dir)? {
+            Some(s) => s,
+            None => {
+                let s = ManifestState {
+                    next_file_id: 1,
+                    ..ManifestState::default()
+                };
+                s.store(&io, dir)?;
+                s
+            }
+        };
+        let cache = Arc::new(NodeCache::new(opts.cache_bytes));
+        let mut version = Version::empty(opts.max_levels);
+        for &(level, id, len) in &state.levels {
+            let slot = (level as usize)
+                .checked_sub(1)
+                .and_then(|i| version.levels.get_mut(i))
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "the database has level {level} but max_levels is {}",
+                        opts.max_levels
+                    ))
+                })?;
+            let file = LevelFile::open(&io, dir, id, Arc::clone(&cache))?;
+            if file.file_len() != len {
+                return Err(Error::corruption(
+                    file.path(),
+                    file.file_len(),
+                    format!(
+                        "level file is {} bytes, the manifest says {len}",
+                        file.file_len()
+                    ),
+                ));
+            }
+            *slot = Some(Arc::new(file));
+        }
+
+        // Sweep what no durable manifest names: unfinished outputs, flushed logs, temp files.
+        let mut max_id = state.next_file_id.saturating_sub(1);
+        for name in io.fs().list(dir)? {
+            let path = dir.join(&name);
+            if let Some(id) = level_reader::parse_name(&name) {
+                max_id = max_id.max(id);
+                if !state.levels.iter().any(|&(_, lid, _)| lid == id) {
+                    io.fs().remove(&path)?;
+                }
+            } else if let Some(id) = small::parse_name(&name) {
+                max_id = max_id.max(id);
+                if id < state.log_min_id {
+                    io.fs().remove(&path)?;
+                }
+            } else if name.ends_with(".tmp") {
+                io.fs().remove(&path)?;
+            }
+        }
+
+        // Replay the small log, oldest file first; LSNs must rise.
+        let mem = Arc::new(Memtable::new());
+        let mut last_lsn = state.flushed_lsn;
+        let logs = small::list(&io, dir, state.log_min_id)?;
+        let newest = logs.last().map(|(id, _)| *id);
+        for (id, path) in &logs {
+            let replay = small::replay_file(&io, path, Some(*id) == newest)?;
+            for rec in replay.records {
+                let ops = decode_ops(&rec.payload, rec.count).ok_or_else(|| {
+                    Error::corruption(path, 0, "small-log record holds a malformed batch")
+                })?;
+                if rec.first_lsn <= state.flushed_lsn {
+                    continue; // already in the levels
+                }
+                if rec.first_lsn <= last_lsn {
+                    return Err(Error::corruption(
+                        path,
+                        0,
+                        format!("LSN {} does not follow {last_lsn}", rec.first_lsn),
+                    ));
+                }
+                let mut lsn = rec.first_lsn;
+                for op in ops {
+                    match op {
+                        BatchOp::Put(k, v) => mem.insert(k, lsn, Some(v)),
+                        BatchOp::Delete(k) => mem.insert(k, lsn, None),
+                    }
+                    lsn += 1;
+                }
+                last_lsn = lsn - 1;
+            }
+            if let Some(at) = replay.torn_at {
+                // Cut the torn tail so the file reads cleanly once it is no longer newest.
+                if at == 0 {
+                    io.fs().remove(path)?;
+                } else {
+                    io.fs().truncate(path, at)?;
+                }
+            }
+        }
+
+        let next_file_id = max_id + 1;
+        let writer = SmallLogWriter::create(&io, dir, next_file_id)?;
+        let version = Arc::new(version);
+        let sv = Arc::new(SuperVersion {
+            mem: Arc::clone(&mem),
+            imms: Vec::new(),
+            version: Arc::clone(&version),
+        });
+        let mut busy = vec![false; opts.max_levels + 2];
+        if let Some(b) = busy.get_mut(0) {
+            *b = true;
+        }
+        let engine = Engine {
+            dir: dir.to_path_buf(),
+            io,
+            cache,
+            commit: Default::default(),
+            log: Mutex::new(LogState {
+                writer,
+                mem,
+                next_lsn: last_lsn + 1,
+            }),
+            read: RwLock::new(ReadState {
+                sv,
+                visible: last_lsn,
+            }),
+            versions: Mutex::new(VersionState {
+                version,
+                busy,
+                log_min_id: state.log_min_id,
+                flushed_lsn: state.flushed_lsn,
+            }),
+            next_file_id: AtomicU64::new(next_file_id + 1),
+            bg: Mutex::new(BgState::default()),
+            bg_cv: Condvar::new(),
+            poison: Mutex::new(None),
+            counters: Counters::default(),
+            dir_lock: Mutex::new(Some(lock)),
+            opts,
+        };
+        Ok(Arc::new(engine))
+    }
+}

@@ -1,0 +1,191 @@
+//! The in-memory L0: a concurrent skip list of versioned entries.
+//!
+//! Owns: every version written since the last flush, ordered by (key ascending, LSN
+//! descending), and its byte size. Never: touches files. Readers see only versions with
+//! `lsn <= snapshot`; the commit path inserts and then publishes the snapshot LSN.
+
+use crossbeam_skiplist::SkipMap;
+use std::cmp::Ordering;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+
+/// Per-entry bookkeeping added to key and value bytes when sizing the memtable.
+const ENTRY_OVERHEAD: usize = 48;
+
+/// A versioned key: sorts by key ascending, then by LSN descending (newest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemKey {
+    pub key: Box<[u8]>,
+    pub lsn: u64,
+}
+
+impl Ord for MemKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key.cmp(&other.key).then(other.lsn.cmp(&self.lsn))
+    }
+}
+impl PartialOrd for MemKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// One memtable generation.
+#[derive(Debug)]
+pub(crate) struct Memtable {
+    map: SkipMap<MemKey, Option<Box<[u8]>>>,
+    bytes: AtomicUsize,
+    max_lsn: AtomicU64,
+    /// First small-log file that holds none of this memtable's data (set when sealed):
+    /// once this memtable is flushed, replay can start there.
+    pub next_log_id: AtomicU64,
+}
+
+/// A version found for a key: `None` value is a tombstone.
+pub(crate) type Found = (u64, Option<Vec<u8>>);
+
+impl Memtable {
+    pub(crate) fn new() -> Self {
+        Memtable {
+            map: SkipMap::new(),
+            bytes: AtomicUsize::new(0),
+            max_lsn: AtomicU64::new(0),
+            next_log_id: AtomicU64::new(0),
+        }
+    }
+
+    /// Inserts one version. Distinct LSNs make every insert a new entry.
+    pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Option<&[u8]>) {
+        let size = key.len() + value.map_or(0, <[u8]>::len) + ENTRY_OVERHEAD;
+        self.map.insert(
+            MemKey {
+                key: key.into(),
+                lsn,
+            },
+            value.map(Into::into),
+        );
+        self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+        self.max_lsn.fetch_max(lsn, AtomicOrdering::Relaxed);
+    }
+
+    /// Approximate bytes held.
+    pub(crate) fn size(&self) -> usize {
+        self.bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Highest LSN inserted.
+    pub(crate) fn max_lsn(&self) -> u64 {
+        self.max_lsn.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Newest version of `key` with `lsn <= snapshot`.
+    pub(crate) fn get(&self, key: &[u8], snapshot: u64) -> Option<Found> {
+        let probe = MemKey {
+            key: key.into(),
+            lsn: snapshot,
+        };
+        let entry = self.map.lower_bound(Bound::Included(&probe))?;
+        (*entry.key().key == *key).then(|| {
+            (
+                entry.key().lsn,
+                entry.value().as_deref().map(<[u8]>::to_vec),
+            )
+        })
+    }
+
+    /// Up to `limit` entries in key order starting after (or at, if `inclusive`) `from`,
+    /// one per key: its newest version with `lsn <= snapshot`. Keys whose versions are all
+    /// newer than the snapshot are skipped.
+    pub(crate) fn collect_from(
+        &self,
+        from: Bound<&[u8]>,
+        snapshot: u64,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+        let start = match from {
+            Bound::Unbounded => None,
+            Bound::Included(k) => Some(MemKey {
+                key: k.into(),
+                lsn: u64::MAX,
+            }),
+            // Past every version of `k`: LSN 0 sorts last among them.
+            Bound::Excluded(k) => Some(MemKey {
+                key: k.into(),
+                lsn: 0,
+            }),
+        };
+        let lower = match (&start, from) {
+            (None, _) => Bound::Unbounded,
+            (Some(s), Bound::Excluded(_)) => Bound::Excluded(s),
+            (Some(s), _) => Bound::Included(s),
+        };
+        let mut out: Vec<(Vec<u8>, u64, Option<Vec<u8>>)> = Vec::new();
+        for entry in self.map.range((lower, Bound::Unbounded)) {
+            let k = entry.key();
+            if k.lsn > snapshot {
+                continue;
+            }
+            if out.last().is_some_and(|(last, _, _)| **last == *k.key) {
+                continue; // an older version of a key already taken
+            }
+            if out.len() == limit {
+                break;
+            }
+            out.push((
+                k.key.to_vec(),
+                k.lsn,
+                entry.value().as_deref().map(<[u8]>::to_vec),
+            ));
+        }
+        out
+    }
+
+    /// Every key's newest version, in key order (used by flush; the memtable is immutable).
+    pub(crate) fn newest_versions(
+        &self,
+    ) -> impl Iterator<Item = (Vec<u8>, u64, Option<Vec<u8>>)> + '_ {
+        let mut last: Option<Box<[u8]>> = None;
+        self.map.iter().filter_map(move |e| {
+            let k = e.key();
+            if last.as_deref() == Some(&*k.key) {
+                return None;
+            }
+            last = Some(k.key.clone());
+            Some((
+                k.key.to_vec(),
+                k.lsn,
+                e.value().as_deref().map(<[u8]>::to_vec),
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_visible_version_wins() {
+        let m = Memtable::new();
+        m.insert(b"a", 1, Some(b"v1"));
+        m.insert(b"a", 3, Some(b"v3"));
+        m.insert(b"a", 5, None);
+        m.insert(b"ab", 2, Some(b"x"));
+        assert_eq!(m.get(b"a", 10), Some((5, None)));
+        assert_eq!(m.get(b"a", 4), Some((3, Some(b"v3".to_vec()))));
+        assert_eq!(m.get(b"a", 0), None);
+        assert_eq!(m.get(b"b", 10), None);
+        let all = m.collect_from(Bound::Unbounded, 4, 10);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0], (b"a".to_vec(), 3, Some(b"v3".to_vec())));
+        let after = m.collect_from(Bound::Excluded(b"a"), 10, 10);
+        assert_eq!(after, vec![(b"ab".to_vec(), 2, Some(b"x".to_vec()))]);
+        let newest: Vec<_> = m.newest_versions().collect();
+        assert_eq!(newest[0].1, 5);
+        assert_eq!(newest.len(), 2);
+    }
+}

@@ -1,0 +1,247 @@
+//! Engine options, their documented defaults, and their validation.
+//!
+//! Owns: the tunables a user can set and the checks that reject bad ones at `open`
+//! (with `Error::InvalidArgument` naming the option). Never: behaviour; other modules read
+//! these values.
+
+use crate::error::{Error, Result};
+
+/// Largest key accepted, in bytes.
+pub const MAX_KEY_SIZE: usize = 4096;
+/// Largest value accepted, in bytes (16 MiB, inclusive).
+pub const MAX_VALUE_SIZE: usize = 16 << 20;
+
+/// Options for [`crate::Db::open`]. Every field has a documented default (`Options::default()`).
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Create the directory and an empty database if none exists. Default `true`.
+    /// With `false`, opening a directory that holds no hybridkv database is an error.
+    pub create_if_missing: bool,
+    /// Bytes of key-value data the in-memory L0 (memtable) holds before it is switched to
+    /// immutable and flushed. Default 64 MiB. Range 64 KiB ..= 4 GiB.
+    pub memtable_size: usize,
+    /// How many full memtables may wait for their flush before writers are slowed down.
+    /// Default 2. Range 1 ..= 16.
+    pub max_immutable_memtables: usize,
+    /// Size ratio between consecutive levels (L1 holds `memtable_size * growth_factor`).
+    /// Default 8 (the paper's value). Range 2 ..= 64.
+    pub growth_factor: u32,
+    /// Number of on-disk levels (L1..=Lmax). Default 7. Range 2 ..= 12.
+    pub max_levels: usize,
+    /// Leaf node size in bytes (paper: 8 KiB). Default 8192. A multiple of 4096 in
+    /// 8 KiB ..= 1 MiB; a leaf must hold at least one maximum-size key.
+    pub leaf_size: usize,
+    /// Index node size in bytes (paper: 12 KiB). Default 12288. A multiple of 4096 in
+    /// 12 KiB ..= 1 MiB; an index node must hold at least two maximum-size pivots.
+    pub index_node_size: usize,
+    /// Byte budget of the node cache. Default 256 MiB. `0` disables caching.
+    pub cache_bytes: usize,
+    /// Read level files and write flush/compaction output with `O_DIRECT`, bypassing the
+    /// page cache so that device traffic can be measured. Default `false` (some file
+    /// systems, e.g. tmpfs, reject `O_DIRECT`; `open` then fails with `Error::Io`).
+    pub direct_io: bool,
+    /// Threads that run flushes and compactions. Default 2. Range 1 ..= 64.
+    pub background_threads: usize,
+    /// Default durability of writes made without explicit `WriteOptions`: `true` makes every
+    /// write fsync the log before it is acknowledged. Default `false`.
+    pub sync: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            create_if_missing: true,
+            memtable_size: 64 << 20,
+            max_immutable_memtables: 2,
+            growth_factor: 8,
+            max_levels: 7,
+            leaf_size: 8192,
+            index_node_size: 12288,
+            cache_bytes: 256 << 20,
+            direct_io: false,
+            background_threads: 2,
+            sync: false,
+        }
+    }
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(what()))
+    }
+}
+
+impl Options {
+    /// Checks every option; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        check((64 << 10..=4 << 30).contains(&self.memtable_size), || {
+            format!(
+                "memtable_size = {} (must be 64 KiB ..= 4 GiB)",
+                self.memtable_size
+            )
+        })?;
+        check((1..=16).contains(&self.max_immutable_memtables), || {
+            format!(
+                "max_immutable_memtables = {} (must be 1 ..= 16)",
+                self.max_immutable_memtables
+            )
+        })?;
+        check((2..=64).contains(&self.growth_factor), || {
+            format!("growth_factor = {} (must be 2 ..= 64)", self.growth_factor)
+        })?;
+        check((2..=12).contains(&self.max_levels), || {
+            format!("max_levels = {} (must be 2 ..= 12)", self.max_levels)
+        })?;
+        check(
+            (8 << 10..=1 << 20).contains(&self.leaf_size) && self.leaf_size % 4096 == 0,
+            || {
+                format!(
+                    "leaf_size = {} (must be a multiple of 4096 in 8 KiB ..= 1 MiB)",
+                    self.leaf_size
+                )
+            },
+        )?;
+        check(
+            (12 << 10..=1 << 20).contains(&self.index_node_size)
+                && self.index_node_size % 4096 == 0,
+            || {
+                format!(
+                    "index_node_size = {} (must be a multiple of 4096 in 12 KiB ..= 1 MiB)",
+                    self.index_node_size
+                )
+            },
+        )?;
+        check((1..=64).contains(&self.background_threads), || {
+            format!(
+                "background_threads = {} (must be 1 ..= 64)",
+                self.background_threads
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Target size in bytes of on-disk level `level` (1-based).
+    pub(crate) fn level_target_bytes(&self, level: usize) -> u64 {
+        let mut target = self.memtable_size as u64;
+        for _ in 0..level {
+            target = target.saturating_mul(u64::from(self.growth_factor));
+        }
+        target
+    }
+}
+
+/// Per-write options.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// Fsync the log before acknowledging, so the write survives power loss
+    /// (not only a process crash). Default `false`.
+    pub sync: bool,
+}
+
+/// Checks a key against the documented limits.
+pub(crate) fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidArgument("key is empty".into()));
+    }
+    if key.len() > MAX_KEY_SIZE {
+        return Err(Error::InvalidArgument(format!(
+            "key is {} bytes, the maximum is {MAX_KEY_SIZE}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a value against the documented limits.
+pub(crate) fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_SIZE {
+        return Err(Error::InvalidArgument(format!(
+            "value is {} bytes, the maximum is {MAX_VALUE_SIZE}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Options::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_options_name_the_option() {
+        let cases: Vec<(Options, &str)> = vec![
+            (
+                Options {
+                    memtable_size: 10,
+                    ..Options::default()
+                },
+                "memtable_size",
+            ),
+            (
+                Options {
+                    growth_factor: 1,
+                    ..Options::default()
+                },
+                "growth_factor",
+            ),
+            (
+                Options {
+                    leaf_size: 5000,
+                    ..Options::default()
+                },
+                "leaf_size",
+            ),
+            (
+                Options {
+                    index_node_size: 8192,
+                    ..Options::default()
+                },
+                "index_node_size",
+            ),
+            (
+                Options {
+                    background_threads: 0,
+                    ..Options::default()
+                },
+                "background_threads",
+            ),
+            (
+                Options {
+                    max_levels: 1,
+                    ..Options::default()
+                },
+                "max_levels",
+            ),
+            (
+                Options {
+                    max_immutable_memtables: 0,
+                    ..Options::default()
+                },
+                "max_immutable_memtables",
+            ),
+        ];
+        for (opts, name) in cases {
+            let err = opts.validate().unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidArgument(m) if m.contains(name)),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn key_and_value_limits() {
+        assert!(check_key(b"").is_err());
+        assert!(check_key(&[1u8; MAX_KEY_SIZE]).is_ok());
+        assert!(check_key(&[1u8; MAX_KEY_SIZE + 1]).is_err());
+        assert!(check_value(&vec![0u8; MAX_VALUE_SIZE]).is_ok());
+        assert!(check_value(&vec![0u8; MAX_VALUE_SIZE + 1]).is_err());
+    }
+}

@@ -1,0 +1,247 @@
+//! `DbIterator`: a forward iterator over a key range at one snapshot.
+
+use super::SuperVersion;
+use crate::error::{Error, Result};
+use crate::level::{LevelCursor, LevelEntry, LevelValue};
+use crate::memtable::Memtable;
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// Entries fetched from a memtable per refill (one skip-list seek each).
+const MEM_BATCH: usize = 128;
+
+enum Cursor {
+    Mem {
+        mem: Arc<Memtable>,
+        snapshot: u64,
+        buf: VecDeque<(Vec<u8>, u64, Option<Vec<u8>>)>,
+        next_from: Option<Vec<u8>>,
+        done: bool,
+    },
+    Level(Box<LevelCursor>),
+}
+
+impl Cursor {
+    fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+        match self {
+            Cursor::Level(c) => c.next_entry(),
+            Cursor::Mem {
+                mem,
+                snapshot,
+                buf,
+                next_from,
+                done,
+            } => {
+                if buf.is_empty() && !*done {
+                    let from = next_from
+                        .as_deref()
+                        .map_or(Bound::Unbounded, Bound::Excluded);
+                    let batch = mem.collect_from(from, *snapshot, MEM_BATCH);
+                    *done = batch.len() < MEM_BATCH;
+                    *next_from = batch.last().map(|e| e.0.clone());
+                    buf.extend(batch);
+                }
+                Ok(buf.pop_front().map(|(k, lsn, v)| {
+                    (k, lsn, v.map_or(LevelValue::Tombstone, LevelValue::Inline))
+                }))
+            }
+        }
+    }
+
+    fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
+        match self {
+            Cursor::Level(c) => c.file().resolve(v),
+            Cursor::Mem { .. } => Ok(match v {
+                LevelValue::Inline(b) => Some(b),
+                _ => None,
+            }),
+        }
+    }
+}
+
+/// Iterates `(key, value)` pairs of a key range in key order, as of the moment it was
+/// created. Holding it never blocks writers, flushes or compactions; the files it reads
+/// stay on disk until it is dropped.
+pub struct DbIterator {
+    sv: Option<SuperVersion>,
+    snapshot: u64,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    /// Newest source first; `heads[i]` is the next entry of `cursors[i]`.
+    cursors: Vec<Cursor>,
+    heads: Vec<Option<LevelEntry>>,
+    state: State,
+    /// An argument error reported as the first and only item.
+    error: Option<Error>,
+}
+
+#[derive(PartialEq, Eq)]
+enum State {
+    Unstarted,
+    Running,
+    Done,
+}
+
+impl std::fmt::Debug for DbIterator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbIterator")
+            .field("snapshot", &self.snapshot)
+            .finish()
+    }
+}
+
+impl DbIterator {
+    pub(crate) fn new(
+        sv: SuperVersion,
+        snapshot: u64,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+    ) -> Self {
+        DbIterator {
+            sv: Some(sv),
+            snapshot,
+            start,
+            end,
+            cursors: Vec::new(),
+            heads: Vec::new(),
+            state: State::Unstarted,
+            error: None,
+        }
+    }
+
+    /// An iterator that yields `err` once.
+    pub(crate) fn failed(err: Error) -> Self {
+        DbIterator {
+            sv: None,
+            snapshot: 0,
+            start: Bound::Unbounded,
+            end: Bound::Unbounded,
+            cursors: Vec::new(),
+            heads: Vec::new(),
+            state: State::Done,
+            error: Some(err),
+        }
+    }
+
+    fn start(&mut self) -> Result<()> {
+        let Some(sv) = self.sv.take() else {
+            return Ok(());
+        };
+        let from: Bound<&[u8]> = match &self.start {
+            Bound::Included(k) => Bound::Included(k),
+            Bound::Excluded(k) => Bound::Excluded(k),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            // The first batch is read from `from`; later ones continue after the last key.
+            let batch = mem.collect_from(from, self.snapshot, MEM_BATCH);
+            let done = batch.len() < MEM_BATCH;
+            let next_from = batch.last().map(|e| e.0.clone());
+            self.cursors.push(Cursor::Mem {
+                mem: Arc::clone(mem),
+                snapshot: self.snapshot,
+                buf: batch.into(),
+                next_from,
+                done,
+            });
+        }
+        for file in sv.version.levels.iter().flatten() {
+            let mut c = file.cursor();
+            c.seek(from)?;
+            self.cursors.push(Cursor::Level(Box::new(c)));
+        }
+        for c in &mut self.cursors {
+            let head = c.next_entry()?;
+            self.heads.push(head);
+        }
+        Ok(())
+    }
+
+    fn past_end(&self, key: &[u8]) -> bool {
+        match &self.end {
+            Bound::Included(e) => key > e.as_slice(),
+            Bound::Excluded(e) => key >= e.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+
+    fn step(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if self.state == State::Unstarted {
+            self.state = State::Running;
+            self.start()?;
+        }
+        loop {
+            // The smallest key; on ties the newest source (lowest index) wins.
+            let mut winner: Option<usize> = None;
+            for (i, h) in self.heads.iter().enumerate() {
+                if let Some((k, _, _)) = h {
+                    let better = match winner
+                        .and_then(|w| self.heads.get(w))
+                        .and_then(Option::as_ref)
+                    {
+                        Some((wk, _, _)) => k < wk,
+                        None => true,
+                    };
+                    if better {
+                        winner = Some(i);
+                    }
+                }
+            }
+            let Some(w) = winner else { return Ok(None) };
+            let Some(Some((key, _, value))) = self.heads.get_mut(w).map(Option::take) else {
+                return Ok(None);
+            };
+            // Advance every source past this key (older versions are shadowed).
+            for (i, c) in self.cursors.iter_mut().enumerate() {
+                let Some(h) = self.heads.get_mut(i) else {
+                    continue;
+                };
+                if i == w {
+                    *h = c.next_entry()?;
+                } else if h.as_ref().is_some_and(|(k, _, _)| *k == key) {
+                    *h = c.next_entry()?;
+                }
+            }
+            if self.past_end(&key) {
+                return Ok(None);
+            }
+            let resolved = match self.cursors.get(w) {
+                Some(c) => c.resolve(value)?,
+                None => None,
+            };
+            if let Some(v) = resolved {
+                return Ok(Some((key, v)));
+            }
+            // A tombstone: the key is deleted at this snapshot.
+        }
+    }
+}
+
+impl Iterator for DbIterator {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        if self.state == State::Done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(kv)) => Some(Ok(kv)),
+            Ok(None) => {
+                self.state = State::Done;
+                self.cursors.clear();
+                self.heads.clear();
+                None
+            }
+            Err(e) => {
+                self.state = State::Done;
+                self.cursors.clear();
+                self.heads.clear();
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! `WriteBatch`: an ordered group of puts and deletes applied atomically.
+//!
+//! The batch keeps its operations already encoded in the small-log payload format
+//! (FORMAT.md, "Batch payload"), so a commit copies it into the log without re-encoding.
+
+use crate::error::{Error, Result};
+use crate::format::Decoder;
+use crate::options::{check_key, check_value};
+
+pub(crate) const OP_PUT: u8 = 1;
+pub(crate) const OP_DELETE: u8 = 2;
+
+/// Largest encoded batch accepted (keeps a log record's length in 32 bits with room).
+pub const MAX_BATCH_BYTES: usize = 1 << 30;
+
+/// A group of writes applied atomically: after a crash either all or none are visible.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    rep: Vec<u8>,
+    count: u32,
+    /// First argument error, reported when the batch is written (builder methods are
+    /// infallible so they chain).
+    invalid: Option<String>,
+}
+
+/// One decoded operation of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchOp<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn note(&mut self, r: Result<()>) {
+        if let (Err(e), None) = (r, &self.invalid) {
+            self.invalid = Some(e.to_string());
+        }
+    }
+
+    /// Adds a put of `key` -> `value`.
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut Self {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.note(check_key(key).and_then(|()| check_value(value)));
+        self.rep.push(OP_PUT);
+        self.rep
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.rep
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.rep.extend_from_slice(key);
+        self.rep.extend_from_slice(value);
+        self.count += 1;
+        self
+    }
+
+    /// Adds a delete of `key`.
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> &mut Self {
+        let key = key.as_ref();
+        self.note(check_key(key));
+        self.rep.push(OP_DELETE);
+        self.rep
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.rep.extend_from_slice(key);
+        self.count += 1;
+        self
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether the batch holds no operation.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Removes every operation.
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Bytes of keys and values (the "application bytes" of the batch).
+    pub(crate) fn payload(&self) -> &[u8] {
+        &self.rep
+    }
+
+    pub(crate) fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Rejects a batch that had a bad argument or is too large.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(msg) = &self.invalid {
+            return Err(Error::InvalidArgument(format!("write batch: {msg}")));
+        }
+        if self.rep.len() > MAX_BATCH_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "write batch is {} bytes, the maximum is {MAX_BATCH_BYTES}",
+                self.rep.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Decodes a batch payload (from memory or from the log). `None` if malformed.
+pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>> {
+    let mut d = Decoder::new(payload);
+    let mut ops = Vec::with_capacity(count.min(1 << 16) as usize);
+    for _ in 0..count {
+        match d.u8()? {
+            OP_PUT => {
+                let klen = d.u32()? as usize;
+                let vlen = d.u32()? as usize;
+                let key = d.bytes(klen)?;
+                let value = d.bytes(vlen)?;
+                ops.push(BatchOp::Put(key, value));
+            }
+            OP_DELETE => {
+                let klen = d.u32()? as usize;
+                ops.push(BatchOp::Delete(d.bytes(klen)?));
+            }
+            _ => return None,
+        }
+    }
+    (d.remaining() == 0).then_some(ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut b = WriteBatch::new();
+        b.put("a", "1").delete("b").put("c", vec![7u8; 300]);
+        assert_eq!(b.len(), 3);
+        let ops = decode_ops(b.payload(), b.count()).unwrap();
+        assert_eq!(ops[0], BatchOp::Put(b"a", b"1"));
+        assert_eq!(ops[1], BatchOp::Delete(b"b"));
+        assert!(matches!(ops[2], BatchOp::Put(b"c", v) if v.len() == 300));
+    }
+
+    #[test]
+    fn bad_key_is_reported_at_validate() {
+        let mut b = WriteBatch::new();
+        b.put("", "x");
+        assert!(matches!(b.validate(), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn malformed_payload_is_rejected() {
+        let mut b = WriteBatch::new();
+        b.put("key", "value");
+        let p = b.payload();
+        for cut in 0..p.len() {
+            assert!(decode_ops(&p[..cut], 1).is_none());
+        }
+        assert!(decode_ops(p, 2).is_none());
+        let mut bad = p.to_vec();
+        bad[0] = 9;
+        assert!(decode_ops(&bad, 1).is_none());
+    }
+}

@@ -1,0 +1,136 @@
+//! Group commit: concurrent writers queue their batches; the first becomes the leader,
+//! takes every queued batch, and commits them with one log write (and one fsync if any
+//! asked for it). Followers sleep until the leader hands them their result.
+
+use super::batch::WriteBatch;
+use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+
+/// One writer's batch waiting in the queue.
+pub(crate) struct Request {
+    pub batch: WriteBatch,
+    pub sync: bool,
+    result: Mutex<Option<Result<()>>>,
+}
+
+impl Request {
+    pub(crate) fn new(batch: WriteBatch, sync: bool) -> Arc<Self> {
+        Arc::new(Request {
+            batch,
+            sync,
+            result: Mutex::new(None),
+        })
+    }
+}
+
+#[derive(Default)]
+struct QueueState {
+    pending: Vec<Arc<Request>>,
+    leader_active: bool,
+}
+
+/// The queue shared by all writers.
+#[derive(Default)]
+pub(crate) struct CommitQueue {
+    state: Mutex<QueueState>,
+    cv: Condvar,
+}
+
+/// A copy of an error for the other members of a failed group (`Error` is not `Clone`).
+fn share(e: &Error) -> Error {
+    match e {
+        Error::Io { op, path, source } => Error::Io {
+            op,
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+        Error::Closed => Error::Closed,
+        other => Error::Poisoned(other.to_string()),
+    }
+}
+
+impl CommitQueue {
+    /// Queues `req` and returns once it is committed (by this thread as leader, or by
+    /// another leader). `commit_group` receives every batch of a group, in queue order.
+    pub(crate) fn submit(
+        &self,
+        req: Arc<Request>,
+        commit_group: impl FnOnce(&[Arc<Request>]) -> Result<()>,
+    ) -> Result<()> {
+        let mut st = self.state.lock();
+        st.pending.push(Arc::clone(&req));
+        loop {
+            if let Some(r) = req.result.lock().take() {
+                return r;
+            }
+            if !st.leader_active {
+                break;
+            }
+            self.cv.wait(&mut st);
+        }
+        st.leader_active = true;
+        let group = std::mem::take(&mut st.pending);
+        drop(st);
+
+        let result = commit_group(&group);
+        for other in group.iter().filter(|r| !Arc::ptr_eq(r, &req)) {
+            let shared = match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(share(e)),
+            };
+            *other.result.lock() = Some(shared);
+        }
+        let mut st = self.state.lock();
+        st.leader_active = false;
+        self.cv.notify_all();
+        drop(st);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn every_request_committed_exactly_once_and_groups_form() {
+        let q = Arc::new(CommitQueue::default());
+        let committed = Arc::new(AtomicUsize::new(0));
+        let groups = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (q, committed, groups) = (q.clone(), committed.clone(), groups.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        let mut b = WriteBatch::new();
+                        b.put("k", "v");
+                        q.submit(Request::new(b, false), |g| {
+                            committed.fetch_add(g.len(), Ordering::SeqCst);
+                            groups.fetch_add(1, Ordering::SeqCst);
+                            std::thread::yield_now();
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(committed.load(Ordering::SeqCst), 1600);
+        assert!(groups.load(Ordering::SeqCst) <= 1600);
+    }
+
+    #[test]
+    fn a_failed_group_fails_every_member() {
+        let q = CommitQueue::default();
+        let r = q.submit(Request::new(WriteBatch::new(), false), |_| {
+            Err(Error::io("write", "x", std::io::Error::other("boom")))
+        });
+        assert!(matches!(r, Err(Error::Io { .. })));
+    }
+}
