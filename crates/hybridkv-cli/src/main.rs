@@ -1,1 +1,130 @@
-fn main() {}
+//! `hybridkv`: inspect a database and run the load-and-read demo.
+
+mod demo;
+
+use clap::{Parser, Subcommand};
+use hybridkv::{Db, Options};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "hybridkv",
+    version,
+    about = "hybridkv key-value store: inspect a database, run the demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load pairs into a fresh database, reopen it, read every pair back and verify it,
+    /// printing throughput, peak memory and bytes written per component.
+    Demo(demo::DemoArgs),
+    /// Store a value.
+    Put {
+        #[arg(long)]
+        db: PathBuf,
+        key: String,
+        value: String,
+    },
+    /// Print a value (exit status 1 if the key is absent).
+    Get {
+        #[arg(long)]
+        db: PathBuf,
+        key: String,
+    },
+    /// Delete a key.
+    Delete {
+        #[arg(long)]
+        db: PathBuf,
+        key: String,
+    },
+    /// Print pairs in key order.
+    Scan {
+        #[arg(long)]
+        db: PathBuf,
+        /// Only keys starting with this prefix.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Print at most this many pairs.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Print the database's statistics.
+    Stats {
+        #[arg(long)]
+        db: PathBuf,
+    },
+}
+
+fn open_existing(db: &PathBuf) -> hybridkv::Result<Db> {
+    Db::open(
+        db,
+        Options {
+            create_if_missing: false,
+            ..Options::default()
+        },
+    )
+}
+
+fn show(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Demo(args) => demo::run(&args)?,
+        Command::Put { db, key, value } => {
+            let db = Db::open(&db, Options::default())?;
+            db.put(key, value)?;
+            db.close()?;
+        }
+        Command::Get { db, key } => {
+            let db = open_existing(&db)?;
+            match db.get(&key)? {
+                Some(v) => println!("{}", show(&v)),
+                None => {
+                    eprintln!("key not found: {key}");
+                    return Ok(ExitCode::from(1));
+                }
+            }
+        }
+        Command::Delete { db, key } => {
+            let db = open_existing(&db)?;
+            db.delete(key)?;
+            db.close()?;
+        }
+        Command::Scan { db, prefix, limit } => {
+            let db = open_existing(&db)?;
+            let iter = match &prefix {
+                Some(p) => db.prefix(p),
+                None => db.iter(),
+            };
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for pair in iter.take(limit) {
+                let (k, v) = pair?;
+                writeln!(out, "{}\t{}", show(&k), show(&v))?;
+            }
+        }
+        Command::Stats { db } => {
+            let db = open_existing(&db)?;
+            println!("{}", db.stats()?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

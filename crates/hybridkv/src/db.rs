@@ -3,7 +3,9 @@
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::gc::GcReport;
 use crate::io::{FileSystem, Io, RealFs};
+use crate::log::large::SegmentKind;
 use crate::options::{check_key, Options, WriteOptions};
 use crate::read::iter::DbIterator;
 use crate::stats::{Counters, LevelStats, Stats};
@@ -84,6 +86,12 @@ impl Db {
                 .map_err(|err| Error::io("spawn background thread", path.as_ref(), err))?;
             lifecycle.threads.lock().push(handle);
         }
+        let e = Arc::clone(&engine);
+        let handle = std::thread::Builder::new()
+            .name("hybridkv-gc".into())
+            .spawn(move || e.gc_loop())
+            .map_err(|err| Error::io("spawn gc thread", path.as_ref(), err))?;
+        lifecycle.threads.lock().push(handle);
         Ok(Db { engine, lifecycle })
     }
 
@@ -200,6 +208,14 @@ impl Db {
         e.wait_background(|| !e.has_pending_work())
     }
 
+    /// Runs one garbage-collection pass now: every large-log segment whose garbage ratio
+    /// reached `Options::gc_threshold` is collected. (A background thread also runs passes
+    /// every `Options::gc_interval`.)
+    pub fn gc(&self) -> Result<GcReport> {
+        self.engine.check_poison()?;
+        self.engine.gc_pass(self.engine.opts.gc_threshold)
+    }
+
     /// A snapshot of the engine's statistics.
     pub fn stats(&self) -> Result<Stats> {
         let e = &self.engine;
@@ -231,6 +247,21 @@ impl Db {
             .iter()
             .map(|(_, p)| e.io.fs().file_len(p).unwrap_or(0))
             .sum();
+        {
+            let vs = e.versions.lock();
+            for (&id, m) in &vs.segments {
+                if m.kind == crate::manifest::SEGMENT_LARGE {
+                    s.large_log_segments += 1;
+                    s.large_log_garbage_bytes += m.garbage;
+                    let path = e.dir.join(SegmentKind::Large.file_name(id));
+                    s.large_log_file_bytes += e.io.fs().file_len(&path).unwrap_or(0);
+                } else {
+                    s.transient_segments += 1;
+                    let path = e.dir.join(SegmentKind::Transient.file_name(id));
+                    s.transient_log_file_bytes += e.io.fs().file_len(&path).unwrap_or(0);
+                }
+            }
+        }
         s.io = e.io.stats().snapshot();
         Ok(s)
     }

@@ -10,15 +10,17 @@
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Io};
+use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::small::SmallLogWriter;
 use crate::manifest::version::Version;
-use crate::manifest::ManifestState;
+use crate::manifest::{ManifestState, SegmentRecord, SEGMENT_LARGE};
 use crate::memtable::Memtable;
 use crate::options::Options;
-use crate::read::SuperVersion;
+use crate::read::{SegmentSet, SuperVersion};
 use crate::stats::Counters;
 use crate::write::commit::CommitQueue;
 use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +28,8 @@ use std::sync::Arc;
 /// Held by the commit leader: the small log and the active memtable.
 pub(crate) struct LogState {
     pub writer: SmallLogWriter,
+    /// The large-log segment being appended to (opened on the first large write).
+    pub large: Option<SegmentWriter>,
     pub mem: Arc<Memtable>,
     pub next_lsn: u64,
 }
@@ -43,6 +47,19 @@ pub(crate) struct VersionState {
     pub busy: Vec<bool>,
     pub log_min_id: u64,
     pub flushed_lsn: u64,
+    /// Every live log segment and its bookkeeping.
+    pub segments: BTreeMap<u64, SegmentMeta>,
+}
+
+/// What the engine tracks of one log segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentMeta {
+    /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
+    pub kind: u8,
+    /// Owning level (transient segments).
+    pub level: u32,
+    /// Bytes of records known to be garbage (large segments).
+    pub garbage: u64,
 }
 
 /// Background coordination.
@@ -50,6 +67,8 @@ pub(crate) struct VersionState {
 pub(crate) struct BgState {
     pub shutdown: bool,
     pub running: usize,
+    /// Ask the garbage collector to run a pass now.
+    pub gc_requested: bool,
 }
 
 pub(crate) struct Engine {
@@ -68,6 +87,8 @@ pub(crate) struct Engine {
     pub poison: Mutex<Option<String>>,
     pub counters: Counters,
     pub dir_lock: Mutex<Option<Box<dyn DirLock>>>,
+    /// Serializes garbage-collection passes.
+    pub gc_lock: Mutex<()>,
 }
 
 impl Engine {
@@ -115,7 +136,54 @@ impl Engine {
             log_min_id: vs.log_min_id,
             flushed_lsn: vs.flushed_lsn,
             levels: version.manifest_levels(),
+            segments: vs
+                .segments
+                .iter()
+                .map(|(&id, m)| SegmentRecord {
+                    id,
+                    kind: m.kind,
+                    level: m.level,
+                    garbage: m.garbage,
+                })
+                .collect(),
         }
+    }
+
+    /// Changes the segment set readers see.
+    pub(crate) fn publish_segments(&self, change: impl FnOnce(&mut SegmentSet)) {
+        let mut r = self.read.write();
+        let mut sv = (*r.sv).clone();
+        change(Arc::make_mut(&mut sv.segments));
+        r.sv = Arc::new(sv);
+    }
+
+    /// Starts a new large-log segment: registered first (so no manifest written meanwhile
+    /// can forget it), then created, then made readable.
+    pub(crate) fn new_large_segment(&self) -> Result<SegmentWriter> {
+        let id = {
+            let mut vs = self.versions.lock();
+            let id = self.alloc_file_id();
+            vs.segments.insert(
+                id,
+                SegmentMeta {
+                    kind: SEGMENT_LARGE,
+                    level: 0,
+                    garbage: 0,
+                },
+            );
+            id
+        };
+        let writer = SegmentWriter::create(&self.io, &self.dir, SegmentKind::Large, id)?;
+        let reader = Arc::new(SegmentFile::open(
+            &self.io,
+            &self.dir,
+            SegmentKind::Large,
+            id,
+        )?);
+        self.publish_segments(|set| {
+            set.insert(id, reader);
+        });
+        Ok(writer)
     }
 
     /// Replaces the version seen by readers (and optionally drops the oldest immutable

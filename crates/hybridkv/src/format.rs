@@ -27,10 +27,6 @@ impl<'a> Decoder<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
         Decoder { buf, pos: 0 }
     }
-    /// Bytes consumed so far.
-    pub fn position(&self) -> usize {
-        self.pos
-    }
     /// Bytes left.
     pub fn remaining(&self) -> usize {
         self.buf.len().saturating_sub(self.pos)

@@ -5,6 +5,8 @@
 //! these values.
 
 use crate::error::{Error, Result};
+use crate::placement::Placement;
+use std::time::Duration;
 
 /// Largest key accepted, in bytes.
 pub const MAX_KEY_SIZE: usize = 4096;
@@ -45,6 +47,36 @@ pub struct Options {
     /// Default durability of writes made without explicit `WriteOptions`: `true` makes every
     /// write fsync the log before it is acknowledged. Default `false`.
     pub sync: bool,
+    /// Where values are stored: `Hybrid` (default), `InPlace` or `AllLog`.
+    pub placement: Placement,
+    /// Pairs (key + value bytes) smaller than this are *small* and stay in place.
+    /// Default 120 (see `placement` for the derivation). Setting it equal to
+    /// `large_threshold` folds medium into small (the paper's Parallax-MS).
+    pub small_threshold: usize,
+    /// Pairs of at least this many bytes are *large* and go to the large log. Default 1024.
+    /// Setting it equal to `small_threshold` folds medium into large (Parallax-ML).
+    pub large_threshold: usize,
+    /// Size at which a large-log segment is closed and a new one started. Default 2 MiB.
+    /// Range 64 KiB ..= 1 GiB.
+    pub large_segment_size: usize,
+    /// A large-log segment is collected once this fraction of its bytes is garbage.
+    /// Default 0.10. Range (0, 1].
+    pub gc_threshold: f64,
+    /// How often the garbage collector wakes on its own. Default 1 s.
+    pub gc_interval: Duration,
+    /// Where medium pairs leave the transient log and are written in place: the last
+    /// level (default) or the one above it (less transient-log space, more rewriting).
+    pub medium_merge_level: MediumMergeLevel,
+}
+
+/// The level at which medium pairs are merged in place (`Options::medium_merge_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MediumMergeLevel {
+    /// The last level of the tree (Parallax's default).
+    #[default]
+    Last,
+    /// The level above the last.
+    SecondToLast,
 }
 
 impl Default for Options {
@@ -61,6 +93,13 @@ impl Default for Options {
             direct_io: false,
             background_threads: 2,
             sync: false,
+            placement: Placement::Hybrid,
+            small_threshold: 120,
+            large_threshold: 1024,
+            large_segment_size: 2 << 20,
+            gc_threshold: 0.10,
+            gc_interval: Duration::from_secs(1),
+            medium_merge_level: MediumMergeLevel::Last,
         }
     }
 }
@@ -95,7 +134,7 @@ impl Options {
             format!("max_levels = {} (must be 2 ..= 12)", self.max_levels)
         })?;
         check(
-            (8 << 10..=1 << 20).contains(&self.leaf_size) && self.leaf_size % 4096 == 0,
+            (8 << 10..=1 << 20).contains(&self.leaf_size) && self.leaf_size.is_multiple_of(4096),
             || {
                 format!(
                     "leaf_size = {} (must be a multiple of 4096 in 8 KiB ..= 1 MiB)",
@@ -105,7 +144,7 @@ impl Options {
         )?;
         check(
             (12 << 10..=1 << 20).contains(&self.index_node_size)
-                && self.index_node_size % 4096 == 0,
+                && self.index_node_size.is_multiple_of(4096),
             || {
                 format!(
                     "index_node_size = {} (must be a multiple of 4096 in 12 KiB ..= 1 MiB)",

@@ -23,6 +23,19 @@ pub(crate) struct Counters {
     pub dropped_shadowed: AtomicU64,
     pub dropped_tombstones: AtomicU64,
     pub write_stalls: AtomicU64,
+    pub large_bytes_written: AtomicU64,
+    pub gc_passes: AtomicU64,
+    pub gc_segments_freed: AtomicU64,
+    pub gc_bytes_freed: AtomicU64,
+    pub gc_entries_checked: AtomicU64,
+    pub gc_entries_relocated: AtomicU64,
+    pub gc_bytes_relocated: AtomicU64,
+    pub gc_errors: AtomicU64,
+    pub transient_segments_created: AtomicU64,
+    pub transient_segments_freed: AtomicU64,
+    pub medium_values_logged: AtomicU64,
+    pub medium_values_merged: AtomicU64,
+    pub medium_bytes_merged: AtomicU64,
 }
 
 impl Counters {
@@ -90,6 +103,42 @@ pub struct Stats {
     pub cache_bytes: u64,
     /// Bytes of small-log files on disk.
     pub wal_file_bytes: u64,
+    /// Bytes of large-log records appended by user writes.
+    pub large_bytes_written: u64,
+    /// Large-log segments on disk.
+    pub large_log_segments: u64,
+    /// Bytes of large-log segment files on disk.
+    pub large_log_file_bytes: u64,
+    /// Bytes of large-log records known to be garbage (not yet collected).
+    pub large_log_garbage_bytes: u64,
+    /// Garbage-collection passes run.
+    pub gc_passes: u64,
+    /// Segments freed by garbage collection.
+    pub gc_segments_freed: u64,
+    /// Segment bytes freed by garbage collection.
+    pub gc_bytes_freed: u64,
+    /// Records garbage collection read and checked against the index.
+    pub gc_entries_checked: u64,
+    /// Live records garbage collection re-appended.
+    pub gc_entries_relocated: u64,
+    /// Bytes garbage collection re-appended.
+    pub gc_bytes_relocated: u64,
+    /// Passes that stopped on an error.
+    pub gc_errors: u64,
+    /// Transient-log segments created by flushes.
+    pub transient_segments_created: u64,
+    /// Transient-log segments freed whole at the merge level.
+    pub transient_segments_freed: u64,
+    /// Transient-log segments on disk (waiting for their merge).
+    pub transient_segments: u64,
+    /// Bytes of transient-log segment files on disk.
+    pub transient_log_file_bytes: u64,
+    /// Medium pairs written to the transient log by flushes.
+    pub medium_values_logged: u64,
+    /// Medium pairs read back from the transient log and written in place.
+    pub medium_values_merged: u64,
+    /// Bytes of transient-log records read back at merges.
+    pub medium_bytes_merged: u64,
     /// Per-level sizes.
     pub levels: Vec<LevelStats>,
     /// Bytes read and written per I/O component.
@@ -111,6 +160,19 @@ impl Stats {
         self.dropped_shadowed = Counters::get(&c.dropped_shadowed);
         self.dropped_tombstones = Counters::get(&c.dropped_tombstones);
         self.write_stalls = Counters::get(&c.write_stalls);
+        self.large_bytes_written = Counters::get(&c.large_bytes_written);
+        self.gc_passes = Counters::get(&c.gc_passes);
+        self.gc_segments_freed = Counters::get(&c.gc_segments_freed);
+        self.gc_bytes_freed = Counters::get(&c.gc_bytes_freed);
+        self.gc_entries_checked = Counters::get(&c.gc_entries_checked);
+        self.gc_entries_relocated = Counters::get(&c.gc_entries_relocated);
+        self.gc_bytes_relocated = Counters::get(&c.gc_bytes_relocated);
+        self.gc_errors = Counters::get(&c.gc_errors);
+        self.transient_segments_created = Counters::get(&c.transient_segments_created);
+        self.transient_segments_freed = Counters::get(&c.transient_segments_freed);
+        self.medium_values_logged = Counters::get(&c.medium_values_logged);
+        self.medium_values_merged = Counters::get(&c.medium_values_merged);
+        self.medium_bytes_merged = Counters::get(&c.medium_bytes_merged);
     }
 
     /// Bytes written by the engine (all components) per user byte written.
@@ -166,6 +228,36 @@ impl fmt::Display for Stats {
             mib(self.cache_bytes)
         )?;
         writeln!(f, "small log on disk: {:.1} MiB", mib(self.wal_file_bytes))?;
+        writeln!(
+            f,
+            "large log: {} segments, {:.1} MiB on disk, {:.1} MiB known garbage; {:.1} MiB appended by writes",
+            self.large_log_segments,
+            mib(self.large_log_file_bytes),
+            mib(self.large_log_garbage_bytes),
+            mib(self.large_bytes_written)
+        )?;
+        writeln!(
+            f,
+            "transient log: {} segments, {:.1} MiB on disk; {} created, {} freed; {} medium pairs logged, {} merged in place ({:.1} MiB read back)",
+            self.transient_segments,
+            mib(self.transient_log_file_bytes),
+            self.transient_segments_created,
+            self.transient_segments_freed,
+            self.medium_values_logged,
+            self.medium_values_merged,
+            mib(self.medium_bytes_merged)
+        )?;
+        writeln!(
+            f,
+            "gc: {} passes, {} segments freed ({:.1} MiB), {} records checked, {} relocated ({:.1} MiB), {} errors",
+            self.gc_passes,
+            self.gc_segments_freed,
+            mib(self.gc_bytes_freed),
+            self.gc_entries_checked,
+            self.gc_entries_relocated,
+            mib(self.gc_bytes_relocated),
+            self.gc_errors
+        )?;
         for l in &self.levels {
             writeln!(
                 f,

@@ -1,5 +1,7 @@
 //! Basic whole-engine behaviour: put/get/delete across flushes, compactions and reopen.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
 use hybridkv::{Db, Options, WriteBatch};
 
 fn small_opts() -> Options {

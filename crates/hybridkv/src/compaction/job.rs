@@ -1,35 +1,56 @@
 //! Runs one merge: newer input + older input -> one new level file.
+//!
+//! Values in logs are never read here: pointers are copied as they are. Every large pair
+//! the merge drops (shadowed by a newer version) adds its record length to its segment's
+//! garbage count, so garbage collection knows what is dead without looking anything up.
 
-use crate::error::Result;
+use super::transient::{TransientReader, TransientSink};
+use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
-use crate::level::{LevelBuilder, LevelFile, LevelMeta, LevelValue};
-use crate::memtable::Memtable;
+use crate::level::{EntryValue, LevelBuilder, LevelFile, LevelMeta, LevelValue};
+use crate::memtable::{MemEntry, Memtable};
+use crate::options::Options;
+use crate::placement::{classify, Category};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 /// A sorted stream of (key, LSN, value) with at most one version per key.
 pub(crate) trait MergeSource {
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>>;
-    /// The bytes of a value this source produced (reads overflow blobs).
-    fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>>;
+    /// Reads an overflow blob this source produced into `Inline`.
+    fn load_overflow(&self, v: LevelValue) -> Result<LevelValue>;
+    /// Versions this source dropped itself (older versions inside a memtable).
+    fn take_dropped(&mut self) -> Vec<LevelValue> {
+        Vec::new()
+    }
 }
 
-/// The newest version of each key of an immutable memtable.
-pub(crate) struct MemSource<I>(pub I);
+/// The newest version of each key of an immutable memtable; older versions are reported
+/// through `take_dropped`.
+pub(crate) struct MemSource<I> {
+    versions: I,
+    dropped: Vec<LevelValue>,
+}
 
-impl<I: Iterator<Item = (Vec<u8>, u64, Option<Vec<u8>>)>> MergeSource for MemSource<I> {
+impl<I: Iterator<Item = (MemEntry, bool)>> MergeSource for MemSource<I> {
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>> {
-        Ok(self
-            .0
-            .next()
-            .map(|(k, lsn, v)| (k, lsn, v.map_or(LevelValue::Tombstone, LevelValue::Inline))))
+        for (entry, newest) in self.versions.by_ref() {
+            if newest {
+                return Ok(Some(entry));
+            }
+            if matches!(entry.2, LevelValue::Large(_)) {
+                self.dropped.push(entry.2);
+            }
+        }
+        Ok(None)
     }
-    fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
-        Ok(match v {
-            LevelValue::Inline(b) => Some(b),
-            _ => None,
-        })
+    fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
+        Ok(v)
+    }
+    fn take_dropped(&mut self) -> Vec<LevelValue> {
+        std::mem::take(&mut self.dropped)
     }
 }
 
@@ -37,8 +58,8 @@ impl MergeSource for crate::level::reader::LevelScanner {
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>> {
         crate::level::reader::LevelScanner::next_entry(self)
     }
-    fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
-        crate::level::reader::LevelScanner::resolve(self, v)
+    fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
+        crate::level::reader::LevelScanner::load_overflow(self, v)
     }
 }
 
@@ -48,22 +69,44 @@ impl MergeSource for NoSource {
     fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>> {
         Ok(None)
     }
-    fn resolve(&self, _: LevelValue) -> Result<Option<Vec<u8>>> {
-        Ok(None)
+    fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
+        Ok(v)
     }
 }
 
 /// What a merge did.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct MergeOutcome {
     pub meta: LevelMeta,
     pub entries_in: u64,
     pub dropped_shadowed: u64,
     pub dropped_tombstones: u64,
+    /// Bytes of large-log records that became garbage, by segment.
+    pub garbage: BTreeMap<u64, u64>,
+}
+
+impl MergeOutcome {
+    fn drop_value(&mut self, v: &LevelValue) {
+        if let LevelValue::Large(p) = v {
+            *self.garbage.entry(p.segment).or_default() += u64::from(p.len);
+        }
+    }
+}
+
+/// What a merge does with medium pairs.
+pub(crate) enum MediumPolicy<'a, 'b> {
+    /// Leave every value as it is (pointers stay pointers).
+    Keep,
+    /// A flush above the merge level: medium values from the memtable go to a new sorted
+    /// transient segment and the level keeps pointers.
+    ToLog(&'b mut TransientSink<'a>),
+    /// The merge level: every medium pointer is read back and the value written in place.
+    Inline(&'b mut TransientReader<'a>),
 }
 
 /// Parameters of one merge.
 pub(crate) struct MergeJob<'a> {
+    pub opts: &'a Options,
     pub io: &'a Io,
     pub dir: &'a Path,
     pub file_id: u64,
@@ -81,6 +124,7 @@ impl MergeJob<'_> {
         &self,
         newer: &mut dyn MergeSource,
         older: &mut dyn MergeSource,
+        mut medium: MediumPolicy<'_, '_>,
     ) -> Result<(Option<LevelMeta>, MergeOutcome)> {
         let path = self.dir.join(file_name(self.file_id));
         let file = self.io.create(&path, self.component)?;
@@ -99,9 +143,20 @@ impl MergeJob<'_> {
             let (entry, from_newer) = if take_newer {
                 if let (Some(x), Some(y)) = (&a, &b) {
                     if x.0 == y.0 {
-                        debug_assert!(x.1 > y.1, "newer input holds an older LSN");
+                        if x.1 <= y.1 {
+                            // Levels out of order would let an old value win: stop here.
+                            return Err(Error::corruption(
+                                &path,
+                                0,
+                                format!(
+                                    "merge inputs out of order: newer LSN {} <= older LSN {}",
+                                    x.1, y.1
+                                ),
+                            ));
+                        }
                         out.dropped_shadowed += 1;
                         out.entries_in += 1;
+                        out.drop_value(&y.2);
                         b = older.next_entry()?;
                     }
                 }
@@ -113,20 +168,45 @@ impl MergeJob<'_> {
                 break;
             };
             out.entries_in += 1;
-            if value == LevelValue::Tombstone {
-                if self.drop_tombstones {
-                    out.dropped_tombstones += 1;
-                    continue;
-                }
-                builder.add(&key, lsn, None)?;
+            if value == LevelValue::Tombstone && self.drop_tombstones {
+                out.dropped_tombstones += 1;
                 continue;
             }
-            let bytes = if from_newer {
-                newer.resolve(value)?
+            let value = if from_newer {
+                newer.load_overflow(value)?
             } else {
-                older.resolve(value)?
+                older.load_overflow(value)?
             };
-            builder.add(&key, lsn, bytes.as_deref())?;
+            let value = match (value, &mut medium) {
+                (LevelValue::Medium(p), MediumPolicy::Inline(reader)) => {
+                    LevelValue::Inline(reader.read(&key, p)?)
+                }
+                (LevelValue::Inline(b), MediumPolicy::ToLog(sink))
+                    if from_newer
+                        && classify(self.opts, key.len(), b.len()) == Category::Medium =>
+                {
+                    LevelValue::Medium(sink.append(&key, &b, lsn)?)
+                }
+                (v, _) => v,
+            };
+            let ev = match &value {
+                LevelValue::Inline(b) => EntryValue::Bytes(b),
+                LevelValue::Large(p) => EntryValue::Large(*p),
+                LevelValue::Medium(p) => EntryValue::Medium(*p),
+                LevelValue::Tombstone => EntryValue::Tombstone,
+                LevelValue::Overflow { offset, .. } => {
+                    return Err(Error::corruption(
+                        &path,
+                        *offset,
+                        "overflow value left unread",
+                    ));
+                }
+            };
+            builder.add(&key, lsn, ev)?;
+        }
+        for v in newer.take_dropped().into_iter().chain(older.take_dropped()) {
+            out.dropped_shadowed += 1;
+            out.drop_value(&v);
         }
         if builder.entries() == 0 {
             drop(builder);
@@ -153,6 +233,9 @@ pub(crate) fn level_source(
 /// Convenience: the newest versions of an immutable memtable.
 pub(crate) fn memtable_source(
     mem: &Memtable,
-) -> MemSource<impl Iterator<Item = (Vec<u8>, u64, Option<Vec<u8>>)> + '_> {
-    MemSource(mem.newest_versions())
+) -> MemSource<impl Iterator<Item = (MemEntry, bool)> + '_> {
+    MemSource {
+        versions: mem.versions(),
+        dropped: Vec::new(),
+    }
 }

@@ -7,4 +7,5 @@
 
 pub(crate) mod job;
 pub(crate) mod picker;
+pub(crate) mod transient;
 pub(crate) mod worker;

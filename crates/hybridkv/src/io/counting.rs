@@ -18,16 +18,25 @@ pub enum IoComponent {
     LevelRead,
     /// The manifest.
     Manifest,
+    /// The large (value) log: appends, value reads by gets and scans.
+    LargeLog,
+    /// The transient log of medium pairs.
+    TransientLog,
+    /// Garbage collection: reading segments to check which entries are live.
+    Gc,
 }
 
 impl IoComponent {
     /// Every component, in report order.
-    pub const ALL: [IoComponent; 5] = [
+    pub const ALL: [IoComponent; 8] = [
         IoComponent::Wal,
         IoComponent::Flush,
         IoComponent::Compaction,
         IoComponent::LevelRead,
         IoComponent::Manifest,
+        IoComponent::LargeLog,
+        IoComponent::TransientLog,
+        IoComponent::Gc,
     ];
 
     /// Short name for reports.
@@ -38,6 +47,9 @@ impl IoComponent {
             IoComponent::Compaction => "compaction",
             IoComponent::LevelRead => "level_read",
             IoComponent::Manifest => "manifest",
+            IoComponent::LargeLog => "large_log",
+            IoComponent::TransientLog => "transient_log",
+            IoComponent::Gc => "gc",
         }
     }
 
@@ -48,6 +60,9 @@ impl IoComponent {
             IoComponent::Compaction => 2,
             IoComponent::LevelRead => 3,
             IoComponent::Manifest => 4,
+            IoComponent::LargeLog => 5,
+            IoComponent::TransientLog => 6,
+            IoComponent::Gc => 7,
         }
     }
 
@@ -63,8 +78,8 @@ impl IoComponent {
 /// Live counters (shared by all files of one database).
 #[derive(Debug, Default)]
 pub struct IoStats {
-    written: [AtomicU64; 5],
-    read: [AtomicU64; 5],
+    written: [AtomicU64; 8],
+    read: [AtomicU64; 8],
 }
 
 /// A copy of the counters at one moment.
@@ -115,7 +130,7 @@ impl IoStats {
 
     /// Copies the counters.
     pub fn snapshot(&self) -> IoStatsSnapshot {
-        let get = |arr: &[AtomicU64; 5], c: IoComponent| {
+        let get = |arr: &[AtomicU64; 8], c: IoComponent| {
             arr.get(c.index()).map_or(0, |a| a.load(Ordering::Relaxed))
         };
         IoStatsSnapshot {

@@ -4,16 +4,29 @@
 
 use super::footer::Footer;
 use super::node::{
-    NodeBuf, INDEX_FIXED, INLINE_FIXED, NODE_BLOB, NODE_INDEX, NODE_LEAF, OVERFLOW_FIXED,
-    TOMBSTONE_FIXED,
+    NodeBuf, INDEX_FIXED, INLINE_FIXED, KIND_LARGE, KIND_MEDIUM, NODE_BLOB, NODE_INDEX, NODE_LEAF,
+    OVERFLOW_FIXED, POINTER_FIXED, TOMBSTONE_FIXED,
 };
 use crate::error::Result;
 use crate::format::crc32c;
 use crate::io::{WritableFile, IO_ALIGN};
+use crate::log::ptr::LogPtr;
 
 /// Header of an overflow blob: `[kind u8][version u8][reserved u16][len u32][data crc u32]
 /// [header crc u32]`.
 pub(crate) const BLOB_HEADER: usize = 16;
+
+/// The value of an entry handed to the builder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryValue<'a> {
+    /// Value bytes: stored inline, or as an overflow blob when too big for a leaf.
+    Bytes(&'a [u8]),
+    /// A medium pair in the transient log.
+    Medium(LogPtr),
+    /// A large pair in the large log.
+    Large(LogPtr),
+    Tombstone,
+}
 
 /// What a finished level file holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,6 +36,10 @@ pub(crate) struct LevelMeta {
     pub tombstones: u64,
     /// Logical key + value bytes of the live (non-tombstone) entries.
     pub kv_bytes: u64,
+    /// Entries whose value is in a log.
+    pub pointer_entries: u64,
+    /// Value bytes of medium pairs held by pointer.
+    pub medium_bytes: u64,
 }
 
 struct IndexLevel {
@@ -80,20 +97,21 @@ impl LevelBuilder {
         Ok(())
     }
 
-    /// Adds one entry; `value` `None` is a tombstone.
+    /// Adds one entry.
     /// # Preconditions
     /// `key` is greater than every key added before.
-    pub(crate) fn add(&mut self, key: &[u8], lsn: u64, value: Option<&[u8]>) -> Result<()> {
+    pub(crate) fn add(&mut self, key: &[u8], lsn: u64, value: EntryValue<'_>) -> Result<()> {
         debug_assert!(
             self.last_key.as_deref().is_none_or(|k| k < key),
             "keys out of order"
         );
+        let max_inline = self.max_inline;
+        let inline = |v: &[u8]| INLINE_FIXED + key.len() + v.len() + 4 <= max_inline;
         let entry_len = match value {
-            None => TOMBSTONE_FIXED + key.len(),
-            Some(v) if INLINE_FIXED + key.len() + v.len() + 4 <= self.max_inline => {
-                INLINE_FIXED + key.len() + v.len()
-            }
-            Some(_) => OVERFLOW_FIXED + key.len(),
+            EntryValue::Tombstone => TOMBSTONE_FIXED + key.len(),
+            EntryValue::Bytes(v) if inline(v) => INLINE_FIXED + key.len() + v.len(),
+            EntryValue::Bytes(_) => OVERFLOW_FIXED + key.len(),
+            EntryValue::Medium(_) | EntryValue::Large(_) => POINTER_FIXED + key.len(),
         };
         if !self.leaf.fits(entry_len) {
             self.emit_leaf()?;
@@ -102,22 +120,37 @@ impl LevelBuilder {
             self.leaf_first_key.clear();
             self.leaf_first_key.extend_from_slice(key);
         }
-        match value {
-            None => {
+        let value_len = match value {
+            EntryValue::Tombstone => {
                 self.leaf.push_tombstone(key, lsn);
                 self.meta.tombstones += 1;
+                None
             }
-            Some(v) if entry_len == INLINE_FIXED + key.len() + v.len() => {
+            EntryValue::Bytes(v) if inline(v) => {
                 self.leaf.push_inline(key, lsn, v);
+                Some(v.len())
             }
-            Some(v) => {
+            EntryValue::Bytes(v) => {
                 let (offset, crc) = self.write_blob(v)?;
                 self.leaf
                     .push_overflow(key, lsn, v.len() as u32, offset, crc);
+                Some(v.len())
             }
-        }
-        if let Some(v) = value {
-            self.meta.kv_bytes += (key.len() + v.len()) as u64;
+            EntryValue::Medium(p) | EntryValue::Large(p) => {
+                let medium = matches!(value, EntryValue::Medium(_));
+                let kind = if medium { KIND_MEDIUM } else { KIND_LARGE };
+                self.leaf.push_pointer(kind, key, lsn, p);
+                self.meta.pointer_entries += 1;
+                let vlen =
+                    (p.len as usize).saturating_sub(key.len() + crate::log::large::RECORD_HEADER);
+                if medium {
+                    self.meta.medium_bytes += vlen as u64;
+                }
+                Some(vlen)
+            }
+        };
+        if let Some(vlen) = value_len {
+            self.meta.kv_bytes += (key.len() + vlen) as u64;
         }
         self.meta.entries += 1;
         if cfg!(debug_assertions) {
@@ -205,10 +238,7 @@ impl LevelBuilder {
         let mut height = 0u32;
         if self.leaves > 0 {
             let mut level = 0;
-            loop {
-                let Some(l) = self.index.get(level) else {
-                    break;
-                };
+            while let Some(l) = self.index.get(level) {
                 let is_top = level + 1 == self.index.len();
                 if is_top && l.emitted == 0 && l.node.count() == 1 {
                     // A single pending pivot at the top: its child is the root.
@@ -230,6 +260,7 @@ impl LevelBuilder {
             leaves: self.leaves,
             leaf_size: self.leaf_size as u32,
             index_size: self.index_size as u32,
+            medium_bytes: self.meta.medium_bytes,
         };
         let mut block = vec![0u8; IO_ALIGN];
         footer.encode_into(&mut block);

@@ -19,6 +19,8 @@ pub(crate) struct Footer {
     pub leaves: u64,
     pub leaf_size: u32,
     pub index_size: u32,
+    /// Value bytes of medium pairs held by pointer (read back at the merge level).
+    pub medium_bytes: u64,
 }
 
 /// Why a footer was rejected.
@@ -41,6 +43,7 @@ impl Footer {
         f[48..56].copy_from_slice(&self.leaves.to_le_bytes());
         f[56..60].copy_from_slice(&self.leaf_size.to_le_bytes());
         f[60..64].copy_from_slice(&self.index_size.to_le_bytes());
+        f[64..72].copy_from_slice(&self.medium_bytes.to_le_bytes());
         let crc = crc32c(&f[..FOOTER_SIZE - 4]);
         f[FOOTER_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         let n = block.len();
@@ -75,9 +78,10 @@ impl Footer {
             kv_bytes: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
             leaves: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
             leaf_size: d.u32().ok_or(FooterError::Corrupt("footer too short"))?,
-            index_size: d.u32().ok_or(bad)?,
+            index_size: d.u32().ok_or(FooterError::Corrupt("footer too short"))?,
+            medium_bytes: d.u64().ok_or(bad)?,
         };
-        let node_ok = |s: u32| (4096..=1 << 20).contains(&s) && s % 4096 == 0;
+        let node_ok = |s: u32| (4096..=1 << 20).contains(&s) && s.is_multiple_of(4096);
         if !node_ok(footer.leaf_size) || !node_ok(footer.index_size) || footer.height > 64 {
             return Err(FooterError::Corrupt(
                 "footer node sizes or height out of range",

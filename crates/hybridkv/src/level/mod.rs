@@ -11,7 +11,7 @@ pub(crate) mod footer;
 pub(crate) mod node;
 pub(crate) mod reader;
 
-pub(crate) use builder::{LevelBuilder, LevelMeta};
+pub(crate) use builder::{EntryValue, LevelBuilder, LevelMeta};
 pub(crate) use reader::{LevelCursor, LevelEntry, LevelFile, LevelValue};
 
 #[cfg(test)]
@@ -22,29 +22,42 @@ mod tests {
     use std::ops::Bound;
     use std::sync::Arc;
 
-    fn build(
-        dir: &std::path::Path,
-        id: u64,
-        entries: &[(Vec<u8>, u64, Option<Vec<u8>>)],
-    ) -> Arc<LevelFile> {
+    type Entry = (Vec<u8>, u64, Option<Vec<u8>>);
+
+    fn build(dir: &std::path::Path, id: u64, entries: &[Entry]) -> Arc<LevelFile> {
         let io = Io::new(Arc::new(RealFs), false);
         let f = io
             .create(&dir.join(reader::file_name(id)), IoComponent::Flush)
             .unwrap();
         let mut b = LevelBuilder::new(f, 8192, 12288);
         for (k, lsn, v) in entries {
-            b.add(k, *lsn, v.as_deref()).unwrap();
+            let ev = v
+                .as_deref()
+                .map_or(EntryValue::Tombstone, EntryValue::Bytes);
+            b.add(k, *lsn, ev).unwrap();
         }
         let meta = b.finish().unwrap();
         assert_eq!(meta.entries, entries.len() as u64);
         Arc::new(LevelFile::open(&io, dir, id, Arc::new(NodeCache::new(1 << 20))).unwrap())
     }
 
+    fn opt(v: LevelValue) -> Option<Vec<u8>> {
+        match v {
+            LevelValue::Inline(b) => Some(b),
+            LevelValue::Tombstone => None,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn bytes(lf: &LevelFile, v: LevelValue) -> Option<Vec<u8>> {
+        opt(lf.load_overflow(v).unwrap())
+    }
+
     fn key(i: u32) -> Vec<u8> {
         format!("user{:08}", i.wrapping_mul(2654435761) % 1_000_000_007).into_bytes()
     }
 
-    fn sample(n: u32) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+    fn sample(n: u32) -> Vec<Entry> {
         let mut v: Vec<_> = (0..n)
             .map(|i| {
                 let val = match i % 50 {
@@ -68,7 +81,7 @@ mod tests {
         for (k, lsn, v) in &entries {
             let (got_lsn, got) = lf.get(k).unwrap().unwrap();
             assert_eq!(got_lsn, *lsn);
-            assert_eq!(lf.resolve(got).unwrap(), *v);
+            assert_eq!(bytes(&lf, got), *v);
         }
         assert!(lf.get(b"absent").unwrap().is_none());
         assert!(lf.get(b"zzzzzzzzzzzzzzzz").unwrap().is_none());
@@ -86,7 +99,7 @@ mod tests {
         while let Some((k, lsn, v)) = c.next_entry().unwrap() {
             assert_eq!(k, entries[n].0);
             assert_eq!(lsn, entries[n].1);
-            assert_eq!(lf.resolve(v).unwrap(), entries[n].2);
+            assert_eq!(bytes(&lf, v), entries[n].2);
             n += 1;
         }
         assert_eq!(n, entries.len());
@@ -94,7 +107,7 @@ mod tests {
         let mut m = 0;
         while let Some((k, _, v)) = s.next_entry().unwrap() {
             assert_eq!(k, entries[m].0);
-            assert_eq!(s.resolve(v).unwrap(), entries[m].2);
+            assert_eq!(opt(s.load_overflow(v).unwrap()), entries[m].2);
             m += 1;
         }
         assert_eq!(m, entries.len());
@@ -129,7 +142,7 @@ mod tests {
         let lf = build(dir.path(), 3, &entries);
         for (k, _, v) in &entries {
             let (_, got) = lf.get(k).unwrap().unwrap();
-            assert_eq!(lf.resolve(got).unwrap(), *v);
+            assert_eq!(bytes(&lf, got), *v);
         }
     }
 
@@ -153,7 +166,10 @@ mod tests {
             Arc::new(LevelFile::open(&io, dir.path(), 4, Arc::new(NodeCache::new(0))).unwrap());
         let mut errors = 0;
         for (k, _, _) in &entries {
-            match lf.get(k) {
+            match lf
+                .get(k)
+                .and_then(|o| o.map(|(_, v)| lf.load_overflow(v)).transpose())
+            {
                 Ok(_) => {}
                 Err(crate::Error::Corruption { file, .. }) => {
                     assert_eq!(file, path);

@@ -7,6 +7,7 @@
 //! the whole node except the crc field itself.
 
 use crate::format::{crc32c, crc32c_append, put_u32_at, u32_at, Decoder};
+use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
 
 pub(crate) const NODE_HEADER: usize = 16;
 pub(crate) const NODE_LEAF: u8 = 1;
@@ -17,7 +18,10 @@ pub(crate) const NODE_VERSION: u8 = 1;
 /// Entry kinds stored in a slot's top three bits.
 pub(crate) const KIND_INLINE: u8 = 0;
 pub(crate) const KIND_OVERFLOW: u8 = 1;
-// 2 and 3 are reserved for medium (transient log) and large (value log) pointers (#5).
+/// A medium pair whose value is in the transient log.
+pub(crate) const KIND_MEDIUM: u8 = 2;
+/// A large pair whose value is in the large log.
+pub(crate) const KIND_LARGE: u8 = 3;
 pub(crate) const KIND_TOMBSTONE: u8 = 4;
 
 const OFFSET_MASK: u32 = (1 << 29) - 1;
@@ -27,6 +31,7 @@ pub(crate) const INLINE_FIXED: usize = 2 + 8 + 4;
 pub(crate) const OVERFLOW_FIXED: usize = 2 + 8 + 4 + 8 + 4;
 pub(crate) const TOMBSTONE_FIXED: usize = 2 + 8;
 pub(crate) const INDEX_FIXED: usize = 2 + 8;
+pub(crate) const POINTER_FIXED: usize = 2 + 8 + LOG_PTR_SIZE;
 
 /// A value as stored in a leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +40,10 @@ pub(crate) enum ValueRef<'a> {
     Inline(&'a [u8]),
     /// The value is a blob elsewhere in the same level file.
     Overflow { offset: u64, len: u32, crc: u32 },
+    /// A medium pair's value in the transient log.
+    Medium(LogPtr),
+    /// A large pair's value in the large log.
+    Large(LogPtr),
     /// The key was deleted.
     Tombstone,
 }
@@ -110,6 +119,17 @@ impl NodeBuf {
         w.put(&len.to_le_bytes());
         w.put(&offset.to_le_bytes());
         w.put(&crc.to_le_bytes());
+        w.put(key);
+    }
+
+    pub(crate) fn push_pointer(&mut self, kind: u8, key: &[u8], lsn: u64, ptr: LogPtr) {
+        let dst = self.reserve(kind, POINTER_FIXED + key.len());
+        let mut enc = Vec::with_capacity(LOG_PTR_SIZE);
+        ptr.encode_into(&mut enc);
+        let mut w = Writer(dst, 0);
+        w.put(&(key.len() as u16).to_le_bytes());
+        w.put(&lsn.to_le_bytes());
+        w.put(&enc);
         w.put(key);
     }
 
@@ -242,6 +262,7 @@ impl<'a> NodeView<'a> {
             (_, KIND_INLINE) => 12,
             (_, KIND_OVERFLOW) => 24,
             (_, KIND_TOMBSTONE) => 8,
+            (_, KIND_MEDIUM | KIND_LARGE) => 8 + LOG_PTR_SIZE,
             _ => return None,
         };
         d.bytes(skip)?;
@@ -275,6 +296,16 @@ impl<'a> NodeView<'a> {
                     lsn,
                     value: ValueRef::Overflow { offset, len, crc },
                 })
+            }
+            KIND_MEDIUM | KIND_LARGE => {
+                let ptr = LogPtr::decode(&mut d)?;
+                let key = d.bytes(klen)?;
+                let value = if kind == KIND_MEDIUM {
+                    ValueRef::Medium(ptr)
+                } else {
+                    ValueRef::Large(ptr)
+                };
+                Some(LeafEntry { key, lsn, value })
             }
             KIND_TOMBSTONE => Some(LeafEntry {
                 key: d.bytes(klen)?,
@@ -327,9 +358,19 @@ mod tests {
         n.push_inline(b"apple", 7, b"red");
         n.push_tombstone(b"banana", 8);
         n.push_overflow(b"cherry", 9, 100_000, 4096, 0xdead_beef);
+        let p = LogPtr {
+            segment: 3,
+            offset: 16,
+            len: 1044,
+        };
+        n.push_pointer(KIND_LARGE, b"date", 10, p);
+        n.push_pointer(KIND_MEDIUM, b"elder", 11, p);
         let bytes = n.finish().to_vec();
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
-        assert_eq!(v.count(), 3);
+        assert_eq!(v.count(), 5);
+        assert_eq!(v.leaf_entry(3).unwrap().value, ValueRef::Large(p));
+        assert_eq!(v.key(4).unwrap(), b"elder");
+        assert_eq!(v.leaf_entry(4).unwrap().value, ValueRef::Medium(p));
         let e = v.leaf_entry(0).unwrap();
         assert_eq!(
             (e.key, e.lsn, e.value),
@@ -346,7 +387,7 @@ mod tests {
         );
         assert_eq!(v.lower_bound(b"b", false), Some(1));
         assert_eq!(v.lower_bound(b"banana", true), Some(2));
-        assert_eq!(v.lower_bound(b"z", false), Some(3));
+        assert_eq!(v.lower_bound(b"z", false), Some(5));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::cache::{NodeBytes, NodeCache};
 use crate::error::{Error, Result};
 use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, IO_ALIGN};
+use crate::log::ptr::LogPtr;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,15 @@ const SCAN_WINDOW: usize = 2 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LevelValue {
     Inline(Vec<u8>),
-    Overflow { offset: u64, len: u32, crc: u32 },
+    Overflow {
+        offset: u64,
+        len: u32,
+        crc: u32,
+    },
+    /// A medium pair's value in the transient log.
+    Medium(LogPtr),
+    /// A large pair's value in the large log.
+    Large(LogPtr),
     Tombstone,
 }
 
@@ -30,6 +39,8 @@ impl From<ValueRef<'_>> for LevelValue {
         match v {
             ValueRef::Inline(b) => LevelValue::Inline(b.to_vec()),
             ValueRef::Overflow { offset, len, crc } => LevelValue::Overflow { offset, len, crc },
+            ValueRef::Medium(p) => LevelValue::Medium(p),
+            ValueRef::Large(p) => LevelValue::Large(p),
             ValueRef::Tombstone => LevelValue::Tombstone,
         }
     }
@@ -146,6 +157,11 @@ impl LevelFile {
         self.footer.kv_bytes
     }
 
+    /// Value bytes of medium pairs this level holds by pointer.
+    pub(crate) fn medium_bytes(&self) -> u64 {
+        self.footer.medium_bytes
+    }
+
     /// Schedules deletion for when the last reference is dropped.
     pub(crate) fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
@@ -169,7 +185,9 @@ impl LevelFile {
             return Ok(n);
         }
         let (kind, size) = self.node_shape(height);
-        if offset % IO_ALIGN as u64 != 0 || offset.saturating_add(size as u64) > self.data_end {
+        if !offset.is_multiple_of(IO_ALIGN as u64)
+            || offset.saturating_add(size as u64) > self.data_end
+        {
             return Err(self.corrupt(offset, "node offset out of range"));
         }
         let mut buf = vec![0u8; size];
@@ -245,14 +263,14 @@ impl LevelFile {
         Ok(buf)
     }
 
-    /// The value bytes of `v` (`None` for a tombstone), reading an overflow blob if needed.
-    pub(crate) fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
+    /// Reads an overflow value into `Inline`; every other value is returned unchanged
+    /// (log pointers are dereferenced by the caller, which knows the logs).
+    pub(crate) fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         match v {
-            LevelValue::Inline(b) => Ok(Some(b)),
-            LevelValue::Tombstone => Ok(None),
             LevelValue::Overflow { offset, len, crc } => self
                 .read_blob(self.file.as_ref(), offset, len, crc)
-                .map(Some),
+                .map(LevelValue::Inline),
+            other => Ok(other),
         }
     }
 
@@ -515,14 +533,15 @@ impl LevelScanner {
         }
     }
 
-    /// The value bytes of `v` (`None` for a tombstone), read through the scanner's handle.
-    pub(crate) fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
+    /// Reads an overflow value (through the scanner's handle) into `Inline`; every other
+    /// value is returned unchanged.
+    pub(crate) fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         match v {
             LevelValue::Overflow { offset, len, crc } => self
                 .file
                 .read_blob(self.reader.as_ref(), offset, len, crc)
-                .map(Some),
-            other => self.file.resolve(other),
+                .map(LevelValue::Inline),
+            other => Ok(other),
         }
     }
 }

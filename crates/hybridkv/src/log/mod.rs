@@ -5,4 +5,6 @@
 //! Owns: log record framing, appending, and replay with torn-tail detection. Never:
 //! decides which data is live or applies records to the memtable (the caller does).
 
+pub(crate) mod large;
+pub(crate) mod ptr;
 pub(crate) mod small;

@@ -41,7 +41,6 @@ fn file_header() -> [u8; FILE_HEADER] {
 
 /// Appends records to one small-log file.
 pub(crate) struct SmallLogWriter {
-    id: u64,
     file: Box<dyn WritableFile>,
     buf: Vec<u8>,
 }
@@ -54,19 +53,9 @@ impl SmallLogWriter {
         file.flush()?;
         io.fs().sync_dir(dir)?;
         Ok(SmallLogWriter {
-            id,
             file,
             buf: Vec::with_capacity(256 << 10),
         })
-    }
-
-    pub(crate) fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Bytes in the file so far.
-    pub(crate) fn len(&self) -> u64 {
-        self.file.len()
     }
 
     /// Encodes one record into the pending group.

@@ -31,6 +31,24 @@ pub(crate) struct ManifestState {
     pub flushed_lsn: u64,
     /// (level number starting at 1, file id, file length) per non-empty level.
     pub levels: Vec<(u32, u64, u64)>,
+    /// Live log segments.
+    pub segments: Vec<SegmentRecord>,
+}
+
+/// Kinds of log segments the manifest tracks.
+pub(crate) const SEGMENT_LARGE: u8 = 1;
+pub(crate) const SEGMENT_TRANSIENT: u8 = 2;
+
+/// One live log segment as the manifest records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentRecord {
+    pub id: u64,
+    /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
+    pub kind: u8,
+    /// Transient segments: the level that owns them (0 for large segments).
+    pub level: u32,
+    /// Large segments: bytes of records known to be garbage.
+    pub garbage: u64,
 }
 
 impl ManifestState {
@@ -44,6 +62,13 @@ impl ManifestState {
             p.extend_from_slice(&level.to_le_bytes());
             p.extend_from_slice(&id.to_le_bytes());
             p.extend_from_slice(&len.to_le_bytes());
+        }
+        p.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
+        for s in &self.segments {
+            p.extend_from_slice(&s.id.to_le_bytes());
+            p.push(s.kind);
+            p.extend_from_slice(&s.level.to_le_bytes());
+            p.extend_from_slice(&s.garbage.to_le_bytes());
         }
         let mut out = Vec::with_capacity(HEADER + p.len());
         out.extend_from_slice(MAGIC);
@@ -95,11 +120,40 @@ impl ManifestState {
             }
             levels.push((level, id, flen));
         }
+        let nseg = p.u32().ok_or_else(short)? as usize;
+        if nseg > payload.len() / 21 {
+            return Err(bad(
+                HEADER as u64,
+                "manifest segment count exceeds its payload",
+            ));
+        }
+        let mut segments = Vec::with_capacity(nseg);
+        for _ in 0..nseg {
+            let id = p.u64().ok_or_else(short)?;
+            let kind = p.u8().ok_or_else(short)?;
+            let level = p.u32().ok_or_else(short)?;
+            let garbage = p.u64().ok_or_else(short)?;
+            let kind_ok = kind == SEGMENT_LARGE || kind == SEGMENT_TRANSIENT;
+            if !kind_ok || id >= next_file_id || segments.iter().any(|s: &SegmentRecord| s.id == id)
+            {
+                return Err(bad(HEADER as u64, "manifest segment entry out of range"));
+            }
+            segments.push(SegmentRecord {
+                id,
+                kind,
+                level,
+                garbage,
+            });
+        }
+        if p.remaining() != 0 {
+            return Err(bad(HEADER as u64, "manifest payload has trailing bytes"));
+        }
         Ok(ManifestState {
             next_file_id,
             log_min_id,
             flushed_lsn,
             levels,
+            segments,
         })
     }
 
@@ -130,6 +184,20 @@ mod tests {
             log_min_id: 7,
             flushed_lsn: 12345,
             levels: vec![(1, 8, 4096), (3, 5, 8192)],
+            segments: vec![
+                SegmentRecord {
+                    id: 2,
+                    kind: SEGMENT_LARGE,
+                    level: 0,
+                    garbage: 777,
+                },
+                SegmentRecord {
+                    id: 9,
+                    kind: SEGMENT_TRANSIENT,
+                    level: 2,
+                    garbage: 0,
+                },
+            ],
         };
         let bytes = s.encode();
         let p = Path::new("MANIFEST");

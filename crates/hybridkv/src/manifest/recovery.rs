@@ -5,17 +5,21 @@
 use super::version::Version;
 use super::{ManifestState, MANIFEST_NAME};
 use crate::cache::NodeCache;
+use crate::engine::SegmentMeta;
 use crate::engine::{BgState, Engine, LogState, ReadState, VersionState};
 use crate::error::{Error, Result};
 use crate::io::Io;
 use crate::level::{reader as level_reader, LevelFile};
+use crate::log::large::{SegmentFile, SegmentKind};
 use crate::log::small::{self, SmallLogWriter};
-use crate::memtable::Memtable;
+use crate::manifest::SEGMENT_LARGE;
+use crate::memtable::{MemValue, Memtable};
 use crate::options::Options;
 use crate::read::SuperVersion;
 use crate::stats::Counters;
 use crate::write::batch::{decode_ops, BatchOp};
 use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -29,6 +33,14 @@ fn is_ours(name: &str) -> bool {
         || name.ends_with(".tmp")
         || small::parse_name(name).is_some()
         || level_reader::parse_name(name).is_some()
+        || segment_name(name).is_some()
+}
+
+/// Kind and id of a log-segment file name.
+fn segment_name(name: &str) -> Option<(SegmentKind, u64)> {
+    [SegmentKind::Large, SegmentKind::Transient]
+        .into_iter()
+        .find_map(|k| k.parse_name(name).map(|id| (k, id)))
 }
 
 impl Engine {
@@ -115,6 +127,8 @@ impl Engine {
 
         // Sweep what no durable manifest names: unfinished outputs, flushed logs, temp files.
         let mut max_id = state.next_file_id.saturating_sub(1);
+        let mut segments: BTreeMap<u64, Arc<SegmentFile>> = BTreeMap::new();
+        let mut segment_meta: BTreeMap<u64, SegmentMeta> = BTreeMap::new();
         for name in io.fs().list(dir)? {
             let path = dir.join(&name);
             if let Some(id) = level_reader::parse_name(&name) {
@@ -127,10 +141,38 @@ impl Engine {
                 if id < state.log_min_id {
                     io.fs().remove(&path)?;
                 }
+            } else if let Some((kind, id)) = segment_name(&name) {
+                max_id = max_id.max(id);
+                let known = state.segments.iter().find(|s| s.id == id);
+                // A large segment started after the manifest was written may hold committed
+                // values (the small log points at them). A transient segment is referenced
+                // only by level files, which only a manifest installs.
+                let live =
+                    known.is_some() || (kind == SegmentKind::Large && id >= state.next_file_id);
+                if live {
+                    let meta = known.map_or(
+                        SegmentMeta {
+                            kind: SEGMENT_LARGE,
+                            level: 0,
+                            garbage: 0,
+                        },
+                        |s| SegmentMeta {
+                            kind: s.kind,
+                            level: s.level,
+                            garbage: s.garbage,
+                        },
+                    );
+                    segment_meta.insert(id, meta);
+                    segments.insert(id, Arc::new(SegmentFile::open(&io, dir, kind, id)?));
+                } else {
+                    // Freed (GC, merge) or never installed before a crash.
+                    io.fs().remove(&path)?;
+                }
             } else if name.ends_with(".tmp") {
                 io.fs().remove(&path)?;
             }
         }
+        // A segment registered in the manifest whose file was never created held nothing.
 
         // Replay the small log, oldest file first; LSNs must rise.
         let mem = Arc::new(Memtable::new());
@@ -156,8 +198,9 @@ impl Engine {
                 let mut lsn = rec.first_lsn;
                 for op in ops {
                     match op {
-                        BatchOp::Put(k, v) => mem.insert(k, lsn, Some(v)),
-                        BatchOp::Delete(k) => mem.insert(k, lsn, None),
+                        BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v.into())),
+                        BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
+                        BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
                     }
                     lsn += 1;
                 }
@@ -180,6 +223,7 @@ impl Engine {
             mem: Arc::clone(&mem),
             imms: Vec::new(),
             version: Arc::clone(&version),
+            segments: Arc::new(segments),
         });
         let mut busy = vec![false; opts.max_levels + 2];
         if let Some(b) = busy.get_mut(0) {
@@ -192,6 +236,7 @@ impl Engine {
             commit: Default::default(),
             log: Mutex::new(LogState {
                 writer,
+                large: None,
                 mem,
                 next_lsn: last_lsn + 1,
             }),
@@ -204,6 +249,7 @@ impl Engine {
                 busy,
                 log_min_id: state.log_min_id,
                 flushed_lsn: state.flushed_lsn,
+                segments: segment_meta,
             }),
             next_file_id: AtomicU64::new(next_file_id + 1),
             bg: Mutex::new(BgState::default()),
@@ -211,6 +257,7 @@ impl Engine {
             poison: Mutex::new(None),
             counters: Counters::default(),
             dir_lock: Mutex::new(Some(lock)),
+            gc_lock: Mutex::new(()),
             opts,
         };
         Ok(Arc::new(engine))

@@ -27,6 +27,18 @@ impl Version {
         self.levels.iter().skip(level).all(Option::is_none)
     }
 
+    /// Whether a merge whose output is `level` writes medium pairs in place.
+    pub(crate) fn is_merge_level(
+        &self,
+        level: usize,
+        at: crate::options::MediumMergeLevel,
+    ) -> bool {
+        match at {
+            crate::options::MediumMergeLevel::Last => self.is_bottom(level),
+            crate::options::MediumMergeLevel::SecondToLast => self.is_bottom(level + 1),
+        }
+    }
+
     /// A copy with level `level` replaced.
     pub(crate) fn with_level(&self, level: usize, file: Option<Arc<LevelFile>>) -> Self {
         let mut v = self.clone();

@@ -4,6 +4,8 @@
 //! descending), and its byte size. Never: touches files. Readers see only versions with
 //! `lsn <= snapshot`; the commit path inserts and then publishes the snapshot LSN.
 
+use crate::level::LevelValue;
+use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
 use crossbeam_skiplist::SkipMap;
 use std::cmp::Ordering;
 use std::ops::Bound;
@@ -30,10 +32,38 @@ impl PartialOrd for MemKey {
     }
 }
 
+/// A version's value as the memtable holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MemValue {
+    /// Small and medium pairs are held in full.
+    Value(Box<[u8]>),
+    /// A large pair: its value is in the large log.
+    Large(LogPtr),
+    Tombstone,
+}
+
+impl MemValue {
+    fn size(&self) -> usize {
+        match self {
+            MemValue::Value(v) => v.len(),
+            MemValue::Large(_) => LOG_PTR_SIZE,
+            MemValue::Tombstone => 0,
+        }
+    }
+
+    fn to_level_value(&self) -> LevelValue {
+        match self {
+            MemValue::Value(v) => LevelValue::Inline(v.to_vec()),
+            MemValue::Large(p) => LevelValue::Large(*p),
+            MemValue::Tombstone => LevelValue::Tombstone,
+        }
+    }
+}
+
 /// One memtable generation.
 #[derive(Debug)]
 pub(crate) struct Memtable {
-    map: SkipMap<MemKey, Option<Box<[u8]>>>,
+    map: SkipMap<MemKey, MemValue>,
     bytes: AtomicUsize,
     max_lsn: AtomicU64,
     /// First small-log file that holds none of this memtable's data (set when sealed):
@@ -41,8 +71,11 @@ pub(crate) struct Memtable {
     pub next_log_id: AtomicU64,
 }
 
-/// A version found for a key: `None` value is a tombstone.
-pub(crate) type Found = (u64, Option<Vec<u8>>);
+/// A version found for a key.
+pub(crate) type Found = (u64, LevelValue);
+
+/// One version in key order: key, LSN, value.
+pub(crate) type MemEntry = (Vec<u8>, u64, LevelValue);
 
 impl Memtable {
     pub(crate) fn new() -> Self {
@@ -55,14 +88,14 @@ impl Memtable {
     }
 
     /// Inserts one version. Distinct LSNs make every insert a new entry.
-    pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: Option<&[u8]>) {
-        let size = key.len() + value.map_or(0, <[u8]>::len) + ENTRY_OVERHEAD;
+    pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: MemValue) {
+        let size = key.len() + value.size() + ENTRY_OVERHEAD;
         self.map.insert(
             MemKey {
                 key: key.into(),
                 lsn,
             },
-            value.map(Into::into),
+            value,
         );
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_lsn.fetch_max(lsn, AtomicOrdering::Relaxed);
@@ -89,12 +122,7 @@ impl Memtable {
             lsn: snapshot,
         };
         let entry = self.map.lower_bound(Bound::Included(&probe))?;
-        (*entry.key().key == *key).then(|| {
-            (
-                entry.key().lsn,
-                entry.value().as_deref().map(<[u8]>::to_vec),
-            )
-        })
+        (*entry.key().key == *key).then(|| (entry.key().lsn, entry.value().to_level_value()))
     }
 
     /// Up to `limit` entries in key order starting after (or at, if `inclusive`) `from`,
@@ -105,7 +133,7 @@ impl Memtable {
         from: Bound<&[u8]>,
         snapshot: u64,
         limit: usize,
-    ) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+    ) -> Vec<MemEntry> {
         let start = match from {
             Bound::Unbounded => None,
             Bound::Included(k) => Some(MemKey {
@@ -123,7 +151,7 @@ impl Memtable {
             (Some(s), Bound::Excluded(_)) => Bound::Excluded(s),
             (Some(s), _) => Bound::Included(s),
         };
-        let mut out: Vec<(Vec<u8>, u64, Option<Vec<u8>>)> = Vec::new();
+        let mut out: Vec<MemEntry> = Vec::new();
         for entry in self.map.range((lower, Bound::Unbounded)) {
             let k = entry.key();
             if k.lsn > snapshot {
@@ -135,31 +163,22 @@ impl Memtable {
             if out.len() == limit {
                 break;
             }
-            out.push((
-                k.key.to_vec(),
-                k.lsn,
-                entry.value().as_deref().map(<[u8]>::to_vec),
-            ));
+            out.push((k.key.to_vec(), k.lsn, entry.value().to_level_value()));
         }
         out
     }
 
-    /// Every key's newest version, in key order (used by flush; the memtable is immutable).
-    pub(crate) fn newest_versions(
-        &self,
-    ) -> impl Iterator<Item = (Vec<u8>, u64, Option<Vec<u8>>)> + '_ {
+    /// Every version in key order, newest first per key, with whether it is the newest
+    /// (used by flush; the memtable is immutable then).
+    pub(crate) fn versions(&self) -> impl Iterator<Item = (MemEntry, bool)> + '_ {
         let mut last: Option<Box<[u8]>> = None;
-        self.map.iter().filter_map(move |e| {
+        self.map.iter().map(move |e| {
             let k = e.key();
-            if last.as_deref() == Some(&*k.key) {
-                return None;
+            let newest = last.as_deref() != Some(&*k.key);
+            if newest {
+                last = Some(k.key.clone());
             }
-            last = Some(k.key.clone());
-            Some((
-                k.key.to_vec(),
-                k.lsn,
-                e.value().as_deref().map(<[u8]>::to_vec),
-            ))
+            ((k.key.to_vec(), k.lsn, e.value().to_level_value()), newest)
         })
     }
 }
@@ -171,21 +190,33 @@ mod tests {
     #[test]
     fn newest_visible_version_wins() {
         let m = Memtable::new();
-        m.insert(b"a", 1, Some(b"v1"));
-        m.insert(b"a", 3, Some(b"v3"));
-        m.insert(b"a", 5, None);
-        m.insert(b"ab", 2, Some(b"x"));
-        assert_eq!(m.get(b"a", 10), Some((5, None)));
-        assert_eq!(m.get(b"a", 4), Some((3, Some(b"v3".to_vec()))));
+        let v = |b: &[u8]| MemValue::Value(b.into());
+        m.insert(b"a", 1, v(b"v1"));
+        m.insert(b"a", 3, v(b"v3"));
+        m.insert(b"a", 5, MemValue::Tombstone);
+        m.insert(b"ab", 2, v(b"x"));
+        assert_eq!(m.get(b"a", 10), Some((5, LevelValue::Tombstone)));
+        assert_eq!(
+            m.get(b"a", 4),
+            Some((3, LevelValue::Inline(b"v3".to_vec())))
+        );
         assert_eq!(m.get(b"a", 0), None);
         assert_eq!(m.get(b"b", 10), None);
         let all = m.collect_from(Bound::Unbounded, 4, 10);
         assert_eq!(all.len(), 2);
-        assert_eq!(all[0], (b"a".to_vec(), 3, Some(b"v3".to_vec())));
+        assert_eq!(
+            all[0],
+            (b"a".to_vec(), 3, LevelValue::Inline(b"v3".to_vec()))
+        );
         let after = m.collect_from(Bound::Excluded(b"a"), 10, 10);
-        assert_eq!(after, vec![(b"ab".to_vec(), 2, Some(b"x".to_vec()))]);
-        let newest: Vec<_> = m.newest_versions().collect();
-        assert_eq!(newest[0].1, 5);
-        assert_eq!(newest.len(), 2);
+        assert_eq!(
+            after,
+            vec![(b"ab".to_vec(), 2, LevelValue::Inline(b"x".to_vec()))]
+        );
+        let versions: Vec<_> = m.versions().collect();
+        assert_eq!(versions.len(), 4);
+        assert_eq!((versions[0].0 .1, versions[0].1), (5, true));
+        assert_eq!((versions[1].0 .1, versions[1].1), (3, false));
+        assert!(versions[3].1);
     }
 }

@@ -15,7 +15,7 @@ enum Cursor {
     Mem {
         mem: Arc<Memtable>,
         snapshot: u64,
-        buf: VecDeque<(Vec<u8>, u64, Option<Vec<u8>>)>,
+        buf: VecDeque<LevelEntry>,
         next_from: Option<Vec<u8>>,
         done: bool,
     },
@@ -42,20 +42,15 @@ impl Cursor {
                     *next_from = batch.last().map(|e| e.0.clone());
                     buf.extend(batch);
                 }
-                Ok(buf.pop_front().map(|(k, lsn, v)| {
-                    (k, lsn, v.map_or(LevelValue::Tombstone, LevelValue::Inline))
-                }))
+                Ok(buf.pop_front())
             }
         }
     }
 
-    fn resolve(&self, v: LevelValue) -> Result<Option<Vec<u8>>> {
+    fn file(&self) -> Option<&crate::level::LevelFile> {
         match self {
-            Cursor::Level(c) => c.file().resolve(v),
-            Cursor::Mem { .. } => Ok(match v {
-                LevelValue::Inline(b) => Some(b),
-                _ => None,
-            }),
+            Cursor::Level(c) => Some(c.file()),
+            Cursor::Mem { .. } => None,
         }
     }
 }
@@ -65,6 +60,8 @@ impl Cursor {
 /// stay on disk until it is dropped.
 pub struct DbIterator {
     sv: Option<SuperVersion>,
+    /// Kept for dereferencing log pointers while the iterator lives.
+    segments: Arc<super::SegmentSet>,
     snapshot: u64,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
@@ -99,6 +96,7 @@ impl DbIterator {
         end: Bound<Vec<u8>>,
     ) -> Self {
         DbIterator {
+            segments: Arc::clone(&sv.segments),
             sv: Some(sv),
             snapshot,
             start,
@@ -113,6 +111,7 @@ impl DbIterator {
     /// An iterator that yields `err` once.
     pub(crate) fn failed(err: Error) -> Self {
         DbIterator {
+            segments: Arc::default(),
             sv: None,
             snapshot: 0,
             start: Bound::Unbounded,
@@ -158,6 +157,19 @@ impl DbIterator {
         Ok(())
     }
 
+    fn resolve_value(
+        &self,
+        source: usize,
+        key: &[u8],
+        value: LevelValue,
+    ) -> Result<Option<Vec<u8>>> {
+        if value == LevelValue::Tombstone {
+            return Ok(None);
+        }
+        let file = self.cursors.get(source).and_then(Cursor::file);
+        super::resolve_with(&self.segments, key, value, file)
+    }
+
     fn past_end(&self, key: &[u8]) -> bool {
         match &self.end {
             Bound::Included(e) => key > e.as_slice(),
@@ -197,19 +209,15 @@ impl DbIterator {
                 let Some(h) = self.heads.get_mut(i) else {
                     continue;
                 };
-                if i == w {
-                    *h = c.next_entry()?;
-                } else if h.as_ref().is_some_and(|(k, _, _)| *k == key) {
+                // The winner's head was taken; the others skip their (older) version.
+                if i == w || h.as_ref().is_some_and(|(k, _, _)| *k == key) {
                     *h = c.next_entry()?;
                 }
             }
             if self.past_end(&key) {
                 return Ok(None);
             }
-            let resolved = match self.cursors.get(w) {
-                Some(c) => c.resolve(value)?,
-                None => None,
-            };
+            let resolved = self.resolve_value(w, &key, value)?;
             if let Some(v) = resolved {
                 return Ok(Some((key, v)));
             }

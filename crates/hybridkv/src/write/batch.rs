@@ -5,10 +5,13 @@
 
 use crate::error::{Error, Result};
 use crate::format::Decoder;
+use crate::log::ptr::LogPtr;
 use crate::options::{check_key, check_value};
 
 pub(crate) const OP_PUT: u8 = 1;
 pub(crate) const OP_DELETE: u8 = 2;
+/// Only in the small log: a large put whose value went to the large log (key + pointer).
+pub(crate) const OP_PUT_LARGE: u8 = 3;
 
 /// Largest encoded batch accepted (keeps a log record's length in 32 bits with room).
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -28,6 +31,35 @@ pub struct WriteBatch {
 pub(crate) enum BatchOp<'a> {
     Put(&'a [u8], &'a [u8]),
     Delete(&'a [u8]),
+    /// Decoded from the small log only: the value is in the large log.
+    PutLarge(&'a [u8], LogPtr),
+}
+
+/// Encodes a large put's log record for the small log (`OP_PUT_LARGE`).
+pub(crate) fn encode_put_large(out: &mut Vec<u8>, key: &[u8], ptr: LogPtr) {
+    out.push(OP_PUT_LARGE);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    ptr.encode_into(out);
+}
+
+/// Re-encodes a plain op (put or delete) in the batch payload format.
+pub(crate) fn encode_op(out: &mut Vec<u8>, op: BatchOp<'_>) {
+    match op {
+        BatchOp::Put(k, v) => {
+            out.push(OP_PUT);
+            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(k);
+            out.extend_from_slice(v);
+        }
+        BatchOp::Delete(k) => {
+            out.push(OP_DELETE);
+            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            out.extend_from_slice(k);
+        }
+        BatchOp::PutLarge(k, p) => encode_put_large(out, k, p),
+    }
 }
 
 impl WriteBatch {
@@ -125,6 +157,11 @@ pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>>
                 let klen = d.u32()? as usize;
                 ops.push(BatchOp::Delete(d.bytes(klen)?));
             }
+            OP_PUT_LARGE => {
+                let klen = d.u32()? as usize;
+                let key = d.bytes(klen)?;
+                ops.push(BatchOp::PutLarge(key, LogPtr::decode(&mut d)?));
+            }
             _ => return None,
         }
     }
@@ -144,6 +181,23 @@ mod tests {
         assert_eq!(ops[0], BatchOp::Put(b"a", b"1"));
         assert_eq!(ops[1], BatchOp::Delete(b"b"));
         assert!(matches!(ops[2], BatchOp::Put(b"c", v) if v.len() == 300));
+    }
+
+    #[test]
+    fn large_pointer_ops_round_trip() {
+        let p = LogPtr {
+            segment: 9,
+            offset: 16,
+            len: 1048,
+        };
+        let mut payload = Vec::new();
+        encode_put_large(&mut payload, b"big", p);
+        encode_op(&mut payload, BatchOp::Delete(b"gone"));
+        let ops = decode_ops(&payload, 2).unwrap();
+        assert_eq!(
+            ops,
+            vec![BatchOp::PutLarge(b"big", p), BatchOp::Delete(b"gone")]
+        );
     }
 
     #[test]

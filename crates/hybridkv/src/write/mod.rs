@@ -1,23 +1,39 @@
-//! The write path: batches, group commit into the small log, and the memtable.
+//! The write path: batches, group commit into the logs, and the memtable.
 //!
-//! Owns: assigning LSNs, appending to the small log before acknowledging, inserting into
-//! the memtable, publishing the snapshot LSN, switching a full memtable to immutable, and
-//! slowing writers (never failing them) while flushes catch up. Never: reads levels or
-//! writes level files.
+//! Owns: assigning LSNs, classifying each put (small / medium / large), appending large
+//! values to the large log and every batch's commit record to the small log before
+//! acknowledging, inserting into the memtable, publishing the snapshot LSN, switching a
+//! full memtable to immutable, and slowing writers (never failing them) while flushes
+//! catch up. Never: reads levels or writes level files.
+//!
+//! A batch commits atomically through its one small-log record. A large value is written
+//! once, to the large log; the small-log record carries only its key and pointer
+//! (`OP_PUT_LARGE`), so a crash between the two writes leaves an unreferenced large-log
+//! record (garbage) and never half a batch.
 
 pub(crate) mod batch;
 pub(crate) mod commit;
 
 use crate::engine::{Engine, LogState};
 use crate::error::{Error, Result};
+use crate::log::ptr::LogPtr;
 use crate::log::small::SmallLogWriter;
-use crate::memtable::Memtable;
+use crate::memtable::{MemValue, Memtable};
+use crate::placement::{classify, Category};
 use crate::stats::Counters;
-use batch::{decode_ops, BatchOp, WriteBatch};
+use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
 use commit::Request;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// One operation ready for the memtable.
+pub(crate) struct Staged<'a> {
+    pub key: &'a [u8],
+    pub lsn: u64,
+    pub value: MemValue,
+}
 
 impl Engine {
     /// Commits `batch` (atomically) and returns once it is in the log and visible.
@@ -31,6 +47,31 @@ impl Engine {
         self.commit.submit(req, |group| self.commit_group(group))
     }
 
+    /// Appends a large value to the large log, starting a new segment when the current one
+    /// is full (the full one is synced first, keeping later segments from outliving it).
+    pub(crate) fn append_large(
+        &self,
+        log: &mut LogState,
+        key: &[u8],
+        value: &[u8],
+        lsn: u64,
+    ) -> Result<LogPtr> {
+        let full = log
+            .large
+            .as_ref()
+            .is_none_or(|w| w.len() >= self.opts.large_segment_size as u64);
+        if full {
+            if let Some(old) = log.large.as_mut() {
+                old.commit(true)?;
+            }
+            log.large = Some(self.new_large_segment()?);
+        }
+        match log.large.as_mut() {
+            Some(w) => w.append(key, value, lsn),
+            None => Err(Error::Closed),
+        }
+    }
+
     fn commit_group(&self, group: &[Arc<Request>]) -> Result<()> {
         self.check_poison()?;
         if self.is_shutdown() {
@@ -41,48 +82,98 @@ impl Engine {
         let first = log.next_lsn;
         let mut lsn = first;
         let mut sync = false;
+        let mut large_written = false;
+        let mut staged: Vec<Staged<'_>> = Vec::new();
+        let mut records: Vec<(u64, u32, Cow<'_, [u8]>)> = Vec::with_capacity(group.len());
+        let (mut puts, mut deletes, mut bytes) = (0u64, 0u64, 0u64);
+        let mut large_bytes = 0u64;
         for r in group {
-            log.writer.add(lsn, r.batch.count(), r.batch.payload());
-            lsn += u64::from(r.batch.count());
             sync |= r.sync;
+            let Some(ops) = decode_ops(r.batch.payload(), r.batch.count()) else {
+                return Err(Error::InvalidArgument("malformed write batch".into()));
+            };
+            let has_large = ops.iter().any(|op| {
+                matches!(op, BatchOp::Put(k, v) if classify(&self.opts, k.len(), v.len()) == Category::Large)
+            });
+            let batch_first = lsn;
+            let mut payload: Option<Vec<u8>> =
+                has_large.then(|| Vec::with_capacity(64 * ops.len()));
+            for op in ops {
+                let value = match op {
+                    BatchOp::Put(k, v) => {
+                        puts += 1;
+                        bytes += (k.len() + v.len()) as u64;
+                        if classify(&self.opts, k.len(), v.len()) == Category::Large {
+                            let ptr = match self.append_large(&mut log, k, v, lsn) {
+                                Ok(p) => p,
+                                Err(e) => {
+                                    self.set_poison(&e);
+                                    return Err(e);
+                                }
+                            };
+                            large_written = true;
+                            large_bytes += u64::from(ptr.len);
+                            if let Some(p) = payload.as_mut() {
+                                encode_put_large(p, k, ptr);
+                            }
+                            MemValue::Large(ptr)
+                        } else {
+                            if let Some(p) = payload.as_mut() {
+                                encode_op(p, op);
+                            }
+                            MemValue::Value(v.into())
+                        }
+                    }
+                    BatchOp::Delete(k) => {
+                        deletes += 1;
+                        bytes += k.len() as u64;
+                        if let Some(p) = payload.as_mut() {
+                            encode_op(p, op);
+                        }
+                        MemValue::Tombstone
+                    }
+                    BatchOp::PutLarge(..) => {
+                        return Err(Error::InvalidArgument("internal op in a user batch".into()));
+                    }
+                };
+                let key = match op {
+                    BatchOp::Put(k, _) | BatchOp::Delete(k) | BatchOp::PutLarge(k, _) => k,
+                };
+                staged.push(Staged { key, lsn, value });
+                lsn += 1;
+            }
+            let body = match payload {
+                Some(p) => Cow::Owned(p),
+                None => Cow::Borrowed(r.batch.payload()),
+            };
+            records.push((batch_first, r.batch.count(), body));
         }
-        if let Err(e) = log.writer.commit(sync) {
-            // The log may hold part of the group: nothing after it can be trusted.
+        // The large log first: the small-log record is the commit point.
+        let mut result = Ok(());
+        if large_written {
+            if let Some(w) = log.large.as_mut() {
+                result = w.commit(sync);
+            }
+        }
+        if result.is_ok() {
+            for (first_lsn, count, body) in &records {
+                log.writer.add(*first_lsn, *count, body);
+            }
+            result = log.writer.commit(sync);
+        }
+        if let Err(e) = result {
+            // The logs may hold part of the group: nothing after it can be trusted.
             self.set_poison(&e);
             return Err(e);
         }
         log.next_lsn = lsn;
-        let mem = Arc::clone(&log.mem);
-        let mut lsn = first;
-        let (mut puts, mut deletes, mut bytes) = (0u64, 0u64, 0u64);
-        for r in group {
-            let Some(ops) = decode_ops(r.batch.payload(), r.batch.count()) else {
-                let e = Error::InvalidArgument("malformed write batch".into());
-                self.set_poison(&e);
-                return Err(e);
-            };
-            for op in ops {
-                match op {
-                    BatchOp::Put(k, v) => {
-                        mem.insert(k, lsn, Some(v));
-                        puts += 1;
-                        bytes += (k.len() + v.len()) as u64;
-                    }
-                    BatchOp::Delete(k) => {
-                        mem.insert(k, lsn, None);
-                        deletes += 1;
-                        bytes += k.len() as u64;
-                    }
-                }
-                lsn += 1;
-            }
-        }
-        self.read.write().visible = lsn - 1;
+        self.apply(&log.mem, staged, lsn - 1);
         drop(log);
         let c = &self.counters;
         Counters::add(&c.puts, puts);
         Counters::add(&c.deletes, deletes);
         Counters::add(&c.user_bytes_written, bytes);
+        Counters::add(&c.large_bytes_written, large_bytes);
         Counters::add(&c.commit_groups, 1);
         if sync {
             Counters::add(&c.synced_commits, 1);
@@ -90,8 +181,18 @@ impl Engine {
         Ok(())
     }
 
+    /// Inserts committed operations and makes them visible up to `last_lsn`.
+    /// # Preconditions
+    /// The caller holds the `log` mutex and the operations are durable in the logs.
+    pub(crate) fn apply(&self, mem: &Memtable, staged: Vec<Staged<'_>>, last_lsn: u64) {
+        for s in staged {
+            mem.insert(s.key, s.lsn, s.value);
+        }
+        self.read.write().visible = last_lsn;
+    }
+
     /// Switches a full memtable to immutable, first waiting while too many wait for flush.
-    fn make_room(&self, log: &mut LogState) -> Result<()> {
+    pub(crate) fn make_room(&self, log: &mut LogState) -> Result<()> {
         if log.mem.size() < self.opts.memtable_size {
             return Ok(());
         }
@@ -121,12 +222,14 @@ impl Engine {
         if log.mem.is_empty() {
             return Ok(());
         }
-        // Old log durable first: after a power loss no later file may hold data while an
+        // Old logs durable first: after a power loss no later file may hold data while an
         // earlier one lost some (that would be a hole).
         let id = self.alloc_file_id();
         let next = log
-            .writer
-            .sync()
+            .large
+            .as_mut()
+            .map_or(Ok(()), |w| w.commit(true))
+            .and_then(|()| log.writer.sync())
             .and_then(|()| SmallLogWriter::create(&self.io, &self.dir, id));
         let writer = match next {
             Ok(w) => w,

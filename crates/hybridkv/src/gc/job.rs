@@ -1,0 +1,193 @@
+//! One garbage-collection pass over the large log.
+
+use super::planner::{pick_victims, SegmentUsage};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::level::LevelValue;
+use crate::log::large::{self, LargeRecord, SEGMENT_HEADER};
+use crate::log::ptr::LogPtr;
+use crate::manifest::SEGMENT_LARGE;
+use crate::memtable::MemValue;
+use crate::stats::Counters;
+use crate::write::batch::encode_put_large;
+use crate::write::Staged;
+
+/// Records relocated per hold of the commit lock (keeps writer pauses short).
+const RELOCATE_CHUNK: usize = 512;
+/// Segments collected per pass at most.
+const MAX_SEGMENTS_PER_PASS: usize = 64;
+
+/// What one pass did (`Db::gc`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Segments collected and freed.
+    pub segments_freed: u64,
+    /// Bytes of segment files freed.
+    pub bytes_freed: u64,
+    /// Records read and checked against the index.
+    pub entries_checked: u64,
+    /// Live records re-appended.
+    pub entries_relocated: u64,
+    /// Bytes of live records re-appended.
+    pub bytes_relocated: u64,
+}
+
+impl Engine {
+    /// The garbage collector's thread: a pass every `gc_interval`, until shutdown.
+    pub(crate) fn gc_loop(&self) {
+        loop {
+            {
+                let deadline = std::time::Instant::now() + self.opts.gc_interval;
+                let mut g = self.bg.lock();
+                // The condvar is shared with flushes and writers: wake for the deadline,
+                // an explicit request or shutdown, not for every notification.
+                while !g.shutdown && !g.gc_requested && std::time::Instant::now() < deadline {
+                    self.bg_cv.wait_until(&mut g, deadline);
+                }
+                if g.shutdown {
+                    return;
+                }
+                g.gc_requested = false;
+            }
+            if self.poison.lock().is_some() {
+                continue;
+            }
+            if self.gc_pass(self.opts.gc_threshold).is_err() {
+                // Failures that endanger writes poisoned the engine inside the pass; others
+                // (a damaged segment) are reported by reads and by `check`.
+                Counters::add(&self.counters.gc_errors, 1);
+            }
+        }
+    }
+
+    /// Collects every large-log segment whose garbage ratio reached the threshold.
+    pub(crate) fn gc_pass(&self, threshold: f64) -> Result<GcReport> {
+        let _one_at_a_time = self.gc_lock.lock();
+        let active = self.log.lock().large.as_ref().map(large::SegmentWriter::id);
+        let usage: Vec<SegmentUsage> = {
+            let vs = self.versions.lock();
+            vs.segments
+                .iter()
+                .filter(|(_, m)| m.kind == SEGMENT_LARGE)
+                .map(|(&id, m)| SegmentUsage {
+                    id,
+                    bytes: self
+                        .io
+                        .fs()
+                        .file_len(&self.dir.join(large::file_name(id)))
+                        .unwrap_or(SEGMENT_HEADER)
+                        .saturating_sub(SEGMENT_HEADER),
+                    garbage: m.garbage,
+                })
+                .collect()
+        };
+        let mut report = GcReport::default();
+        for id in pick_victims(&usage, active, threshold, MAX_SEGMENTS_PER_PASS) {
+            self.collect_segment(id, &mut report)?;
+        }
+        let c = &self.counters;
+        Counters::add(&c.gc_passes, 1);
+        Counters::add(&c.gc_segments_freed, report.segments_freed);
+        Counters::add(&c.gc_bytes_freed, report.bytes_freed);
+        Counters::add(&c.gc_entries_checked, report.entries_checked);
+        Counters::add(&c.gc_entries_relocated, report.entries_relocated);
+        Counters::add(&c.gc_bytes_relocated, report.bytes_relocated);
+        Ok(report)
+    }
+
+    /// Whether the index's newest version of `key` is the large record at `ptr`.
+    fn still_points_at(&self, key: &[u8], ptr: LogPtr) -> Result<bool> {
+        let (sv, _) = self.snapshot();
+        Ok(matches!(
+            crate::read::lookup(&sv, u64::MAX, key)?,
+            Some((LevelValue::Large(p), _)) if p == ptr
+        ))
+    }
+
+    fn collect_segment(&self, id: u64, report: &mut GcReport) -> Result<()> {
+        let path = self.dir.join(large::file_name(id));
+        let file_len = self.io.fs().file_len(&path)?;
+        // A torn tail can only hold records no commit record names: tolerate it.
+        let records = large::scan_segment(&self.io, &path, id, true)?;
+        report.entries_checked += records.len() as u64;
+        // First pass without the commit lock: most dead records are filtered here.
+        let mut live: Vec<(LogPtr, LargeRecord)> = Vec::new();
+        for (ptr, rec) in records {
+            if self.still_points_at(&rec.key, ptr)? {
+                live.push((ptr, rec));
+            }
+        }
+        for chunk in live.chunks(RELOCATE_CHUNK) {
+            self.relocate(chunk, report)?;
+        }
+        // The relocations are durable; now the segment can leave the manifest.
+        {
+            let mut vs = self.versions.lock();
+            vs.segments.remove(&id);
+            let version = std::sync::Arc::clone(&vs.version);
+            self.manifest_state(&vs, &version)
+                .store(&self.io, &self.dir)?;
+        }
+        self.publish_segments(|set| {
+            if let Some(seg) = set.remove(&id) {
+                seg.mark_obsolete();
+            }
+        });
+        report.segments_freed += 1;
+        report.bytes_freed += file_len;
+        Ok(())
+    }
+
+    /// Re-appends the records of `chunk` that the index still points at, as new versions,
+    /// under the commit lock so no user write can slip in between check and insert.
+    fn relocate(&self, chunk: &[(LogPtr, LargeRecord)], report: &mut GcReport) -> Result<()> {
+        let mut log = self.log.lock();
+        self.make_room(&mut log)?;
+        let first = log.next_lsn;
+        let mut lsn = first;
+        let mut payload = Vec::new();
+        let mut staged: Vec<Staged<'_>> = Vec::new();
+        for (old, rec) in chunk {
+            if !self.still_points_at(&rec.key, *old)? {
+                continue; // updated or deleted since the first check
+            }
+            let ptr = match self.append_large(&mut log, &rec.key, &rec.value, lsn) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.set_poison(&e);
+                    return Err(e);
+                }
+            };
+            encode_put_large(&mut payload, &rec.key, ptr);
+            staged.push(Staged {
+                key: &rec.key,
+                lsn,
+                value: MemValue::Large(ptr),
+            });
+            report.entries_relocated += 1;
+            report.bytes_relocated += u64::from(ptr.len);
+            lsn += 1;
+        }
+        if staged.is_empty() {
+            return Ok(());
+        }
+        // Durable before the old segment may be freed.
+        let count = staged.len() as u32;
+        let result = match log.large.as_mut() {
+            Some(w) => w.commit(true),
+            None => Ok(()),
+        }
+        .and_then(|()| {
+            log.writer.add(first, count, &payload);
+            log.writer.commit(true)
+        });
+        if let Err(e) = result {
+            self.set_poison(&e);
+            return Err(e);
+        }
+        log.next_lsn = lsn;
+        let mem = std::sync::Arc::clone(&log.mem);
+        self.apply(&mem, staged, lsn - 1);
+        Ok(())
+    }
+}

@@ -1,0 +1,365 @@
+//! The large (value) log: segments `NNNNNNNN.vlog` holding large pairs, their only durable
+//! copy (Parallax §3.1; WiscKey's vLog).
+//!
+//! Segment layout (FORMAT.md, "Large log"): a 16-byte header, then records
+//! `[key_len u32][value_len u32][lsn u64][crc u32][key][value]`, the CRC32C covering the
+//! first 16 bytes, the key and the value. Records carry the key so garbage collection can
+//! check, by looking the key up, whether the index still points at them.
+
+use super::ptr::LogPtr;
+use crate::error::{Error, Result};
+use crate::format::{crc32c, crc32c_append, Decoder};
+use crate::io::{Io, IoComponent, ReadableFile, WritableFile};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const MAGIC: &[u8; 8] = b"HKVLLOG\0";
+/// Format version of large-log segments.
+pub(crate) const VERSION: u32 = 1;
+/// Bytes before the first record.
+pub(crate) const SEGMENT_HEADER: u64 = 16;
+/// Bytes of a record before its key.
+pub(crate) const RECORD_HEADER: usize = 20;
+
+/// The two logs that use this segment format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SegmentKind {
+    /// The large (value) log, `NNNNNNNN.vlog`, collected by GC.
+    Large,
+    /// The transient log of medium pairs, `NNNNNNNN.tlog`, freed whole at the merge level.
+    Transient,
+}
+
+impl SegmentKind {
+    fn extension(self) -> &'static str {
+        match self {
+            SegmentKind::Large => "vlog",
+            SegmentKind::Transient => "tlog",
+        }
+    }
+
+    /// The I/O component its reads and writes are counted under.
+    pub(crate) fn component(self) -> IoComponent {
+        match self {
+            SegmentKind::Large => IoComponent::LargeLog,
+            SegmentKind::Transient => IoComponent::TransientLog,
+        }
+    }
+
+    /// File name of segment `id`.
+    pub(crate) fn file_name(self, id: u64) -> String {
+        format!("{id:08}.{}", self.extension())
+    }
+
+    /// Parses a segment file name of this kind back to its id.
+    pub(crate) fn parse_name(self, name: &str) -> Option<u64> {
+        name.strip_suffix(self.extension())?
+            .strip_suffix('.')?
+            .parse()
+            .ok()
+    }
+}
+
+/// File name of large-log segment `id`.
+pub(crate) fn file_name(id: u64) -> String {
+    SegmentKind::Large.file_name(id)
+}
+
+fn segment_header() -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    let crc = crc32c(&h[..12]);
+    h[12..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// The segment being appended to.
+pub(crate) struct SegmentWriter {
+    id: u64,
+    file: Box<dyn WritableFile>,
+}
+
+impl SegmentWriter {
+    /// Creates segment `id` in `dir` (durable once the directory is synced).
+    pub(crate) fn create(io: &Io, dir: &Path, kind: SegmentKind, id: u64) -> Result<Self> {
+        let mut file = io.create(&dir.join(kind.file_name(id)), kind.component())?;
+        file.append(&segment_header())?;
+        file.flush()?;
+        io.fs().sync_dir(dir)?;
+        Ok(SegmentWriter { id, file })
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Bytes in the segment so far.
+    pub(crate) fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    /// Appends one record (buffered until [`Self::commit`]).
+    pub(crate) fn append(&mut self, key: &[u8], value: &[u8], lsn: u64) -> Result<LogPtr> {
+        let offset = self.file.len();
+        let mut h = [0u8; RECORD_HEADER];
+        h[..4].copy_from_slice(&(key.len() as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        h[8..16].copy_from_slice(&lsn.to_le_bytes());
+        let crc = crc32c_append(crc32c_append(crc32c(&h[..16]), key), value);
+        h[16..20].copy_from_slice(&crc.to_le_bytes());
+        self.file.append(&h)?;
+        self.file.append(key)?;
+        self.file.append(value)?;
+        Ok(LogPtr {
+            segment: self.id,
+            offset,
+            len: (RECORD_HEADER + key.len() + value.len()) as u32,
+        })
+    }
+
+    /// Hands appended records to the OS; with `sync`, makes them durable.
+    pub(crate) fn commit(&mut self, sync: bool) -> Result<()> {
+        if sync {
+            self.file.sync_data()
+        } else {
+            self.file.flush()
+        }
+    }
+}
+
+/// One decoded record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LargeRecord {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub lsn: u64,
+}
+
+/// Decodes the record at the start of `buf` (exactly `buf.len()` bytes when `exact`).
+fn decode_record(
+    buf: &[u8],
+    exact: bool,
+) -> std::result::Result<(LargeRecord, usize), &'static str> {
+    let mut d = Decoder::new(buf);
+    let (Some(klen), Some(vlen), Some(lsn), Some(crc)) = (d.u32(), d.u32(), d.u64(), d.u32())
+    else {
+        return Err("truncated record header");
+    };
+    let total = RECORD_HEADER
+        .checked_add(klen as usize)
+        .and_then(|t| t.checked_add(vlen as usize))
+        .ok_or("record length overflows")?;
+    if exact && total != buf.len() {
+        return Err("record length does not match its pointer");
+    }
+    let key = d.bytes(klen as usize).ok_or("record key past end")?;
+    let value = d.bytes(vlen as usize).ok_or("record value past end")?;
+    let head = buf.get(..16).ok_or("truncated record header")?;
+    if crc32c_append(crc32c_append(crc32c(head), key), value) != crc {
+        return Err("record checksum mismatch");
+    }
+    Ok((
+        LargeRecord {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            lsn,
+        },
+        total,
+    ))
+}
+
+/// A segment open for reading. Deleted when marked obsolete and no longer referenced.
+pub(crate) struct SegmentFile {
+    id: u64,
+    path: PathBuf,
+    file: Arc<dyn ReadableFile>,
+    io: Io,
+    obsolete: AtomicBool,
+}
+
+impl std::fmt::Debug for SegmentFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentFile").field("id", &self.id).finish()
+    }
+}
+
+impl Drop for SegmentFile {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            // A failure leaves an orphan that the next open sweeps.
+            let _ = self.io.fs().remove(&self.path);
+        }
+    }
+}
+
+impl SegmentFile {
+    pub(crate) fn open(io: &Io, dir: &Path, kind: SegmentKind, id: u64) -> Result<Self> {
+        let path = dir.join(kind.file_name(id));
+        let file = io.open(&path, kind.component())?;
+        Ok(SegmentFile {
+            id,
+            path,
+            file,
+            io: io.clone(),
+            obsolete: AtomicBool::new(false),
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
+    /// Bytes in the file now (it may still be growing).
+    pub(crate) fn len(&self) -> u64 {
+        self.io.fs().file_len(&self.path).unwrap_or(0)
+    }
+
+    /// Reads the record `ptr` points at and checks that it holds `key`.
+    pub(crate) fn read(&self, ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; ptr.len as usize];
+        self.read_into(ptr, &mut buf)?;
+        decode_checked(&buf, ptr, key, &self.path)
+    }
+
+    /// Reads `buf.len()` bytes at `ptr.offset` (a pointer past the end is corruption).
+    pub(crate) fn read_into(&self, ptr: LogPtr, buf: &mut [u8]) -> Result<()> {
+        self.file
+            .read_exact_at(ptr.offset, buf)
+            .map_err(|e| match e {
+                Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    Error::corruption(
+                        &self.path,
+                        ptr.offset,
+                        "log pointer past the end of the segment",
+                    )
+                }
+                other => other,
+            })
+    }
+}
+
+/// Decodes the record `ptr` points at from exactly its bytes, checking it holds `key`.
+pub(crate) fn decode_checked(buf: &[u8], ptr: LogPtr, key: &[u8], path: &Path) -> Result<Vec<u8>> {
+    let (rec, _) = decode_record(buf, true).map_err(|w| Error::corruption(path, ptr.offset, w))?;
+    if rec.key != key {
+        return Err(Error::corruption(
+            path,
+            ptr.offset,
+            "log record holds another key",
+        ));
+    }
+    Ok(rec.value)
+}
+
+/// Reads every record of segment file `path` (for GC and checks). A damaged record ends
+/// the scan with `Error::Corruption`, except a torn tail when `tolerate_tail` is set.
+pub(crate) fn scan_segment(
+    io: &Io,
+    path: &Path,
+    id: u64,
+    tolerate_tail: bool,
+) -> Result<Vec<(LogPtr, LargeRecord)>> {
+    let data = io.read_all(path, IoComponent::Gc)?;
+    parse_segment(&data, path, id, tolerate_tail)
+}
+
+/// Decodes every record of a segment's bytes.
+pub(crate) fn parse_segment(
+    data: &[u8],
+    path: &Path,
+    id: u64,
+    tolerate_tail: bool,
+) -> Result<Vec<(LogPtr, LargeRecord)>> {
+    let header = data.get(..SEGMENT_HEADER as usize);
+    if header != Some(segment_header().as_slice()) {
+        if let (true, Some(h)) = (data.len() >= 12, header) {
+            let version = Decoder::new(h.get(8..12).unwrap_or_default())
+                .u32()
+                .unwrap_or(0);
+            if h.get(..8) == Some(MAGIC.as_slice()) && version != VERSION {
+                return Err(Error::UnsupportedVersion {
+                    file: path.to_path_buf(),
+                    found: version,
+                    supported: VERSION,
+                });
+            }
+        }
+        if tolerate_tail && data.len() < SEGMENT_HEADER as usize {
+            return Ok(Vec::new());
+        }
+        return Err(Error::corruption(path, 0, "bad large-log segment header"));
+    }
+    let mut out = Vec::new();
+    let mut pos = SEGMENT_HEADER as usize;
+    while pos < data.len() {
+        match decode_record(data.get(pos..).unwrap_or_default(), false) {
+            Ok((rec, n)) => {
+                out.push((
+                    LogPtr {
+                        segment: id,
+                        offset: pos as u64,
+                        len: n as u32,
+                    },
+                    rec,
+                ));
+                pos += n;
+            }
+            Err(_) if tolerate_tail => break,
+            Err(what) => return Err(Error::corruption(path, pos as u64, what)),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::RealFs;
+
+    #[test]
+    fn append_read_scan_and_detect_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 7).unwrap();
+        let big = vec![0xabu8; 70_000]; // length needs more than 16 bits
+        let p1 = w.append(b"k1", b"v1", 10).unwrap();
+        let p2 = w.append(b"k2", &big, 11).unwrap();
+        w.commit(true).unwrap();
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 7).unwrap();
+        assert_eq!(seg.read(p1, b"k1").unwrap(), b"v1");
+        assert_eq!(seg.read(p2, b"k2").unwrap(), big);
+        assert!(seg.read(p1, b"other").unwrap_err().is_corruption());
+        let recs = scan_segment(&io, seg.path(), 7, false).unwrap();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[1].0, p2);
+        assert_eq!(recs[1].1.lsn, 11);
+        // Flip one value byte: the read reports corruption at the record's offset.
+        let path = seg.path().to_path_buf();
+        let mut data = std::fs::read(&path).unwrap();
+        data[p2.offset as usize + RECORD_HEADER + 2 + 100] ^= 1;
+        std::fs::write(&path, &data).unwrap();
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 7).unwrap();
+        match seg.read(p2, b"k2") {
+            Err(Error::Corruption { offset, .. }) => assert_eq!(offset, p2.offset),
+            other => panic!("expected corruption, got {other:?}"),
+        }
+        assert!(scan_segment(&io, &path, 7, false)
+            .unwrap_err()
+            .is_corruption());
+        assert_eq!(scan_segment(&io, &path, 7, true).unwrap().len(), 1);
+        // A pointer past the end is corruption, not an I/O error.
+        let past = LogPtr {
+            segment: 7,
+            offset: 1 << 20,
+            len: 30,
+        };
+        assert!(seg.read(past, b"k1").unwrap_err().is_corruption());
+    }
+}

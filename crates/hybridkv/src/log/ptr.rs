@@ -1,0 +1,30 @@
+//! `LogPtr`: where a record lives in a log segment.
+
+use crate::format::Decoder;
+
+/// Encoded size of a [`LogPtr`].
+pub(crate) const LOG_PTR_SIZE: usize = 20;
+
+/// The location of one record: segment file id, byte offset, record length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct LogPtr {
+    pub segment: u64,
+    pub offset: u64,
+    pub len: u32,
+}
+
+impl LogPtr {
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.segment.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+    }
+
+    pub(crate) fn decode(d: &mut Decoder<'_>) -> Option<Self> {
+        Some(LogPtr {
+            segment: d.u64()?,
+            offset: d.u64()?,
+            len: d.u32()?,
+        })
+    }
+}

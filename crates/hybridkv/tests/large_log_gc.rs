@@ -1,0 +1,264 @@
+//! Large pairs live in the large log; garbage collection reclaims their old versions
+//! without ever losing or resurrecting a value.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use hybridkv::{Db, Options, Placement};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn opts() -> Options {
+    Options {
+        memtable_size: 256 << 10,
+        growth_factor: 4,
+        large_segment_size: 64 << 10,
+        cache_bytes: 4 << 20,
+        // Passes are triggered by the tests, not by the timer.
+        gc_interval: std::time::Duration::from_secs(3600),
+        ..Options::default()
+    }
+}
+
+fn value(key: u32, version: u32, len: usize) -> Vec<u8> {
+    let mut v = format!("{key}:{version}:").into_bytes();
+    v.resize(len, (key as u8) ^ (version as u8));
+    v
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:06}").into_bytes()
+}
+
+fn dir_bytes(dir: &std::path::Path, ext: &str) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+#[test]
+fn large_values_live_in_the_large_log_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts()).unwrap();
+        for i in 0..300 {
+            db.put(key(i), value(i, 0, 2000)).unwrap();
+        }
+        db.flush().unwrap();
+        let s = db.stats().unwrap();
+        assert!(s.large_log_segments > 0, "{s}");
+        assert!(s.large_bytes_written >= 300 * 2000, "{s}");
+        // The level holds pointers only: far smaller than the values.
+        assert!(s.level_file_bytes() < 300 * 2000 / 4, "{s}");
+        assert_eq!(db.get(key(7)).unwrap().unwrap(), value(7, 0, 2000));
+    }
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..300 {
+        assert_eq!(
+            db.get(key(i)).unwrap().unwrap(),
+            value(i, 0, 2000),
+            "key {i}"
+        );
+    }
+    let scanned: Vec<_> = db.iter().map(|r| r.unwrap()).collect();
+    assert_eq!(scanned.len(), 300);
+    assert_eq!(scanned[5].1, value(5, 0, 2000));
+}
+
+#[test]
+fn gc_reclaims_overwritten_values_and_keeps_live_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    let n = 400;
+    for round in 0..6 {
+        for i in 0..n {
+            db.put(key(i), value(i, round, 1500)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    let before = dir_bytes(dir.path(), "vlog");
+    let s = db.stats().unwrap();
+    assert!(
+        s.large_log_garbage_bytes > 0,
+        "compaction counted no garbage: {s}"
+    );
+    db.gc().unwrap();
+    let s = db.stats().unwrap();
+    assert!(s.gc_segments_freed > 0, "{s}");
+    assert!(s.gc_entries_checked > 0, "{s}");
+    let after = dir_bytes(dir.path(), "vlog");
+    assert!(
+        after < before,
+        "large log did not shrink: {before} -> {after}"
+    );
+    for i in 0..n {
+        assert_eq!(
+            db.get(key(i)).unwrap().unwrap(),
+            value(i, 5, 1500),
+            "key {i}"
+        );
+    }
+    // Live data is n × ~1.5 KB; after GC the large log stays within a small factor.
+    let live = u64::from(n) * 1530;
+    assert!(
+        after < live * 3,
+        "large log {after} bytes for {live} live bytes"
+    );
+    drop(db);
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..n {
+        assert_eq!(
+            db.get(key(i)).unwrap().unwrap(),
+            value(i, 5, 1500),
+            "key {i} after reopen"
+        );
+    }
+}
+
+#[test]
+fn deleting_everything_gives_the_space_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..500 {
+        db.put(key(i), value(i, 0, 3000)).unwrap();
+    }
+    db.flush().unwrap();
+    for i in 0..500 {
+        db.delete(key(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    db.gc().unwrap();
+    // Everything is deleted: the large log holds at most the active segment.
+    let vlog = dir_bytes(dir.path(), "vlog");
+    assert!(
+        vlog <= 2 * (64 << 10) + 4096,
+        "large log still holds {vlog} bytes"
+    );
+    assert_eq!(db.iter().count(), 0);
+}
+
+#[test]
+fn keys_change_category_back_and_forth() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let sizes = [5usize, 150, 3000, 40, 900, 70_000, 10];
+    let mut db = Db::open(dir.path(), opts()).unwrap();
+    for round in 0..sizes.len() as u32 {
+        for i in 0..150u32 {
+            let k = key(i);
+            if (i + round) % 5 == 0 {
+                db.delete(&k).unwrap();
+                model.remove(&k);
+            } else {
+                let len = sizes[((i + round) as usize) % sizes.len()];
+                let v = value(i, round, len);
+                db.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+        }
+        match round % 3 {
+            0 => db.flush().unwrap(),
+            1 => {
+                db.compact().unwrap();
+                db.gc().unwrap();
+            }
+            _ => {
+                drop(db);
+                db = Db::open(dir.path(), opts()).unwrap();
+            }
+        }
+        for (k, v) in &model {
+            assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "round {round}");
+        }
+        let scanned: BTreeMap<_, _> = db.iter().map(|r| r.unwrap()).collect();
+        assert_eq!(scanned, model, "scan after round {round}");
+    }
+}
+
+#[test]
+fn gc_never_resurrects_an_old_value_while_updates_race() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    let n = 200u32;
+    for round in 0..3 {
+        for i in 0..n {
+            db.put(key(i), value(i, round, 1200)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.compact().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let gc = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut freed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                freed += db.gc().unwrap().segments_freed;
+                db.compact().unwrap();
+            }
+            freed
+        })
+    };
+    // Updates and deletes of the same keys while GC relocates them.
+    let mut last: BTreeMap<u32, Option<u32>> = BTreeMap::new();
+    for round in 3..12u32 {
+        for i in 0..n {
+            if (i + round) % 7 == 0 {
+                db.delete(key(i)).unwrap();
+                last.insert(i, None);
+            } else {
+                db.put(key(i), value(i, round, 1200)).unwrap();
+                last.insert(i, Some(round));
+            }
+        }
+        db.flush().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let freed = gc.join().unwrap();
+    db.compact().unwrap();
+    db.gc().unwrap();
+    assert!(freed + db.stats().unwrap().gc_segments_freed > 0);
+    for i in 0..n {
+        let want = last[&i].map(|r| value(i, r, 1200));
+        assert_eq!(db.get(key(i)).unwrap(), want, "key {i}");
+    }
+    drop(db);
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..n {
+        let want = last[&i].map(|r| value(i, r, 1200));
+        assert_eq!(db.get(key(i)).unwrap(), want, "key {i} after reopen");
+    }
+}
+
+#[test]
+fn placement_modes_store_values_where_they_say() {
+    for (placement, expect_log) in [
+        (Placement::InPlace, false),
+        (Placement::AllLog, true),
+        (Placement::Hybrid, false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(
+            dir.path(),
+            Options {
+                placement,
+                ..opts()
+            },
+        )
+        .unwrap();
+        for i in 0..200 {
+            db.put(key(i), value(i, 0, 30)).unwrap(); // small pairs
+        }
+        db.flush().unwrap();
+        let s = db.stats().unwrap();
+        assert_eq!(s.large_log_segments > 0, expect_log, "{placement:?}: {s}");
+        for i in 0..200 {
+            assert_eq!(db.get(key(i)).unwrap().unwrap(), value(i, 0, 30));
+        }
+    }
+}
