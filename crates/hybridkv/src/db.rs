@@ -216,6 +216,16 @@ impl Db {
         self.engine.gc_pass(self.engine.opts.gc_threshold)
     }
 
+    /// Flushes, then merges every level down into one run at the bottom of the tree, so
+    /// that every overwritten version and every tombstone is dropped now (not when the
+    /// levels happen to fill up). Afterwards `gc` can reclaim the large-log space they held.
+    /// Rewrites the whole database: meant for after bulk deletes or before measuring space.
+    pub fn compact_all(&self) -> Result<()> {
+        self.flush()?;
+        self.compact()?;
+        self.engine.compact_all()
+    }
+
     /// A snapshot of the engine's statistics.
     pub fn stats(&self) -> Result<Stats> {
         let e = &self.engine;
@@ -233,14 +243,14 @@ impl Db {
             .levels
             .iter()
             .enumerate()
-            .map(|(i, f)| LevelStats {
+            .map(|(i, runs)| LevelStats {
                 level: i + 1,
-                files: usize::from(f.is_some()),
-                file_bytes: f.as_ref().map_or(0, |f| f.file_len()),
+                files: runs.len(),
+                file_bytes: runs.iter().map(|f| f.file_len()).sum(),
                 target_bytes: e.opts.level_target_bytes(i + 1),
-                entries: f.as_ref().map_or(0, |f| f.entries()),
-                tombstones: f.as_ref().map_or(0, |f| f.tombstones()),
-                kv_bytes: f.as_ref().map_or(0, |f| f.kv_bytes()),
+                entries: runs.iter().map(|f| f.entries()).sum(),
+                tombstones: runs.iter().map(|f| f.tombstones()).sum(),
+                kv_bytes: runs.iter().map(|f| f.kv_bytes()).sum(),
             })
             .collect();
         s.wal_file_bytes = crate::log::small::list(&e.io, &e.dir, 0)?

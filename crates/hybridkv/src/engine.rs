@@ -43,8 +43,11 @@ pub(crate) struct ReadState {
 /// The current version and what the manifest must record with it.
 pub(crate) struct VersionState {
     pub version: Arc<Version>,
-    /// `busy[level]`: a job reads or writes that level (index 0 unused).
+    /// `busy[level]`: a compaction reads or writes that level (index 0 unused).
     pub busy: Vec<bool>,
+    /// A flush is running (flushes go one at a time, oldest memtable first; they add a run
+    /// to L1 and so never conflict with a compaction of L1).
+    pub flushing: bool,
     pub log_min_id: u64,
     pub flushed_lsn: u64,
     /// Every live log segment and its bookkeeping.
@@ -56,8 +59,8 @@ pub(crate) struct VersionState {
 pub(crate) struct SegmentMeta {
     /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
     pub kind: u8,
-    /// Owning level (transient segments).
-    pub level: u32,
+    /// Transient segments: the level file (run) whose pointers use it.
+    pub owner: u64,
     /// Bytes of records known to be garbage (large segments).
     pub garbage: u64,
 }
@@ -142,7 +145,7 @@ impl Engine {
                 .map(|(&id, m)| SegmentRecord {
                     id,
                     kind: m.kind,
-                    level: m.level,
+                    owner: m.owner,
                     garbage: m.garbage,
                 })
                 .collect(),
@@ -167,7 +170,7 @@ impl Engine {
                 id,
                 SegmentMeta {
                     kind: SEGMENT_LARGE,
-                    level: 0,
+                    owner: 0,
                     garbage: 0,
                 },
             );

@@ -158,6 +158,26 @@ impl Options {
                 self.background_threads
             )
         })?;
+        check(
+            (64 << 10..=1 << 30).contains(&self.large_segment_size),
+            || {
+                format!(
+                    "large_segment_size = {} (must be 64 KiB ..= 1 GiB)",
+                    self.large_segment_size
+                )
+            },
+        )?;
+        // Written so that NaN fails too.
+        check(self.gc_threshold > 0.0 && self.gc_threshold <= 1.0, || {
+            format!("gc_threshold = {} (must be in (0, 1])", self.gc_threshold)
+        })?;
+        check(self.small_threshold <= self.large_threshold, || {
+            format!(
+                "small_threshold = {} is above large_threshold = {}",
+                self.small_threshold, self.large_threshold
+            )
+        })?;
+        check(!self.gc_interval.is_zero(), || "gc_interval must not be zero".to_string())?;
         Ok(())
     }
 
@@ -264,6 +284,34 @@ mod tests {
                     ..Options::default()
                 },
                 "max_immutable_memtables",
+            ),
+            (
+                Options {
+                    small_threshold: 2000,
+                    ..Options::default()
+                },
+                "small_threshold",
+            ),
+            (
+                Options {
+                    large_segment_size: 10,
+                    ..Options::default()
+                },
+                "large_segment_size",
+            ),
+            (
+                Options {
+                    gc_threshold: f64::NAN,
+                    ..Options::default()
+                },
+                "gc_threshold",
+            ),
+            (
+                Options {
+                    gc_interval: Duration::ZERO,
+                    ..Options::default()
+                },
+                "gc_interval",
             ),
         ];
         for (opts, name) in cases {

@@ -52,7 +52,8 @@ impl Counters {
 pub struct LevelStats {
     /// Level number (1 = first on-disk level).
     pub level: usize,
-    /// Files in the level (0 or 1: each level is one sorted run).
+    /// Sorted runs (files) in the level: L1 holds up to `growth_factor` runs, one per
+    /// flush; deeper levels hold at most one.
     pub files: usize,
     /// Bytes on disk.
     pub file_bytes: u64,
@@ -261,7 +262,7 @@ impl fmt::Display for Stats {
         for l in &self.levels {
             writeln!(
                 f,
-                "L{}: {} file, {:.1} MiB on disk (target {:.1} MiB), {} entries ({} tombstones), {:.1} MiB live kv",
+                "L{}: {} run(s), {:.1} MiB on disk (target {:.1} MiB), {} entries ({} tombstones), {:.1} MiB live kv",
                 l.level,
                 l.files,
                 mib(l.file_bytes),

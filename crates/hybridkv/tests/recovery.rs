@@ -222,7 +222,13 @@ fn reopen_at_every_stage_through_compactions_and_gc() {
         round += 1;
     }
     assert!(compactions >= 3, "no compaction happened");
-    let deep = db.stats().unwrap().levels.iter().filter(|l| l.level > 1 && l.files > 0).count();
+    let deep = db
+        .stats()
+        .unwrap()
+        .levels
+        .iter()
+        .filter(|l| l.level > 1 && l.files > 0)
+        .count();
     assert!(deep > 0, "no level below L1 holds data");
     drop(db);
     let db = reopen(&model, "after compactions");
@@ -294,7 +300,11 @@ fn torn_wal_tail_is_cut_and_earlier_writes_survive() {
     for cut in cuts {
         let dir = tempfile::tempdir().unwrap();
         let (mut model, wal, data) = hundred_records(dir.path());
-        assert_eq!(wal_records(&data), records, "the log layout is deterministic");
+        assert_eq!(
+            wal_records(&data),
+            records,
+            "the log layout is deterministic"
+        );
         std::fs::OpenOptions::new()
             .write(true)
             .open(&wal)
@@ -306,7 +316,11 @@ fn torn_wal_tail_is_cut_and_earlier_writes_survive() {
             let db = Db::open(dir.path(), wal_opts())
                 .unwrap_or_else(|e| panic!("cut at {cut}: open failed: {e}"));
             verify(&db, &model, &format!("cut at {cut}"));
-            assert_eq!(db.get(key(99)).unwrap(), None, "cut at {cut}: torn write visible");
+            assert_eq!(
+                db.get(key(99)).unwrap(),
+                None,
+                "cut at {cut}: torn write visible"
+            );
             // The torn tail is cut off, so the file reads cleanly once it is not the newest.
             assert_eq!(
                 std::fs::metadata(&wal).unwrap().len(),
@@ -325,10 +339,7 @@ fn torn_wal_tail_is_cut_and_earlier_writes_survive() {
 #[test]
 fn corrupt_wal_record_in_the_middle_is_corruption_naming_file_and_offset() {
     // A flipped payload byte and a flipped header byte, each in record 3 of 100.
-    for (what, delta) in [
-        ("payload", WAL_RECORD_HEADER + 2),
-        ("header", 5),
-    ] {
+    for (what, delta) in [("payload", WAL_RECORD_HEADER + 2), ("header", 5)] {
         let dir = tempfile::tempdir().unwrap();
         let (_, wal, mut data) = hundred_records(dir.path());
         let records = wal_records(&data);
@@ -337,7 +348,11 @@ fn corrupt_wal_record_in_the_middle_is_corruption_naming_file_and_offset() {
         std::fs::write(&wal, &data).unwrap();
         for attempt in 0..2 {
             match Db::open(dir.path(), wal_opts()) {
-                Err(Error::Corruption { file, offset, what: why }) => {
+                Err(Error::Corruption {
+                    file,
+                    offset,
+                    what: why,
+                }) => {
                     assert_eq!(file, wal, "{what}: wrong file ({why})");
                     assert_eq!(offset, start as u64, "{what}: wrong offset ({why})");
                     let msg = Error::Corruption {
@@ -354,7 +369,11 @@ fn corrupt_wal_record_in_the_middle_is_corruption_naming_file_and_offset() {
                 Ok(_) => panic!("{what}, attempt {attempt}: open succeeded over a corrupt log"),
             }
             // The failed open repaired nothing by cutting the log.
-            assert_eq!(std::fs::read(&wal).unwrap(), data, "{what}: log was modified");
+            assert_eq!(
+                std::fs::read(&wal).unwrap(),
+                data,
+                "{what}: log was modified"
+            );
         }
     }
 }
@@ -378,7 +397,11 @@ fn corrupt_level_node_is_corruption_on_read_never_wrong_data() {
     // Small inline values and no overflow blobs: the file starts with its leaves (8 KiB
     // each, kind byte 1); the only index node comes after them. Damage the second leaf.
     let leaf = 8192usize;
-    assert!(data.len() > 4 * leaf, "level file too small: {}", data.len());
+    assert!(
+        data.len() > 4 * leaf,
+        "level file too small: {}",
+        data.len()
+    );
     assert_eq!(data[leaf], 1, "offset {leaf} is not a leaf");
     data[leaf + 100] ^= 0xff;
     data[leaf + 4000] ^= 0x01;
@@ -399,7 +422,11 @@ fn corrupt_level_node_is_corruption_on_read_never_wrong_data() {
         }
     }
     assert!(!damaged.is_empty(), "the damaged leaf was never reported");
-    assert!(damaged.len() < n as usize / 2, "{} keys damaged", damaged.len());
+    assert!(
+        damaged.len() < n as usize / 2,
+        "{} keys damaged",
+        damaged.len()
+    );
     let (first, last) = (damaged[0], *damaged.last().unwrap());
     assert_eq!(
         damaged.len() as u32,
@@ -433,10 +460,7 @@ fn corrupt_level_node_is_corruption_on_read_never_wrong_data() {
     }
     assert!(it.next().is_none(), "scan went on after an error");
     // A scan that stays in intact leaves works completely.
-    let tail: Vec<_> = db
-        .range(key((n - 100) * 2)..)
-        .map(|r| r.unwrap())
-        .collect();
+    let tail: Vec<_> = db.range(key((n - 100) * 2)..).map(|r| r.unwrap()).collect();
     assert_eq!(tail.len(), 100);
     assert_eq!(tail[0], (key((n - 100) * 2), val(n - 100)));
 }
@@ -446,8 +470,7 @@ fn reopen_right_after_drop_in_the_same_process() {
     let dir = tempfile::tempdir().unwrap();
     let mut model = Model::new();
     for i in 0..30u32 {
-        let db = Db::open(dir.path(), small_opts())
-            .unwrap_or_else(|e| panic!("reopen {i}: {e}"));
+        let db = Db::open(dir.path(), small_opts()).unwrap_or_else(|e| panic!("reopen {i}: {e}"));
         verify(&db, &model, &format!("reopen {i}"));
         for j in 0..50 {
             let v = value(i * 50 + j, i, len_for(j));

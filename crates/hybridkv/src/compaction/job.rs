@@ -8,13 +8,12 @@ use super::transient::{TransientReader, TransientSink};
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
-use crate::level::{EntryValue, LevelBuilder, LevelFile, LevelMeta, LevelValue};
+use crate::level::{EntryValue, LevelBuilder, LevelMeta, LevelValue};
 use crate::memtable::{MemEntry, Memtable};
 use crate::options::Options;
 use crate::placement::{classify, Category};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 /// A sorted stream of (key, LSN, value) with at most one version per key.
 pub(crate) trait MergeSource {
@@ -63,17 +62,6 @@ impl MergeSource for crate::level::reader::LevelScanner {
     }
 }
 
-/// An input that does not exist (merging into an empty level).
-pub(crate) struct NoSource;
-impl MergeSource for NoSource {
-    fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>> {
-        Ok(None)
-    }
-    fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
-        Ok(v)
-    }
-}
-
 /// What a merge did.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct MergeOutcome {
@@ -97,8 +85,8 @@ impl MergeOutcome {
 pub(crate) enum MediumPolicy<'a, 'b> {
     /// Leave every value as it is (pointers stay pointers).
     Keep,
-    /// A flush above the merge level: medium values from the memtable go to a new sorted
-    /// transient segment and the level keeps pointers.
+    /// A flush above the merge level: medium values (all inline, from the memtable) go to
+    /// a new sorted transient segment and the run keeps pointers.
     ToLog(&'b mut TransientSink<'a>),
     /// The merge level: every medium pointer is read back and the value written in place.
     Inline(&'b mut TransientReader<'a>),
@@ -118,72 +106,78 @@ pub(crate) struct MergeJob<'a> {
 }
 
 impl MergeJob<'_> {
-    /// Merges `newer` over `older` into file `file_id`. Returns `None` (and leaves no file)
-    /// when nothing survives.
+    /// Merges `sources` (newest first: a version from an earlier source shadows the same
+    /// key in later ones) into file `file_id`. Returns `None` (and leaves no file) when
+    /// nothing survives.
     pub(crate) fn run(
         &self,
-        newer: &mut dyn MergeSource,
-        older: &mut dyn MergeSource,
+        sources: &mut [&mut dyn MergeSource],
         mut medium: MediumPolicy<'_, '_>,
     ) -> Result<(Option<LevelMeta>, MergeOutcome)> {
         let path = self.dir.join(file_name(self.file_id));
         let file = self.io.create(&path, self.component)?;
         let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size);
         let mut out = MergeOutcome::default();
-        let mut a = newer.next_entry()?;
-        let mut b = older.next_entry()?;
+        let mut heads: Vec<Option<(Vec<u8>, u64, LevelValue)>> = Vec::with_capacity(sources.len());
+        for s in sources.iter_mut() {
+            heads.push(s.next_entry()?);
+        }
         loop {
-            // Take from the newer input on ties: it shadows the older version.
-            let take_newer = match (&a, &b) {
-                (None, None) => break,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(x), Some(y)) => x.0 <= y.0,
-            };
-            let (entry, from_newer) = if take_newer {
-                if let (Some(x), Some(y)) = (&a, &b) {
-                    if x.0 == y.0 {
-                        if x.1 <= y.1 {
-                            // Levels out of order would let an old value win: stop here.
-                            return Err(Error::corruption(
-                                &path,
-                                0,
-                                format!(
-                                    "merge inputs out of order: newer LSN {} <= older LSN {}",
-                                    x.1, y.1
-                                ),
-                            ));
-                        }
-                        out.dropped_shadowed += 1;
-                        out.entries_in += 1;
-                        out.drop_value(&y.2);
-                        b = older.next_entry()?;
-                    }
+            // The smallest key; on ties the earliest (newest) source wins.
+            let mut winner: Option<usize> = None;
+            for (i, h) in heads.iter().enumerate() {
+                let Some((k, _, _)) = h else { continue };
+                let better = match winner.and_then(|w| heads.get(w)).and_then(Option::as_ref) {
+                    Some((wk, _, _)) => k < wk,
+                    None => true,
+                };
+                if better {
+                    winner = Some(i);
                 }
-                (std::mem::replace(&mut a, newer.next_entry()?), true)
-            } else {
-                (std::mem::replace(&mut b, older.next_entry()?), false)
+            }
+            let Some(w) = winner else { break };
+            let (Some(slot), Some(src)) = (heads.get_mut(w), sources.get_mut(w)) else {
+                break;
             };
-            let Some((key, lsn, value)) = entry else {
+            let Some((key, lsn, value)) = std::mem::replace(slot, src.next_entry()?) else {
                 break;
             };
             out.entries_in += 1;
+            // Older versions of the same key in later sources are shadowed.
+            for (i, h) in heads.iter_mut().enumerate().skip(w + 1) {
+                if h.as_ref().is_some_and(|(k, _, _)| *k == key) {
+                    let Some(s) = sources.get_mut(i) else {
+                        continue;
+                    };
+                    if let Some((_, old_lsn, old_value)) = std::mem::replace(h, s.next_entry()?) {
+                        if old_lsn >= lsn {
+                            // Runs out of order would let an old value win: stop here.
+                            return Err(Error::corruption(
+                                &path,
+                                0,
+                                format!("merge inputs out of order: newer LSN {lsn} <= older LSN {old_lsn}"),
+                            ));
+                        }
+                        out.entries_in += 1;
+                        out.dropped_shadowed += 1;
+                        out.drop_value(&old_value);
+                    }
+                }
+            }
             if value == LevelValue::Tombstone && self.drop_tombstones {
                 out.dropped_tombstones += 1;
                 continue;
             }
-            let value = if from_newer {
-                newer.load_overflow(value)?
-            } else {
-                older.load_overflow(value)?
+            let value = match sources.get(w) {
+                Some(s) => s.load_overflow(value)?,
+                None => value,
             };
             let value = match (value, &mut medium) {
                 (LevelValue::Medium(p), MediumPolicy::Inline(reader)) => {
                     LevelValue::Inline(reader.read(&key, p)?)
                 }
                 (LevelValue::Inline(b), MediumPolicy::ToLog(sink))
-                    if from_newer
-                        && classify(self.opts, key.len(), b.len()) == Category::Medium =>
+                    if classify(self.opts, key.len(), b.len()) == Category::Medium =>
                 {
                     LevelValue::Medium(sink.append(&key, &b, lsn)?)
                 }
@@ -204,9 +198,11 @@ impl MergeJob<'_> {
             };
             builder.add(&key, lsn, ev)?;
         }
-        for v in newer.take_dropped().into_iter().chain(older.take_dropped()) {
-            out.dropped_shadowed += 1;
-            out.drop_value(&v);
+        for s in sources.iter_mut() {
+            for v in s.take_dropped() {
+                out.dropped_shadowed += 1;
+                out.drop_value(&v);
+            }
         }
         if builder.entries() == 0 {
             drop(builder);
@@ -217,17 +213,6 @@ impl MergeJob<'_> {
         out.meta = meta;
         Ok((Some(meta), out))
     }
-}
-
-/// Convenience: a scanner over `file`, or an empty source.
-pub(crate) fn level_source(
-    file: Option<&Arc<LevelFile>>,
-    component: IoComponent,
-) -> Result<Box<dyn MergeSource>> {
-    Ok(match file {
-        Some(f) => Box::new(f.scanner(component)?),
-        None => Box::new(NoSource),
-    })
 }
 
 /// Convenience: the newest versions of an immutable memtable.

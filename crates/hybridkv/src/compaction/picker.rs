@@ -9,6 +9,10 @@ pub(crate) struct LevelShape {
     pub target: u64,
     /// A job is reading or writing this level.
     pub busy: bool,
+    /// Sorted runs in the level.
+    pub runs: usize,
+    /// Runs that make the level due for a merge on their own (0: no limit).
+    pub run_limit: usize,
 }
 
 /// Picks the level `i` (1-based) to merge into `i + 1`: the one most over its target, among
@@ -20,7 +24,10 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
         if src.busy || dst.busy || src.bytes == 0 || src.target == 0 {
             continue;
         }
-        let score = src.bytes as f64 / src.target as f64;
+        let mut score = src.bytes as f64 / src.target as f64;
+        if src.run_limit > 0 {
+            score = score.max(src.runs as f64 / src.run_limit as f64);
+        }
         if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
             best = Some((i + 1, score));
         }
@@ -37,7 +44,19 @@ mod tests {
             bytes,
             target,
             busy: false,
+            runs: 1,
+            run_limit: 0,
         }
+    }
+
+    #[test]
+    fn enough_runs_make_l1_due() {
+        let mut v = vec![shape(100, 1000), shape(0, 8000)];
+        v[0].runs = 7;
+        v[0].run_limit = 8;
+        assert_eq!(pick(&v), None);
+        v[0].runs = 8;
+        assert_eq!(pick(&v), Some(1));
     }
 
     #[test]

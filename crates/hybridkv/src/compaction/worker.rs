@@ -1,13 +1,14 @@
-//! Background threads: flush immutable memtables into L1 and merge levels down, then
-//! install each result (manifest first, then the readers' version, then file deletion).
+//! Background threads: flush immutable memtables into L1 (each flush adds a sorted run)
+//! and merge levels down, then install each result (manifest first, then the readers'
+//! version, then file deletion).
 
-use super::job::{level_source, memtable_source, MediumPolicy, MergeJob, MergeOutcome};
+use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
 use super::picker::{pick, LevelShape};
 use super::transient::{TransientReader, TransientSink};
-use crate::engine::Engine;
-use crate::engine::{SegmentMeta, VersionState};
+use crate::engine::{Engine, SegmentMeta, VersionState};
 use crate::error::{Error, Result};
 use crate::io::IoComponent;
+use crate::level::reader::LevelScanner;
 use crate::level::{LevelFile, LevelMeta};
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::small;
@@ -74,24 +75,20 @@ impl Engine {
         }
     }
 
-    /// Picks the next job and marks its levels busy. Flushes come first.
+    /// Picks the next job and marks it. Flushes come first.
     fn claim_work(&self) -> Option<Work> {
         // Read the oldest memtable under the versions lock: a flush removes its memtable
-        // from the super version under this lock, before it clears L1's busy flag, so a
-        // memtable seen here with L1 idle has not been flushed yet. (Reading it before the
-        // lock let a just-flushed memtable be flushed a second time, over newer data.)
+        // from the super version under this lock before it clears `flushing`, so a
+        // memtable seen here while no flush runs has not been flushed. (Reading it before
+        // the lock let a just-flushed memtable be flushed a second time, over newer data.)
         let mut vs = self.versions.lock();
-        let oldest = self.read.read().sv.imms.last().cloned();
-        if let Some(mem) = oldest {
-            if !vs.busy.get(1).copied().unwrap_or(true) {
-                if let Some(b) = vs.busy.get_mut(1) {
-                    *b = true;
-                }
+        if !vs.flushing {
+            if let Some(mem) = self.read.read().sv.imms.last().cloned() {
+                vs.flushing = true;
                 return Some(Work::Flush(mem));
             }
         }
-        let shapes = self.level_shapes(&vs, false);
-        let level = pick(&shapes)?;
+        let level = pick(&self.level_shapes(&vs, false))?;
         for l in [level, level + 1] {
             if let Some(b) = vs.busy.get_mut(l) {
                 *b = true;
@@ -100,36 +97,31 @@ impl Engine {
         Some(Work::Compact(level))
     }
 
-    /// What the picker sees. A level counts its medium pairs at pointer size, except when
-    /// the next level is the merge level: merging will write them in full, so they count at
-    /// full size (Parallax §3.3), keeping the growth factor between levels.
+    /// What the picker sees. L1 is due when its runs reach the growth factor or its bytes
+    /// its target. A level counts its medium pairs at pointer size, plus their full value
+    /// size when the next level is the merge level: merging will write them in full
+    /// (Parallax §3.3), and counting them keeps the growth factor between levels.
     fn level_shapes(&self, vs: &VersionState, ignore_busy: bool) -> Vec<LevelShape> {
+        let v = &vs.version;
         (1..=self.opts.max_levels)
             .map(|l| {
-                let file = vs.version.level(l);
-                let mut bytes = file.map_or(0, |f| f.file_len());
-                if vs
-                    .version
-                    .is_merge_level(l + 1, self.opts.medium_merge_level)
-                {
-                    bytes += file.map_or(0, |f| f.medium_bytes());
+                let mut bytes = v.level_bytes(l);
+                if v.is_merge_level(l + 1, self.opts.medium_merge_level) {
+                    bytes += v.level_medium_bytes(l);
                 }
                 LevelShape {
                     bytes,
                     target: self.opts.level_target_bytes(l),
                     busy: !ignore_busy && vs.busy.get(l).copied().unwrap_or(true),
+                    runs: v.runs(l).len(),
+                    run_limit: if l == 1 {
+                        self.opts.growth_factor as usize
+                    } else {
+                        0
+                    },
                 }
             })
             .collect()
-    }
-
-    fn release(&self, levels: &[usize]) {
-        let mut vs = self.versions.lock();
-        for &l in levels {
-            if let Some(b) = vs.busy.get_mut(l) {
-                *b = false;
-            }
-        }
     }
 
     fn open_output(&self, id: u64, meta: Option<LevelMeta>) -> Result<Option<Arc<LevelFile>>> {
@@ -155,23 +147,37 @@ impl Engine {
         }
     }
 
-    fn count_merge(&self, out: &MergeOutcome) {
+    fn count_merge(&self, out: &MergeOutcome, reader: &TransientReader<'_>, logged: u64) {
         let c = &self.counters;
         Counters::add(&c.compaction_entries_in, out.entries_in);
         Counters::add(&c.dropped_shadowed, out.dropped_shadowed);
         Counters::add(&c.dropped_tombstones, out.dropped_tombstones);
+        Counters::add(&c.medium_values_merged, reader.values);
+        Counters::add(&c.medium_bytes_merged, reader.bytes_read);
+        Counters::add(&c.medium_values_logged, logged);
     }
 
-    /// Merges the oldest immutable memtable into L1.
-    fn run_flush(&self, mem: &Arc<Memtable>) -> Result<()> {
-        let result = contain_panic(|| self.flush_inner(mem));
-        self.release(&[1]);
-        result
+    fn merge_job(
+        &self,
+        file_id: u64,
+        component: IoComponent,
+        drop_tombstones: bool,
+    ) -> MergeJob<'_> {
+        MergeJob {
+            opts: &self.opts,
+            io: &self.io,
+            dir: &self.dir,
+            file_id,
+            component,
+            leaf_size: self.opts.leaf_size,
+            index_size: self.opts.index_node_size,
+            drop_tombstones,
+        }
     }
 
-    /// Registers a new transient segment owned by `level` (before its file exists, so no
-    /// manifest written meanwhile can forget it) and creates it.
-    fn new_transient_segment(&self, level: u32) -> Result<SegmentWriter> {
+    /// Registers a new transient segment used by run `owner` (before its file exists, so
+    /// no manifest written meanwhile can forget it) and creates it.
+    fn new_transient_segment(&self, owner: u64) -> Result<SegmentWriter> {
         let id = {
             let mut vs = self.versions.lock();
             let id = self.alloc_file_id();
@@ -179,7 +185,7 @@ impl Engine {
                 id,
                 SegmentMeta {
                     kind: SEGMENT_TRANSIENT,
-                    level,
+                    owner,
                     garbage: 0,
                 },
             );
@@ -208,13 +214,29 @@ impl Engine {
         Ok(())
     }
 
-    /// Transient segments owned by any of `levels`.
-    fn transient_of(vs: &VersionState, levels: &[u32]) -> Vec<u64> {
-        vs.segments
-            .iter()
-            .filter(|(_, m)| m.kind == SEGMENT_TRANSIENT && levels.contains(&m.level))
-            .map(|(&id, _)| id)
-            .collect()
+    /// Hands the transient segments of the `inputs` runs to `output`, or frees them when
+    /// the merge wrote their pairs in place (or nothing survived). Returns the freed ids.
+    /// Called under the versions lock, before the manifest is written.
+    fn reassign_transient(
+        vs: &mut VersionState,
+        inputs: &[u64],
+        output: Option<u64>,
+        merged: bool,
+    ) -> Vec<u64> {
+        let mut freed = Vec::new();
+        for (&id, m) in vs.segments.iter_mut() {
+            if m.kind != SEGMENT_TRANSIENT || !inputs.contains(&m.owner) {
+                continue;
+            }
+            match output {
+                Some(out) if !merged => m.owner = out,
+                _ => freed.push(id),
+            }
+        }
+        for id in &freed {
+            vs.segments.remove(id);
+        }
+        freed
     }
 
     /// Drops freed transient segments from the readers' set; files go when unreferenced.
@@ -232,48 +254,47 @@ impl Engine {
         Counters::add(&self.counters.transient_segments_freed, ids.len() as u64);
     }
 
-    fn count_medium(&self, reader: &TransientReader<'_>, sink_values: u64) {
-        let c = &self.counters;
-        Counters::add(&c.medium_values_merged, reader.values);
-        Counters::add(&c.medium_bytes_merged, reader.bytes_read);
-        Counters::add(&c.medium_values_logged, sink_values);
+    /// Writes the oldest immutable memtable as a new run of L1.
+    fn run_flush(&self, mem: &Arc<Memtable>) -> Result<()> {
+        let result = contain_panic(|| self.flush_inner(mem));
+        self.versions.lock().flushing = false;
+        result
     }
 
     fn flush_inner(&self, mem: &Arc<Memtable>) -> Result<()> {
         let version = Arc::clone(&self.versions.lock().version);
-        let old = version.level(1).cloned();
-        let merge_here = version.is_merge_level(1, self.opts.medium_merge_level);
+        // With no deeper level L1 is the merge level: medium pairs stay in place.
+        let in_place = version.is_merge_level(1, self.opts.medium_merge_level);
         let id = self.alloc_file_id();
-        let job = self.merge_job(id, IoComponent::Flush, version.is_bottom(1));
+        // Older runs of L1 may hold the key: a flush never drops tombstones.
+        let job = self.merge_job(id, IoComponent::Flush, false);
         let segments = Arc::clone(&self.snapshot().0.segments);
-        let create = || self.new_transient_segment(1);
+        let create = || self.new_transient_segment(id);
         let mut sink = TransientSink::new(&create);
-        let mut reader = TransientReader::new(&segments);
-        let policy = if merge_here {
-            MediumPolicy::Inline(&mut reader)
+        let reader = TransientReader::new(&segments);
+        let policy = if in_place {
+            MediumPolicy::Keep
         } else {
             MediumPolicy::ToLog(&mut sink)
         };
-        let mut newer = memtable_source(mem);
-        let mut older = level_source(old.as_ref(), IoComponent::Flush)?;
-        let (meta, out) = job.run(&mut newer, older.as_mut(), policy)?;
-        self.count_merge(&out);
-        self.count_medium(&reader, sink.values);
+        let mut source = memtable_source(mem);
+        let (meta, out) = job.run(&mut [&mut source as &mut dyn MergeSource], policy)?;
+        self.count_merge(&out, &reader, sink.values);
         self.finish_transient(sink)?;
         let new_file = self.open_output(id, meta)?;
 
         let next_log = mem.next_log_id.load(Ordering::SeqCst);
         let freed = {
             let mut vs = self.versions.lock();
-            let freed = if merge_here {
-                Self::transient_of(&vs, &[1])
-            } else {
+            let mut runs: Vec<Arc<LevelFile>> = new_file.into_iter().collect();
+            runs.extend(vs.version.runs(1).iter().cloned());
+            let freed = if runs.first().map(|f| f.id()) == Some(id) {
                 Vec::new()
+            } else {
+                // Nothing survived (all tombstones dropped? never in a flush) or empty.
+                Self::reassign_transient(&mut vs, &[id], None, true)
             };
-            for f in &freed {
-                vs.segments.remove(f);
-            }
-            let v = Arc::new(vs.version.with_level(1, new_file));
+            let v = Arc::new(vs.version.with_runs(1, runs));
             Self::add_garbage(&mut vs, &out);
             let mut state = self.manifest_state(&vs, &v);
             state.log_min_id = next_log.max(vs.log_min_id);
@@ -286,29 +307,8 @@ impl Engine {
             freed
         };
         self.release_transient(&freed);
-        if let Some(f) = old {
-            f.mark_obsolete();
-        }
         Counters::add(&self.counters.flushes, 1);
         self.delete_old_logs()
-    }
-
-    fn merge_job(
-        &self,
-        file_id: u64,
-        component: IoComponent,
-        drop_tombstones: bool,
-    ) -> MergeJob<'_> {
-        MergeJob {
-            opts: &self.opts,
-            io: &self.io,
-            dir: &self.dir,
-            file_id,
-            component,
-            leaf_size: self.opts.leaf_size,
-            index_size: self.opts.index_node_size,
-            drop_tombstones,
-        }
     }
 
     /// Deletes small-log files that hold only flushed data.
@@ -322,21 +322,29 @@ impl Engine {
         Ok(())
     }
 
-    /// Merges level `level` into `level + 1`.
+    /// Merges every run of level `level` and level `level + 1` into one run of `level + 1`.
     fn run_compaction(&self, level: usize) -> Result<()> {
         let result = contain_panic(|| self.compact_inner(level));
-        self.release(&[level, level + 1]);
+        let mut vs = self.versions.lock();
+        for l in [level, level + 1] {
+            if let Some(b) = vs.busy.get_mut(l) {
+                *b = false;
+            }
+        }
         result
     }
 
     fn compact_inner(&self, level: usize) -> Result<()> {
         let version: Arc<Version> = Arc::clone(&self.versions.lock().version);
-        let (Some(src), dst) = (
-            version.level(level).cloned(),
-            version.level(level + 1).cloned(),
-        ) else {
+        let inputs: Vec<Arc<LevelFile>> = version
+            .runs(level)
+            .iter()
+            .chain(version.runs(level + 1))
+            .cloned()
+            .collect();
+        if version.runs(level).is_empty() {
             return Ok(());
-        };
+        }
         let merge_here = version.is_merge_level(level + 1, self.opts.medium_merge_level);
         let id = self.alloc_file_id();
         let job = self.merge_job(id, IoComponent::Compaction, version.is_bottom(level + 1));
@@ -347,48 +355,82 @@ impl Engine {
         } else {
             MediumPolicy::Keep
         };
-        let mut newer = src.scanner(IoComponent::Compaction)?;
-        let mut older = level_source(dst.as_ref(), IoComponent::Compaction)?;
-        let (meta, out) = job.run(&mut newer, older.as_mut(), policy)?;
-        self.count_merge(&out);
-        self.count_medium(&reader, 0);
+        let mut scanners: Vec<LevelScanner> = inputs
+            .iter()
+            .map(|f| f.scanner(IoComponent::Compaction))
+            .collect::<Result<_>>()?;
+        let mut sources: Vec<&mut dyn MergeSource> = scanners
+            .iter_mut()
+            .map(|s| s as &mut dyn MergeSource)
+            .collect();
+        let (meta, out) = job.run(&mut sources, policy)?;
+        drop(sources);
+        self.count_merge(&out, &reader, 0);
         let new_file = self.open_output(id, meta)?;
-        let (src_level, dst_level) = (level as u32, level as u32 + 1);
+        let input_ids: Vec<u64> = inputs.iter().map(|f| f.id()).collect();
         let freed = {
             let mut vs = self.versions.lock();
-            let freed = if merge_here {
-                Self::transient_of(&vs, &[src_level, dst_level])
-            } else {
-                // Transient segments travel down with their level.
-                for m in vs.segments.values_mut() {
-                    if m.kind == SEGMENT_TRANSIENT && m.level == src_level {
-                        m.level = dst_level;
-                    }
-                }
-                Vec::new()
-            };
-            for f in &freed {
-                vs.segments.remove(f);
-            }
+            let output = new_file.as_ref().map(|f| f.id());
+            let freed = Self::reassign_transient(&mut vs, &input_ids, output, merge_here);
+            // Runs flushed into L1 while this merge ran stay in place.
+            let remaining: Vec<Arc<LevelFile>> = vs
+                .version
+                .runs(level)
+                .iter()
+                .filter(|f| !input_ids.contains(&f.id()))
+                .cloned()
+                .collect();
             let v = Arc::new(
                 vs.version
-                    .with_level(level, None)
-                    .with_level(level + 1, new_file),
+                    .with_runs(level, remaining)
+                    .with_runs(level + 1, new_file.into_iter().collect()),
             );
             Self::add_garbage(&mut vs, &out);
-            let state = self.manifest_state(&vs, &v);
-            state.store(&self.io, &self.dir)?;
+            self.manifest_state(&vs, &v).store(&self.io, &self.dir)?;
             vs.version = Arc::clone(&v);
             self.publish_version(&v, None);
             freed
         };
         self.release_transient(&freed);
-        src.mark_obsolete();
-        if let Some(d) = dst {
-            d.mark_obsolete();
+        for f in &inputs {
+            f.mark_obsolete();
         }
         Counters::add(&self.counters.compactions, 1);
         Ok(())
+    }
+
+    /// Merges level after level down until all data is one run at the bottom, so every
+    /// shadowed version and tombstone is dropped (and their log space becomes garbage GC
+    /// can reclaim). Runs in the caller's thread, waiting for busy levels.
+    pub(crate) fn compact_all(&self) -> Result<()> {
+        loop {
+            // The shallowest level that is not already the single bottom run.
+            let next = {
+                let vs = self.versions.lock();
+                let v = &vs.version;
+                (1..self.opts.max_levels).find(|&l| {
+                    let runs = v.runs(l).len();
+                    runs > 1 || (runs == 1 && !v.is_bottom(l))
+                })
+            };
+            let Some(level) = next else { return Ok(()) };
+            self.wait_background(|| {
+                let mut vs = self.versions.lock();
+                let idle = [level, level + 1]
+                    .iter()
+                    .all(|&l| !vs.busy.get(l).copied().unwrap_or(true));
+                if idle {
+                    for l in [level, level + 1] {
+                        if let Some(b) = vs.busy.get_mut(l) {
+                            *b = true;
+                        }
+                    }
+                }
+                idle
+            })?;
+            self.run_compaction(level)?;
+            self.wake_all();
+        }
     }
 
     /// Whether background work is pending or running.

@@ -63,7 +63,14 @@ impl Engine {
     /// Collects every large-log segment whose garbage ratio reached the threshold.
     pub(crate) fn gc_pass(&self, threshold: f64) -> Result<GcReport> {
         let _one_at_a_time = self.gc_lock.lock();
-        let active = self.log.lock().large.as_ref().map(large::SegmentWriter::id);
+        // The active segment and the segment list are read together under the `log` mutex:
+        // segments are only started (registered, then created) under it, so every segment
+        // listed here other than `active` is complete and never appended to again. (Reading
+        // `active` first and the list later let a segment started in between, i.e. the new
+        // active one, become a victim: freed while writers still appended to it, or failing
+        // the pass with NotFound before its file existed.)
+        let log = self.log.lock();
+        let active = log.large.as_ref().map(large::SegmentWriter::id);
         let usage: Vec<SegmentUsage> = {
             let vs = self.versions.lock();
             vs.segments
@@ -81,6 +88,7 @@ impl Engine {
                 })
                 .collect()
         };
+        drop(log);
         let mut report = GcReport::default();
         for id in pick_victims(&usage, active, threshold, MAX_SEGMENTS_PER_PASS) {
             self.collect_segment(id, &mut report)?;

@@ -29,7 +29,8 @@ pub(crate) struct ManifestState {
     pub log_min_id: u64,
     /// Highest LSN held by the levels.
     pub flushed_lsn: u64,
-    /// (level number starting at 1, file id, file length) per non-empty level.
+    /// (level number starting at 1, file id, file length) per run: levels in order, the
+    /// runs of a level newest first.
     pub levels: Vec<(u32, u64, u64)>,
     /// Live log segments.
     pub segments: Vec<SegmentRecord>,
@@ -45,8 +46,8 @@ pub(crate) struct SegmentRecord {
     pub id: u64,
     /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
     pub kind: u8,
-    /// Transient segments: the level that owns them (0 for large segments).
-    pub level: u32,
+    /// Transient segments: id of the level file (run) whose pointers use it (0 for large).
+    pub owner: u64,
     /// Large segments: bytes of records known to be garbage.
     pub garbage: u64,
 }
@@ -67,7 +68,7 @@ impl ManifestState {
         for s in &self.segments {
             p.extend_from_slice(&s.id.to_le_bytes());
             p.push(s.kind);
-            p.extend_from_slice(&s.level.to_le_bytes());
+            p.extend_from_slice(&s.owner.to_le_bytes());
             p.extend_from_slice(&s.garbage.to_le_bytes());
         }
         let mut out = Vec::with_capacity(HEADER + p.len());
@@ -107,21 +108,27 @@ impl ManifestState {
         let log_min_id = p.u64().ok_or_else(short)?;
         let flushed_lsn = p.u64().ok_or_else(short)?;
         let n = p.u32().ok_or_else(short)? as usize;
-        if n > 64 {
-            return Err(bad(HEADER as u64, "manifest lists too many levels"));
+        if n > payload.len() / 20 {
+            return Err(bad(HEADER as u64, "manifest run count exceeds its payload"));
         }
         let mut levels = Vec::with_capacity(n);
         for _ in 0..n {
             let level = p.u32().ok_or_else(short)?;
             let id = p.u64().ok_or_else(short)?;
             let flen = p.u64().ok_or_else(short)?;
-            if level == 0 || id >= next_file_id || levels.iter().any(|(l, _, _)| *l == level) {
+            let out_of_order = levels.last().is_some_and(|(l, _, _)| *l > level);
+            if level == 0
+                || level > 64
+                || id >= next_file_id
+                || out_of_order
+                || levels.iter().any(|(_, i, _)| *i == id)
+            {
                 return Err(bad(HEADER as u64, "manifest level entry out of range"));
             }
             levels.push((level, id, flen));
         }
         let nseg = p.u32().ok_or_else(short)? as usize;
-        if nseg > payload.len() / 21 {
+        if nseg > payload.len() / 25 {
             return Err(bad(
                 HEADER as u64,
                 "manifest segment count exceeds its payload",
@@ -131,7 +138,7 @@ impl ManifestState {
         for _ in 0..nseg {
             let id = p.u64().ok_or_else(short)?;
             let kind = p.u8().ok_or_else(short)?;
-            let level = p.u32().ok_or_else(short)?;
+            let owner = p.u64().ok_or_else(short)?;
             let garbage = p.u64().ok_or_else(short)?;
             let kind_ok = kind == SEGMENT_LARGE || kind == SEGMENT_TRANSIENT;
             if !kind_ok || id >= next_file_id || segments.iter().any(|s: &SegmentRecord| s.id == id)
@@ -141,7 +148,7 @@ impl ManifestState {
             segments.push(SegmentRecord {
                 id,
                 kind,
-                level,
+                owner,
                 garbage,
             });
         }
@@ -183,18 +190,18 @@ mod tests {
             next_file_id: 10,
             log_min_id: 7,
             flushed_lsn: 12345,
-            levels: vec![(1, 8, 4096), (3, 5, 8192)],
+            levels: vec![(1, 8, 4096), (1, 6, 4096), (3, 5, 8192)],
             segments: vec![
                 SegmentRecord {
                     id: 2,
                     kind: SEGMENT_LARGE,
-                    level: 0,
+                    owner: 0,
                     garbage: 777,
                 },
                 SegmentRecord {
                     id: 9,
                     kind: SEGMENT_TRANSIENT,
-                    level: 2,
+                    owner: 5,
                     garbage: 0,
                 },
             ],

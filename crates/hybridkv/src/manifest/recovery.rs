@@ -102,7 +102,7 @@ impl Engine {
         let cache = Arc::new(NodeCache::new(opts.cache_bytes));
         let mut version = Version::empty(opts.max_levels);
         for &(level, id, len) in &state.levels {
-            let slot = (level as usize)
+            let runs = (level as usize)
                 .checked_sub(1)
                 .and_then(|i| version.levels.get_mut(i))
                 .ok_or_else(|| {
@@ -122,7 +122,7 @@ impl Engine {
                     ),
                 ));
             }
-            *slot = Some(Arc::new(file));
+            runs.push(Arc::new(file));
         }
 
         // Sweep what no durable manifest names: unfinished outputs, flushed logs, temp files.
@@ -153,12 +153,12 @@ impl Engine {
                     let meta = known.map_or(
                         SegmentMeta {
                             kind: SEGMENT_LARGE,
-                            level: 0,
+                            owner: 0,
                             garbage: 0,
                         },
                         |s| SegmentMeta {
                             kind: s.kind,
-                            level: s.level,
+                            owner: s.owner,
                             garbage: s.garbage,
                         },
                     );
@@ -247,6 +247,7 @@ impl Engine {
             versions: Mutex::new(VersionState {
                 version,
                 busy,
+                flushing: false,
                 log_min_id: state.log_min_id,
                 flushed_lsn: state.flushed_lsn,
                 segments: segment_meta,

@@ -1,59 +1,80 @@
 //! A `Version`: the immutable set of level files readers see at one moment.
 //! Readers and compactions hold an `Arc<Version>`; files stay on disk while any holds them.
+//!
+//! L1 is tiered: each flush adds a sorted run (newest first) without rewriting the others,
+//! and all of L1's runs are merged into L2 together. Deeper levels hold one run each.
 
 use crate::level::LevelFile;
+use crate::options::MediumMergeLevel;
 use std::sync::Arc;
 
-/// Level files by level: `levels[0]` is L1.
+/// Level files by level: `levels[0]` is L1; each level's runs are newest first.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Version {
-    pub levels: Vec<Option<Arc<LevelFile>>>,
+    pub levels: Vec<Vec<Arc<LevelFile>>>,
 }
 
 impl Version {
     pub(crate) fn empty(max_levels: usize) -> Self {
         Version {
-            levels: vec![None; max_levels],
+            levels: vec![Vec::new(); max_levels],
         }
     }
 
-    /// The file of level `level` (1-based).
-    pub(crate) fn level(&self, level: usize) -> Option<&Arc<LevelFile>> {
-        self.levels.get(level.checked_sub(1)?)?.as_ref()
+    /// The runs of level `level` (1-based), newest first.
+    pub(crate) fn runs(&self, level: usize) -> &[Arc<LevelFile>] {
+        level
+            .checked_sub(1)
+            .and_then(|i| self.levels.get(i))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Every run in lookup order: L1's runs newest first, then L2, L3, ...
+    pub(crate) fn all_runs(&self) -> impl Iterator<Item = &Arc<LevelFile>> {
+        self.levels.iter().flatten()
+    }
+
+    /// Bytes on disk of level `level`.
+    pub(crate) fn level_bytes(&self, level: usize) -> u64 {
+        self.runs(level).iter().map(|f| f.file_len()).sum()
+    }
+
+    /// Value bytes of the medium pairs level `level` holds by pointer.
+    pub(crate) fn level_medium_bytes(&self, level: usize) -> u64 {
+        self.runs(level).iter().map(|f| f.medium_bytes()).sum()
     }
 
     /// Whether every level deeper than `level` is empty (tombstones can then be dropped).
     pub(crate) fn is_bottom(&self, level: usize) -> bool {
-        self.levels.iter().skip(level).all(Option::is_none)
+        self.levels.iter().skip(level).all(Vec::is_empty)
     }
 
     /// Whether a merge whose output is `level` writes medium pairs in place.
-    pub(crate) fn is_merge_level(
-        &self,
-        level: usize,
-        at: crate::options::MediumMergeLevel,
-    ) -> bool {
+    pub(crate) fn is_merge_level(&self, level: usize, at: MediumMergeLevel) -> bool {
         match at {
-            crate::options::MediumMergeLevel::Last => self.is_bottom(level),
-            crate::options::MediumMergeLevel::SecondToLast => self.is_bottom(level + 1),
+            MediumMergeLevel::Last => self.is_bottom(level),
+            MediumMergeLevel::SecondToLast => self.is_bottom(level + 1),
         }
     }
 
-    /// A copy with level `level` replaced.
-    pub(crate) fn with_level(&self, level: usize, file: Option<Arc<LevelFile>>) -> Self {
+    /// A copy with level `level`'s runs replaced.
+    pub(crate) fn with_runs(&self, level: usize, runs: Vec<Arc<LevelFile>>) -> Self {
         let mut v = self.clone();
         if let Some(slot) = level.checked_sub(1).and_then(|i| v.levels.get_mut(i)) {
-            *slot = file;
+            *slot = runs;
         }
         v
     }
 
-    /// (level, id, file length) of each non-empty level, for the manifest.
+    /// (level, id, file length) of each run, levels in order, runs newest first.
     pub(crate) fn manifest_levels(&self) -> Vec<(u32, u64, u64)> {
         self.levels
             .iter()
             .enumerate()
-            .filter_map(|(i, f)| f.as_ref().map(|f| (i as u32 + 1, f.id(), f.file_len())))
+            .flat_map(|(i, runs)| {
+                runs.iter()
+                    .map(move |f| (i as u32 + 1, f.id(), f.file_len()))
+            })
             .collect()
     }
 }

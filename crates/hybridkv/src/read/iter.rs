@@ -145,7 +145,7 @@ impl DbIterator {
                 done,
             });
         }
-        for file in sv.version.levels.iter().flatten() {
+        for file in sv.version.all_runs() {
             let mut c = file.cursor();
             c.seek(from)?;
             self.cursors.push(Cursor::Level(Box::new(c)));

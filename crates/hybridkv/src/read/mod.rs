@@ -41,7 +41,7 @@ pub(crate) fn lookup(
             return Ok(Some((v, None)));
         }
     }
-    for file in sv.version.levels.iter().flatten() {
+    for file in sv.version.all_runs() {
         if let Some((_, v)) = file.get(key)? {
             return Ok(Some((v, Some(Arc::clone(file)))));
         }
