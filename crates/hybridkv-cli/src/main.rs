@@ -59,6 +59,12 @@ enum Command {
         #[arg(long)]
         db: PathBuf,
     },
+    /// Print live bytes against bytes on disk per component, with the reason for each kind
+    /// of space not yet reclaimed.
+    Space {
+        #[arg(long)]
+        db: PathBuf,
+    },
 }
 
 fn open_existing(db: &PathBuf) -> hybridkv::Result<Db> {
@@ -114,6 +120,10 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Command::Stats { db } => {
             let db = open_existing(&db)?;
             println!("{}", db.stats()?);
+        }
+        Command::Space { db } => {
+            let db = open_existing(&db)?;
+            print!("{}", db.space()?);
         }
     }
     Ok(ExitCode::SUCCESS)

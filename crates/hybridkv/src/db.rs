@@ -7,7 +7,8 @@ use crate::gc::GcReport;
 use crate::io::{FileSystem, Io, RealFs};
 use crate::log::large::SegmentKind;
 use crate::options::{check_key, Options, WriteOptions};
-use crate::read::iter::DbIterator;
+use crate::read::iter::{DbIterator, KeyIterator};
+use crate::space::SpaceReport;
 use crate::stats::{Counters, LevelStats, Stats};
 use crate::write::batch::WriteBatch;
 use parking_lot::Mutex;
@@ -171,6 +172,18 @@ impl Db {
         DbIterator::new((*sv).clone(), snapshot, start, end)
     }
 
+    /// Keys in `range`, in key order, as of now. Values are never read, so no log or
+    /// overflow blob is touched.
+    pub fn keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> KeyIterator {
+        KeyIterator(self.range(range))
+    }
+
+    /// Live bytes against bytes on disk, per component, with the reason each kind of
+    /// space not yet reclaimed is there. Scans every key (never a log): O(keys).
+    pub fn space(&self) -> Result<SpaceReport> {
+        self.engine.space_report()
+    }
+
     /// Pairs whose keys start with `prefix`, in key order.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> DbIterator {
         let p = prefix.as_ref().to_vec();
@@ -208,12 +221,24 @@ impl Db {
         e.wait_background(|| !e.has_pending_work())
     }
 
-    /// Runs one garbage-collection pass now: every large-log segment whose garbage ratio
+    /// Runs garbage collection now, until every large-log segment whose garbage ratio
     /// reached `Options::gc_threshold` is collected. (A background thread also runs passes
     /// every `Options::gc_interval`.)
     pub fn gc(&self) -> Result<GcReport> {
         self.engine.check_poison()?;
-        self.engine.gc_pass(self.engine.opts.gc_threshold)
+        // A pass takes a bounded number of segments; keep going until one finds none.
+        let mut total = GcReport::default();
+        loop {
+            let r = self.engine.gc_pass(self.engine.opts.gc_threshold)?;
+            if r.segments_freed == 0 {
+                return Ok(total);
+            }
+            total.segments_freed += r.segments_freed;
+            total.bytes_freed += r.bytes_freed;
+            total.entries_checked += r.entries_checked;
+            total.entries_relocated += r.entries_relocated;
+            total.bytes_relocated += r.bytes_relocated;
+        }
     }
 
     /// Flushes, then merges every level down into one run at the bottom of the tree, so

@@ -35,6 +35,7 @@ mod memtable;
 mod options;
 mod placement;
 mod read;
+mod space;
 mod stats;
 mod write;
 
@@ -43,6 +44,7 @@ pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use options::{MediumMergeLevel, Options, WriteOptions, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 pub use placement::{Category, Placement};
-pub use read::iter::DbIterator;
+pub use read::iter::{DbIterator, KeyIterator};
+pub use space::{SpaceComponent, SpaceReport};
 pub use stats::{LevelStats, Stats};
 pub use write::batch::{WriteBatch, MAX_BATCH_BYTES};

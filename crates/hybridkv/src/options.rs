@@ -67,6 +67,11 @@ pub struct Options {
     /// Where medium pairs leave the transient log and are written in place: the last
     /// level (default) or the one above it (less transient-log space, more rewriting).
     pub medium_merge_level: MediumMergeLevel,
+    /// Keep bytes on disk under this multiple of the live data: when the garbage
+    /// collector's periodic check (every 10 `gc_interval`s; it scans every key) finds more,
+    /// it merges every level down and collects every log segment holding garbage.
+    /// `None` (default) leaves space to the normal merge and GC thresholds. At least 1.1.
+    pub space_amp_limit: Option<f64>,
 }
 
 /// The level at which medium pairs are merged in place (`Options::medium_merge_level`).
@@ -100,6 +105,7 @@ impl Default for Options {
             gc_threshold: 0.10,
             gc_interval: Duration::from_secs(1),
             medium_merge_level: MediumMergeLevel::Last,
+            space_amp_limit: None,
         }
     }
 }
@@ -177,7 +183,9 @@ impl Options {
                 self.small_threshold, self.large_threshold
             )
         })?;
-        check(!self.gc_interval.is_zero(), || "gc_interval must not be zero".to_string())?;
+        check(!self.gc_interval.is_zero(), || {
+            "gc_interval must not be zero".to_string()
+        })?;
         Ok(())
     }
 

@@ -36,6 +36,7 @@ pub(crate) struct Counters {
     pub medium_values_logged: AtomicU64,
     pub medium_values_merged: AtomicU64,
     pub medium_bytes_merged: AtomicU64,
+    pub space_limit_runs: AtomicU64,
 }
 
 impl Counters {
@@ -140,6 +141,8 @@ pub struct Stats {
     pub medium_values_merged: u64,
     /// Bytes of transient-log records read back at merges.
     pub medium_bytes_merged: u64,
+    /// Times `space_amp_limit` triggered a full merge and GC.
+    pub space_limit_runs: u64,
     /// Per-level sizes.
     pub levels: Vec<LevelStats>,
     /// Bytes read and written per I/O component.
@@ -174,6 +177,7 @@ impl Stats {
         self.medium_values_logged = Counters::get(&c.medium_values_logged);
         self.medium_values_merged = Counters::get(&c.medium_values_merged);
         self.medium_bytes_merged = Counters::get(&c.medium_bytes_merged);
+        self.space_limit_runs = Counters::get(&c.space_limit_runs);
     }
 
     /// Bytes written by the engine (all components) per user byte written.

@@ -179,6 +179,18 @@ impl DbIterator {
     }
 
     fn step(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        loop {
+            let Some((key, source, value)) = self.next_raw()? else {
+                return Ok(None);
+            };
+            if let Some(v) = self.resolve_value(source, &key, value)? {
+                return Ok(Some((key, v)));
+            }
+        }
+    }
+
+    /// The next live pair as stored: key, source index, value (pointers not followed).
+    fn next_raw(&mut self) -> Result<Option<(Vec<u8>, usize, LevelValue)>> {
         if self.state == State::Unstarted {
             self.state = State::Running;
             self.start()?;
@@ -217,12 +229,69 @@ impl DbIterator {
             if self.past_end(&key) {
                 return Ok(None);
             }
-            let resolved = self.resolve_value(w, &key, value)?;
-            if let Some(v) = resolved {
-                return Ok(Some((key, v)));
+            if value != LevelValue::Tombstone {
+                return Ok(Some((key, w, value)));
             }
             // A tombstone: the key is deleted at this snapshot.
         }
+    }
+
+    /// Runs `f` as a step of this iterator: an error or the end finishes it.
+    fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<Option<T>>) -> Option<Result<T>> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        if self.state == State::Done {
+            return None;
+        }
+        let r = f(self);
+        if !matches!(r, Ok(Some(_))) {
+            self.state = State::Done;
+            self.cursors.clear();
+            self.heads.clear();
+        }
+        r.transpose()
+    }
+
+    /// The next live key, its value's length and where the value lives, without reading
+    /// any log or overflow blob.
+    pub(crate) fn next_key_and_len(&mut self) -> Option<Result<(Vec<u8>, u64, ValueHome)>> {
+        self.guarded(|it| {
+            Ok(it.next_raw()?.map(|(key, _, value)| {
+                let record = |p: &crate::log::ptr::LogPtr| {
+                    u64::from(p.len)
+                        .saturating_sub((key.len() + crate::log::large::RECORD_HEADER) as u64)
+                };
+                let (len, home) = match &value {
+                    LevelValue::Inline(b) => (b.len() as u64, ValueHome::InPlace),
+                    LevelValue::Overflow { len, .. } => (u64::from(*len), ValueHome::InPlace),
+                    LevelValue::Medium(p) => (record(p), ValueHome::Transient(u64::from(p.len))),
+                    LevelValue::Large(p) => (record(p), ValueHome::Large(u64::from(p.len))),
+                    LevelValue::Tombstone => (0, ValueHome::InPlace),
+                };
+                (key, len, home)
+            }))
+        })
+    }
+}
+
+/// Where a live value is stored (with its log record's length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ValueHome {
+    InPlace,
+    Transient(u64),
+    Large(u64),
+}
+
+/// Iterates keys only (`Db::keys`): values are never read, so no log is touched.
+#[derive(Debug)]
+pub struct KeyIterator(pub(crate) DbIterator);
+
+impl Iterator for KeyIterator {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_key_and_len().map(|r| r.map(|(k, _, _)| k))
     }
 }
 
@@ -230,26 +299,6 @@ impl Iterator for DbIterator {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if let Some(e) = self.error.take() {
-            return Some(Err(e));
-        }
-        if self.state == State::Done {
-            return None;
-        }
-        match self.step() {
-            Ok(Some(kv)) => Some(Ok(kv)),
-            Ok(None) => {
-                self.state = State::Done;
-                self.cursors.clear();
-                self.heads.clear();
-                None
-            }
-            Err(e) => {
-                self.state = State::Done;
-                self.cursors.clear();
-                self.heads.clear();
-                Some(Err(e))
-            }
-        }
+        self.guarded(Self::step)
     }
 }
