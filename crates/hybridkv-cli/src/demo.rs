@@ -26,6 +26,48 @@ pub struct DemoArgs {
     /// Use direct I/O for level files.
     #[arg(long)]
     pub direct_io: bool,
+    /// Value-size mix instead of fixed-size values: the paper's S, M, L, SD, MD or LD
+    /// (small 9 B, medium 104 B, large 1004 B values; e.g. MD = 20% small, 60% medium,
+    /// 20% large). Each write draws its size class, so updates change a key's class.
+    #[arg(long)]
+    pub mix: Option<String>,
+    /// After the load, overwrite every pair this many times (new sizes from the mix).
+    #[arg(long, default_value_t = 0)]
+    pub update_rounds: u32,
+    /// Placement mode: hybrid, inplace or alllog.
+    #[arg(long, default_value = "hybrid")]
+    pub placement: String,
+}
+
+/// Percent of pairs that are small, medium and large in the paper's Table 1 mixes.
+fn mix_percentages(name: &str) -> Option<[u32; 3]> {
+    Some(match name.to_ascii_uppercase().as_str() {
+        "S" => [100, 0, 0],
+        "M" => [0, 100, 0],
+        "L" => [0, 0, 100],
+        "SD" => [60, 20, 20],
+        "MD" => [20, 60, 20],
+        "LD" => [20, 20, 60],
+        _ => return None,
+    })
+}
+
+/// Value size of write `round` of pair `i`.
+fn value_size(args: &DemoArgs, mix: Option<[u32; 3]>, i: u64, round: u32) -> usize {
+    match mix {
+        None => args.value_size,
+        Some([s, m, _]) => {
+            let pick =
+                (fnv1a(i.wrapping_mul(31).wrapping_add(u64::from(round)) ^ 0x9e37) % 100) as u32;
+            if pick < s {
+                9
+            } else if pick < s + m {
+                104
+            } else {
+                1004
+            }
+        }
+    }
 }
 
 /// FNV-1a, to scatter keys like YCSB's hashed inserts.
@@ -74,6 +116,23 @@ fn print_stats(label: &str, s: &Stats) {
 }
 
 pub fn run(args: &DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let mix = match &args.mix {
+        Some(m) => Some(
+            mix_percentages(m)
+                .ok_or_else(|| format!("unknown mix {m:?} (use S, M, L, SD, MD or LD)"))?,
+        ),
+        None => None,
+    };
+    let placement = match args.placement.to_ascii_lowercase().as_str() {
+        "hybrid" => hybridkv::Placement::Hybrid,
+        "inplace" => hybridkv::Placement::InPlace,
+        "alllog" => hybridkv::Placement::AllLog,
+        other => {
+            return Err(
+                format!("unknown placement {other:?} (use hybrid, inplace or alllog)").into(),
+            )
+        }
+    };
     let tmp;
     let dir = match &args.db {
         Some(d) => d.clone(),
@@ -88,34 +147,63 @@ pub fn run(args: &DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         memtable_size: args.memtable_mib << 20,
         cache_bytes: args.cache_mib << 20,
         direct_io: args.direct_io,
+        placement,
         ..Options::default()
     };
     let n = args.pairs;
-    let user_bytes = n * (24 + args.value_size as u64);
+    let last = args.update_rounds;
+    let size_of = |i: u64, round: u32| value_size(args, mix, i, round);
+    let load_bytes: u64 = (0..n).map(|i| 24 + size_of(i, 0) as u64).sum();
+    let live_bytes: u64 = (0..n).map(|i| 24 + size_of(i, last) as u64).sum();
     println!(
-        "hybridkv demo: {n} pairs, 24-byte keys, {}-byte values ({:.1} MiB), db {}",
-        args.value_size,
-        mib(user_bytes),
+        "hybridkv demo: {n} pairs, 24-byte keys, values {} ({:.1} MiB loaded), {} update round(s), placement {placement:?}, db {}",
+        args.mix.as_deref().map_or(format!("of {} bytes", args.value_size), |m| format!("of mix {m}")),
+        mib(load_bytes),
+        args.update_rounds,
         dir.display()
     );
 
     let db = Db::open(&dir, opts.clone())?;
     let t = Instant::now();
     for i in 0..n {
-        db.put(key(i), value(i, args.value_size))?;
+        db.put(key(i), value(i, size_of(i, 0)))?;
     }
     let load = t.elapsed();
     db.flush()?;
     db.compact()?;
     let settle = t.elapsed();
-    let load_stats = db.stats()?;
-    db.close()?;
     println!(
         "load:   {:>10.0} ops/s ({:.2} s; {:.2} s including final flush and compactions)",
         n as f64 / load.as_secs_f64(),
         load.as_secs_f64(),
         settle.as_secs_f64()
     );
+    for round in 1..=args.update_rounds {
+        let t = Instant::now();
+        for i in 0..n {
+            db.put(key(i), value(i ^ u64::from(round) << 40, size_of(i, round)))?;
+        }
+        db.flush()?;
+        db.compact()?;
+        println!(
+            "update round {round}: {:>10.0} ops/s ({:.2} s including flush and compactions)",
+            n as f64 / t.elapsed().as_secs_f64(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    if args.update_rounds > 0 {
+        let t = Instant::now();
+        let r = db.gc()?;
+        println!(
+            "gc:     {} segments freed, {:.1} MiB relocated ({:.2} s)",
+            r.segments_freed,
+            mib(r.bytes_relocated),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let load_stats = db.stats()?;
+    let space = db.space()?;
+    db.close()?;
 
     let t = Instant::now();
     let db = Db::open(&dir, opts)?;
@@ -123,9 +211,17 @@ pub fn run(args: &DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
 
     let t = Instant::now();
     let mut bad = 0u64;
+    let final_value = |i: u64| {
+        let seed = if last == 0 {
+            i
+        } else {
+            i ^ u64::from(last) << 40
+        };
+        value(seed, size_of(i, last))
+    };
     for i in 0..n {
         match db.get(key(i))? {
-            Some(v) if v == value(i, args.value_size) => {}
+            Some(v) if v == final_value(i) => {}
             _ => bad += 1,
         }
     }
@@ -143,13 +239,26 @@ pub fn run(args: &DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         scanned as f64 / t.elapsed().as_secs_f64(),
         scanned
     );
-    let write_amp = load_stats.io.total_written() as f64 / user_bytes as f64;
+    let write_amp =
+        load_stats.io.total_written() as f64 / load_stats.user_bytes_written.max(1) as f64;
     println!("write amplification (all bytes written by the engine / user bytes): {write_amp:.2}");
     println!(
         "peak memory (VmHWM): {:.1} MiB",
         mib(peak_rss().unwrap_or(0))
     );
-    print_stats("after load (engine counters)", &load_stats);
+    print_stats("after load and updates (engine counters)", &load_stats);
+    println!(
+        "--- space (live bytes expected from the workload: {:.1} MiB) ---",
+        mib(live_bytes)
+    );
+    print!("{space}");
+    if space.live_bytes() != live_bytes {
+        return Err(format!(
+            "space report counts {} live bytes, the workload wrote {live_bytes}",
+            space.live_bytes()
+        )
+        .into());
+    }
     db.close()?;
     if bad != 0 || scanned != n {
         return Err(format!(
