@@ -65,6 +65,12 @@ enum Command {
         #[arg(long)]
         db: PathBuf,
     },
+    /// Verify every checksum, every log pointer and every file the manifest names; list
+    /// orphaned files. Exit status 1 if damage is found.
+    Check {
+        #[arg(long)]
+        db: PathBuf,
+    },
 }
 
 fn open_existing(db: &PathBuf) -> hybridkv::Result<Db> {
@@ -124,6 +130,14 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Command::Space { db } => {
             let db = open_existing(&db)?;
             print!("{}", db.space()?);
+        }
+        Command::Check { db } => {
+            let db = open_existing(&db)?;
+            let report = db.check()?;
+            print!("{report}");
+            if !report.is_ok() {
+                return Ok(ExitCode::from(1));
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -184,6 +184,13 @@ impl Db {
         self.engine.space_report()
     }
 
+    /// Verifies the database without changing it: every node and overflow-blob checksum
+    /// of every level run, every log pointer (it must land on a valid record holding its
+    /// key), every log segment and small-log file; lists orphaned files. Reads everything.
+    pub fn check(&self) -> Result<crate::check::CheckReport> {
+        self.engine.check()
+    }
+
     /// Pairs whose keys start with `prefix`, in key order.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> DbIterator {
         let p = prefix.as_ref().to_vec();

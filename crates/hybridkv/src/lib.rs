@@ -21,6 +21,7 @@
 //! every on-disk byte in `docs/FORMAT.md`.
 
 mod cache;
+mod check;
 mod compaction;
 mod db;
 mod engine;
@@ -39,6 +40,7 @@ mod space;
 mod stats;
 mod write;
 
+pub use check::CheckReport;
 pub use db::Db;
 pub use error::{Error, Result};
 pub use gc::GcReport;
