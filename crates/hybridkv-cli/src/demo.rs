@@ -37,6 +37,10 @@ pub struct DemoArgs {
     /// Placement mode: hybrid, inplace or alllog.
     #[arg(long, default_value = "hybrid")]
     pub placement: String,
+    /// After the writes, print the space breakdown, then merge everything down
+    /// (`compact_all`) and collect garbage (`gc`), and print it again.
+    #[arg(long)]
+    pub settle: bool,
 }
 
 /// Percent of pairs that are small, medium and large in the paper's Table 1 mixes.
@@ -202,7 +206,21 @@ pub fn run(args: &DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let load_stats = db.stats()?;
-    let space = db.space()?;
+    let mut space = db.space()?;
+    if args.settle {
+        println!("--- space before settling ---");
+        print!("{space}");
+        let t = Instant::now();
+        db.compact_all()?;
+        let r = db.gc()?;
+        space = db.space()?;
+        println!(
+            "settle: compact_all + gc in {:.2} s ({} segments freed, {:.1} MiB relocated)",
+            t.elapsed().as_secs_f64(),
+            r.segments_freed,
+            mib(r.bytes_relocated)
+        );
+    }
     db.close()?;
 
     let t = Instant::now();
