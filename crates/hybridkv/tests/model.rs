@@ -513,7 +513,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(key, len, sync)| Op::Put { key, len, sync }),
         10 => small_key().prop_map(|key| Op::Delete { key }),
         8 => proptest::collection::vec(batch_entry(), 1..8).prop_map(Op::Batch),
-        2 => (0..BULK_SPACE, 1..1500u16, any::<u8>())
+        2 => (0..BULK_SPACE, 1..1000u16, any::<u8>())
             .prop_map(|(start, count, seed)| Op::Bulk { start, count, seed }),
         1 => (0..BULK_SPACE, 1..2000u16, 1..5u16)
             .prop_map(|(start, count, step)| Op::BulkDelete { start, count, step }),
@@ -658,7 +658,7 @@ impl Rng {
             ),
             520..=529 => Op::Bulk {
                 start: self.below(u64::from(BULK_SPACE)) as u16,
-                count: 1 + self.below(1500) as u16,
+                count: 1 + self.below(1000) as u16,
                 seed: self.next() as u8,
             },
             530..=534 => Op::BulkDelete {
@@ -714,7 +714,7 @@ fn deterministic_long_run_hybrid() {
             cache: true,
             threads: 2,
         },
-        3000,
+        2000,
     );
     assert!(t.compactions > 0, "{t:?}");
     assert!(t.gc_segments_freed > 0, "{t:?}");
@@ -731,7 +731,7 @@ fn deterministic_long_run_hybrid_second_to_last_three_levels() {
             cache: false,
             threads: 1,
         },
-        3000,
+        2000,
     );
     assert!(t.compactions > 0, "{t:?}");
 }

@@ -1,6 +1,9 @@
 //! Close and reopen at every stage (memtable only, after flushes, after compactions, after
 //! GC), damaged logs and level files, and the directory lock.
 
+// Helpers outside `#[test]` functions unwrap too: a panic is the failure report here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use hybridkv::{Db, Error, Options, WriteBatch};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,7 +66,7 @@ fn write_round(db: &Db, model: &mut Model, n: u32, round: u32) {
             i += 5;
             continue;
         }
-        if (i + round) % 7 == 0 {
+        if (i + round).is_multiple_of(7) {
             db.delete(key(i)).unwrap();
             model.remove(&key(i));
         } else {
