@@ -102,12 +102,17 @@ pub fn value(i: u64, size: usize) -> Vec<u8> {
     v
 }
 
-/// Peak resident memory of this process in bytes (Linux `VmHWM`).
-fn peak_rss() -> Option<u64> {
+/// A memory figure of this process from `/proc/self/status` (`VmHWM` peak, `VmRSS` now).
+fn proc_status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Peak resident memory of this process in bytes.
+fn peak_rss() -> Option<u64> {
+    proc_status_bytes("VmHWM:")
 }
 
 fn mib(b: u64) -> f64 {
@@ -250,12 +255,17 @@ pub fn run(args: &DemoArgs) -> Result<(), Box<dyn std::error::Error>> {
         read.as_secs_f64(),
         bad
     );
+    let rss_before = proc_status_bytes("VmRSS:").unwrap_or(0);
     let t = Instant::now();
     let scanned = db.iter().try_fold(0u64, |c, r| r.map(|_| c + 1))?;
+    let rss_after = proc_status_bytes("VmRSS:").unwrap_or(0);
     println!(
-        "scan:   {:>10.0} pairs/s ({} pairs)",
+        "scan:   {:>10.0} pairs/s ({} pairs); resident memory {:.1} MiB before, {:.1} MiB after (cache budget {} MiB)",
         scanned as f64 / t.elapsed().as_secs_f64(),
-        scanned
+        scanned,
+        mib(rss_before),
+        mib(rss_after),
+        args.cache_mib
     );
     let write_amp =
         load_stats.io.total_written() as f64 / load_stats.user_bytes_written.max(1) as f64;
