@@ -2,7 +2,8 @@
 //!
 //! Owns: the [`FileSystem`] seam (open, read at, append, sync data, sync directory, rename,
 //! delete, punch hole, list, lock), the real implementation ([`RealFs`], with optional
-//! `O_DIRECT`), and byte counting per component ([`IoStats`]). Never: interprets bytes or
+//! `O_DIRECT`), a simulated one for tests ([`SimFs`]: crash images, injected faults, a
+//! byte quota), and byte counting per component ([`IoStats`]). Never: interprets bytes or
 //! decides what is live; it moves bytes and reports errors as `Error::Io` with the path.
 //!
 //! Every other module receives an [`Io`] handle, so tests can substitute a simulated or
@@ -10,9 +11,11 @@
 
 mod counting;
 mod real;
+mod sim;
 
 pub use counting::{IoComponent, IoStats, IoStatsSnapshot};
 pub use real::RealFs;
+pub use sim::{CrashKind, FailMode, SimFs, SimHistory, SimReplay, SECTOR_SIZE};
 
 use crate::error::Result;
 use std::fmt::Debug;
@@ -76,7 +79,8 @@ pub trait FileSystem: Send + Sync + Debug {
     fn file_len(&self, path: &Path) -> Result<u64>;
     /// Bytes the file occupies on disk (after holes are punched).
     fn allocated_len(&self, path: &Path) -> Result<u64>;
-    /// Cuts a file to `len` bytes and makes that durable (used to drop a torn log tail).
+    /// Cuts a file to `len` bytes and makes the file (length and bytes) durable (used to
+    /// drop a torn log tail, and with the current length to make a file durable).
     fn truncate(&self, path: &Path, len: u64) -> Result<()>;
     /// Frees `len` bytes at `offset` of a file, keeping its size (space returns to the OS).
     fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> Result<()>;

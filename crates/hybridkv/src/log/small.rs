@@ -46,11 +46,13 @@ pub(crate) struct SmallLogWriter {
 }
 
 impl SmallLogWriter {
-    /// Creates log file `id` in `dir` and makes its creation durable.
+    /// Creates log file `id` in `dir` and makes its creation durable. The header is synced
+    /// before the directory: a file whose name survives a power loss has its header (a
+    /// torn header in a log that is no longer the newest would refuse the open).
     pub(crate) fn create(io: &Io, dir: &Path, id: u64) -> Result<Self> {
         let mut file = io.create(&dir.join(file_name(id)), IoComponent::Wal)?;
         file.append(&file_header())?;
-        file.flush()?;
+        file.sync_data()?;
         io.fs().sync_dir(dir)?;
         Ok(SmallLogWriter {
             file,
@@ -95,6 +97,8 @@ impl SmallLogWriter {
 /// One replayed record.
 #[derive(Debug)]
 pub(crate) struct Record {
+    /// Where the record starts in its file.
+    pub offset: u64,
     pub first_lsn: u64,
     pub count: u32,
     pub payload: Vec<u8>,
@@ -126,6 +130,7 @@ fn parse_at(data: &[u8], pos: usize) -> Parsed {
     }
     Parsed::Ok(
         Record {
+            offset: pos as u64,
             first_lsn: lsn,
             count,
             payload: payload.to_vec(),

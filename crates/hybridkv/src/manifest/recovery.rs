@@ -8,9 +8,9 @@ use crate::cache::NodeCache;
 use crate::engine::SegmentMeta;
 use crate::engine::{BgState, Engine, LogState, ReadState, VersionState};
 use crate::error::{Error, Result};
-use crate::io::Io;
+use crate::io::{Io, IoComponent};
 use crate::level::{reader as level_reader, LevelFile};
-use crate::log::large::{SegmentFile, SegmentKind};
+use crate::log::large::{self, RecordIndex, SegmentFile, SegmentKind, SegmentTail};
 use crate::log::small::{self, SmallLogWriter};
 use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::{MemValue, Memtable};
@@ -146,9 +146,15 @@ impl Engine {
                 let known = state.segments.iter().find(|s| s.id == id);
                 // A large segment started after the manifest was written may hold committed
                 // values (the small log points at them). A transient segment is referenced
-                // only by level files, which only a manifest installs.
-                let live =
-                    known.is_some() || (kind == SegmentKind::Large && id >= state.next_file_id);
+                // only by the run that owns it, which only a manifest installs: one that a
+                // manifest names while its flush was still writing it (registered first,
+                // so any manifest written meanwhile lists it) is garbage if that run never
+                // made it into the manifest.
+                let live = match kind {
+                    SegmentKind::Large => known.is_some() || id >= state.next_file_id,
+                    SegmentKind::Transient => known
+                        .is_some_and(|s| state.levels.iter().any(|&(_, run, _)| run == s.owner)),
+                };
                 if live {
                     let meta = known.map_or(
                         SegmentMeta {
@@ -174,13 +180,43 @@ impl Engine {
         }
         // A segment registered in the manifest whose file was never created held nothing.
 
+        // The newest large segment is the only one that can hold records never made durable
+        // (a full segment is synced before the next starts), so after a power loss its
+        // tail may be lost or torn. Cut that tail, so the file reads cleanly once it is no
+        // longer the newest, and make the rest durable; replay stops at the first commit
+        // record whose large value did not survive.
+        let mut large_tail: Option<(u64, RecordIndex)> = None;
+        let newest_large = segment_meta
+            .iter()
+            .filter(|(_, m)| m.kind == SEGMENT_LARGE)
+            .map(|(&id, _)| id)
+            .max();
+        if let Some(id) = newest_large {
+            let path = dir.join(SegmentKind::Large.file_name(id));
+            match large::scan_tail(&io.read_all(&path, IoComponent::LargeLog)?) {
+                SegmentTail::Headerless => {
+                    segments.remove(&id);
+                    segment_meta.remove(&id);
+                    io.fs().remove(&path)?;
+                }
+                SegmentTail::Valid { end, records } => {
+                    // `truncate` makes the kept bytes durable too.
+                    io.fs().truncate(&path, end)?;
+                    large_tail = Some((id, records));
+                }
+                SegmentTail::Damaged => {}
+            }
+        }
+
         // Replay the small log, oldest file first; LSNs must rise.
         let mem = Arc::new(Memtable::new());
         let mut last_lsn = state.flushed_lsn;
         let logs = small::list(&io, dir, state.log_min_id)?;
         let newest = logs.last().map(|(id, _)| *id);
         for (id, path) in &logs {
-            let replay = small::replay_file(&io, path, Some(*id) == newest)?;
+            let is_newest = Some(*id) == newest;
+            let replay = small::replay_file(&io, path, is_newest)?;
+            let mut cut = replay.torn_at;
             for rec in replay.records {
                 let ops = decode_ops(&rec.payload, rec.count).ok_or_else(|| {
                     Error::corruption(path, 0, "small-log record holds a malformed batch")
@@ -195,6 +231,27 @@ impl Engine {
                         format!("LSN {} does not follow {last_lsn}", rec.first_lsn),
                     ));
                 }
+                let value_lost = large_tail.as_ref().is_some_and(|(seg, records)| {
+                    ops.iter().any(|op| match op {
+                        BatchOp::PutLarge(k, p) if p.segment == *seg => records
+                            .get(&p.offset)
+                            .is_none_or(|(len, key)| *len != p.len || key.as_slice() != *k),
+                        _ => false,
+                    })
+                });
+                if value_lost {
+                    // Written without sync and lost with the large log's tail: this
+                    // commit, and everything after it, never became durable.
+                    if !is_newest {
+                        return Err(Error::corruption(
+                            path,
+                            rec.offset,
+                            "small-log record points past the end of the large log",
+                        ));
+                    }
+                    cut = Some(rec.offset);
+                    break;
+                }
                 let mut lsn = rec.first_lsn;
                 for op in ops {
                     match op {
@@ -206,13 +263,14 @@ impl Engine {
                 }
                 last_lsn = lsn - 1;
             }
-            if let Some(at) = replay.torn_at {
-                // Cut the torn tail so the file reads cleanly once it is no longer newest.
-                if at == 0 {
-                    io.fs().remove(path)?;
-                } else {
-                    io.fs().truncate(path, at)?;
-                }
+            // Cut the torn tail so the file reads cleanly once it is no longer newest. The
+            // newest file may hold records that reached the OS but not the disk (a process
+            // crash): make them durable before any new write can be synced after them.
+            match cut {
+                Some(0) => io.fs().remove(path)?,
+                Some(at) => io.fs().truncate(path, at)?,
+                None if is_newest => io.fs().truncate(path, io.fs().file_len(path)?)?,
+                None => {}
             }
         }
 

@@ -148,9 +148,12 @@ impl Engine {
             };
             records.push((batch_first, r.batch.count(), body));
         }
-        // The large log first: the small-log record is the commit point.
+        // The large log first: the small-log record is the commit point. A synced group
+        // also syncs the large values of earlier unsynced groups: its fdatasync of the
+        // small log makes their records durable, so their values must be too.
         let mut result = Ok(());
-        if large_written {
+        let large_unsynced = sync && log.large.as_ref().is_some_and(|w| w.has_unsynced());
+        if large_written || large_unsynced {
             if let Some(w) = log.large.as_mut() {
                 result = w.commit(sync);
             }
