@@ -1,5 +1,6 @@
-//! `hybridkv`: inspect a database and run the load-and-read demo.
+//! `hybridkv`: inspect a database, run the YCSB benchmark and the load-and-read demo.
 
+mod bench;
 mod demo;
 
 use clap::{Parser, Subcommand};
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 #[command(
     name = "hybridkv",
     version,
-    about = "hybridkv key-value store: inspect a database, run the demo"
+    about = "hybridkv key-value store: inspect a database, run the YCSB benchmark or the demo"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -21,6 +22,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// YCSB benchmark against the peers (RocksDB, BlobDB with `--features rocksdb`; fjall):
+    /// with no arguments, Load A then Run A on the SD mix with every built engine, then the
+    /// comparison. `bench plot` and `bench report` turn a results file into PNGs and Markdown.
+    Bench(Box<bench::BenchArgs>),
     /// Load pairs into a fresh database, reopen it, read every pair back and verify it,
     /// printing throughput, peak memory and bytes written per component.
     Demo(demo::DemoArgs),
@@ -89,6 +94,7 @@ fn show(bytes: &[u8]) -> String {
 
 fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.command {
+        Command::Bench(args) => bench::run(*args)?,
         Command::Demo(args) => demo::run(&args)?,
         Command::Put { db, key, value } => {
             let db = Db::open(&db, Options::default())?;

@@ -160,22 +160,25 @@ impl Engine {
         r.sv = Arc::new(sv);
     }
 
-    /// Starts a new large-log segment: registered first (so no manifest written meanwhile
-    /// can forget it), then created, then made readable.
+    /// Allocates an id for a new log segment and registers it, before its file exists, so
+    /// that no manifest written from now on can forget a segment that may hold data.
+    pub(crate) fn register_segment(&self, kind: u8, owner: u64) -> u64 {
+        let mut vs = self.versions.lock();
+        let id = self.alloc_file_id();
+        vs.segments.insert(
+            id,
+            SegmentMeta {
+                kind,
+                owner,
+                garbage: 0,
+            },
+        );
+        id
+    }
+
+    /// Starts a new large-log segment: registered, created, then made readable.
     pub(crate) fn new_large_segment(&self) -> Result<SegmentWriter> {
-        let id = {
-            let mut vs = self.versions.lock();
-            let id = self.alloc_file_id();
-            vs.segments.insert(
-                id,
-                SegmentMeta {
-                    kind: SEGMENT_LARGE,
-                    owner: 0,
-                    garbage: 0,
-                },
-            );
-            id
-        };
+        let id = self.register_segment(SEGMENT_LARGE, 0);
         let writer = SegmentWriter::create(&self.io, &self.dir, SegmentKind::Large, id)?;
         let reader = Arc::new(SegmentFile::open(
             &self.io,

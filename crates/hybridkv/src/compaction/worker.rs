@@ -5,7 +5,7 @@
 use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
 use super::picker::{pick, LevelShape};
 use super::transient::{TransientReader, TransientSink};
-use crate::engine::{Engine, SegmentMeta, VersionState};
+use crate::engine::{Engine, VersionState};
 use crate::error::{Error, Result};
 use crate::io::IoComponent;
 use crate::level::reader::LevelScanner;
@@ -178,19 +178,7 @@ impl Engine {
     /// Registers a new transient segment used by run `owner` (before its file exists, so
     /// no manifest written meanwhile can forget it) and creates it.
     fn new_transient_segment(&self, owner: u64) -> Result<SegmentWriter> {
-        let id = {
-            let mut vs = self.versions.lock();
-            let id = self.alloc_file_id();
-            vs.segments.insert(
-                id,
-                SegmentMeta {
-                    kind: SEGMENT_TRANSIENT,
-                    owner,
-                    garbage: 0,
-                },
-            );
-            id
-        };
+        let id = self.register_segment(SEGMENT_TRANSIENT, owner);
         Counters::add(&self.counters.transient_segments_created, 1);
         SegmentWriter::create(&self.io, &self.dir, SegmentKind::Transient, id)
     }

@@ -1,0 +1,296 @@
+//! The whole benchmark of one invocation: resolve the workload, run the asked phases for
+//! each engine in turn, append the results and print the comparison.
+
+use crate::engine::{EngineConfig, EngineKind};
+use crate::error::{BenchError, Result};
+use crate::record::{self, PhaseRecord};
+use crate::report;
+use crate::runner::{self, EngineDir, Phase, PhasePlan};
+use hybridkv_ycsb::{ValueMix, Workload, WorkloadSpec};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Records loaded by default.
+pub const DEFAULT_RECORDS: u64 = 500_000;
+/// Run-phase operations by default.
+pub const DEFAULT_OPS: u64 = 500_000;
+/// Value mix by default (the paper's small-dominated mix).
+pub const DEFAULT_MIX: ValueMix = ValueMix::SD;
+
+/// Where the workload comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadSource {
+    /// A YCSB core workload, `a`..`f`.
+    Core(char),
+    /// A YCSB property file.
+    File(PathBuf),
+}
+
+/// Which phases to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhaseChoice {
+    /// Only the load (a new database).
+    Load,
+    /// Only the run (a database loaded earlier with the same `--db`).
+    Run,
+    /// Load, close, reopen, run: two measured phases per engine.
+    All,
+}
+
+/// Everything `hybridkv bench` can be asked.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Engines, run one after the other.
+    pub engines: Vec<EngineKind>,
+    /// The workload.
+    pub workload: WorkloadSource,
+    /// Value mix (default: the property file's `valuemix`, else SD).
+    pub mix: Option<ValueMix>,
+    /// Records to load (default: the property file's `recordcount`, else 500,000).
+    pub records: Option<u64>,
+    /// Run operations (default: the property file's `operationcount`, else 500,000).
+    pub ops: Option<u64>,
+    /// Client threads.
+    pub threads: usize,
+    /// Cache bytes (default: a fifth of the loaded data, or what the load used).
+    pub cache_bytes: Option<u64>,
+    /// Memtable bytes (default: a sixteenth of the loaded data, 1..64 MiB, or what the
+    /// load used).
+    pub memtable_bytes: Option<u64>,
+    /// Direct I/O.
+    pub direct_io: bool,
+    /// Bloom filters.
+    pub bloom: bool,
+    /// Background threads per engine.
+    pub background_threads: usize,
+    /// The benchmark directory (one sub-directory per engine).
+    pub db: PathBuf,
+    /// Phases.
+    pub phase: PhaseChoice,
+    /// Results file to append to (`None`: none).
+    pub results: Option<PathBuf>,
+    /// Workload seed.
+    pub seed: u64,
+    /// Label recorded with the results.
+    pub label: String,
+    /// Progress bars.
+    pub progress: bool,
+}
+
+/// The workload spec and its name for the results, from a core letter or a property file.
+pub fn resolve_workload(
+    source: &WorkloadSource,
+    mix: Option<ValueMix>,
+    records: Option<u64>,
+    ops: Option<u64>,
+) -> Result<(WorkloadSpec, String, Vec<String>)> {
+    let mut warnings = Vec::new();
+    let (mut spec, name, from_file) = match source {
+        WorkloadSource::Core(c) => (
+            *Workload::core(*c)?.spec(),
+            c.to_ascii_lowercase().to_string(),
+            false,
+        ),
+        WorkloadSource::File(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| BenchError::io("read the workload file", path, e))?;
+            let parsed = WorkloadSpec::parse(&text)
+                .map_err(|e| BenchError::Usage(format!("workload file {}: {e}", path.display())))?;
+            for k in parsed.unknown_keys {
+                warnings.push(format!(
+                    "{} line {}: `{}` is not used by this benchmark",
+                    path.display(),
+                    k.line,
+                    k.key
+                ));
+            }
+            (parsed.spec, path.display().to_string(), true)
+        }
+    };
+    if let Some(m) = mix {
+        spec.value_mix = m;
+    } else if !from_file {
+        spec.value_mix = DEFAULT_MIX;
+    }
+    if let Some(r) = records {
+        spec.record_count = r;
+    } else if !from_file || spec.record_count == 0 {
+        spec.record_count = DEFAULT_RECORDS;
+    }
+    if let Some(o) = ops {
+        spec.operation_count = o;
+    } else if !from_file || spec.operation_count == 0 {
+        spec.operation_count = DEFAULT_OPS;
+    }
+    spec.validate()
+        .map_err(|e| BenchError::Usage(format!("workload: {e}")))?;
+    Ok((spec, name, warnings))
+}
+
+fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> EngineConfig {
+    EngineConfig {
+        cache_bytes,
+        memtable_bytes,
+        direct_io: opts.direct_io,
+        bloom: opts.bloom,
+        sync: false,
+        background_threads: opts.background_threads,
+    }
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}
+
+fn summary_line(r: &PhaseRecord) -> String {
+    format!(
+        "{:<17} {:<7} {} ops in {:.1} s = {:.1} Kops/s; finish {:.1} s; I/O amp {}; CPU {:.2} us/op; disk {:.1} MiB, space amp {}",
+        r.engine,
+        r.phase_label(),
+        r.operations,
+        r.ops_seconds,
+        r.throughput_kops,
+        r.finish_seconds,
+        r.io_amplification.map_or("-".into(), |v| format!("{v:.2}")),
+        r.cpu_us_per_op,
+        mib(r.disk_bytes),
+        r.space_amplification.map_or("-".into(), |v| format!("{v:.2}")),
+    )
+}
+
+/// Runs the benchmark; prints progress lines, each engine's options and the final
+/// comparison to `out`; appends every result to the results file as soon as it exists.
+pub fn run_bench(opts: &BenchOptions, out: &mut dyn Write) -> Result<Vec<PhaseRecord>> {
+    let w = |out: &mut dyn Write, text: String| {
+        writeln!(out, "{text}").map_err(|e| BenchError::io("write to", "stdout", e))
+    };
+    let (spec, workload_name, warnings) =
+        resolve_workload(&opts.workload, opts.mix, opts.records, opts.ops)?;
+    for warning in warnings {
+        w(out, format!("note: {warning}"))?;
+    }
+    if opts.threads == 0 {
+        return Err(BenchError::Usage("--threads must be at least 1".into()));
+    }
+    let phases: &[Phase] = match opts.phase {
+        PhaseChoice::Load => &[Phase::Load],
+        PhaseChoice::Run => &[Phase::Run],
+        PhaseChoice::All => &[Phase::Load, Phase::Run],
+    };
+    // Check every engine before running any, so a mistake fails fast.
+    for &engine in &opts.engines {
+        let dir = EngineDir::new(&opts.db, engine);
+        if phases.contains(&Phase::Load) && (dir.is_loaded() || dir.db().exists()) {
+            return Err(BenchError::Usage(format!(
+                "{} already holds a database: delete it or choose another --db to load anew",
+                dir.db().display()
+            )));
+        }
+        if phases == [Phase::Run] && !dir.is_loaded() {
+            return Err(BenchError::Usage(format!(
+                "no loaded {engine} database in {}: run `--phase load` with this --db first",
+                opts.db.display()
+            )));
+        }
+    }
+    let mut all = Vec::new();
+    for &engine in &opts.engines {
+        for &phase in phases {
+            let dir = EngineDir::new(&opts.db, engine);
+            let state = if phase == Phase::Run {
+                dir.state()?
+            } else {
+                None
+            };
+            let mut phase_spec = spec;
+            let cache = match (opts.cache_bytes, &state) {
+                (Some(c), _) => c,
+                (None, Some(s)) => s.cache_bytes,
+                (None, None) => runner::auto_cache_bytes(spec.record_count, spec.value_mix),
+            };
+            let memtable = match (opts.memtable_bytes, &state) {
+                (Some(m), _) => m,
+                (None, Some(s)) => s.memtable_bytes,
+                (None, None) => runner::auto_memtable_bytes(spec.record_count, spec.value_mix),
+            };
+            if let Some(s) = &state {
+                phase_spec.record_count = s.records;
+            }
+            let plan = PhasePlan {
+                engine,
+                phase,
+                workload_name: workload_name.clone(),
+                spec: phase_spec,
+                seed: opts.seed,
+                threads: opts.threads,
+                config: engine_config(opts, cache, memtable),
+                bench_root: opts.db.clone(),
+                progress: opts.progress,
+                label: opts.label.clone(),
+            };
+            if phase == Phase::Load || opts.phase == PhaseChoice::Run {
+                w(
+                    out,
+                    format!(
+                        "== {engine}: {} (mix {}, {} records, {} ops, {} thread(s), cache {:.0} MiB, memtable {:.0} MiB) ==",
+                        plan.engine_options_line(),
+                        phase_spec.value_mix.name(),
+                        phase_spec.record_count,
+                        phase_spec.operation_count,
+                        opts.threads,
+                        mib(cache),
+                        mib(memtable)
+                    ),
+                )?;
+            }
+            let r = runner::run_phase(&plan)?;
+            if phase == Phase::Load || opts.phase == PhaseChoice::Run {
+                let o: Vec<String> = r
+                    .engine_options
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                w(out, format!("   options: {}", o.join("; ")))?;
+            }
+            w(out, summary_line(&r))?;
+            if let Some(path) = &opts.results {
+                record::append(path, std::slice::from_ref(&r))?;
+            }
+            all.push(r);
+        }
+    }
+    w(out, String::new())?;
+    w(out, report::comparison_text(&all))?;
+    if let Some(path) = &opts.results {
+        w(
+            out,
+            format!(
+                "results appended to {}; plot them with `hybridkv bench plot --results {} --out DIR`",
+                path.display(),
+                path.display()
+            ),
+        )?;
+    }
+    Ok(all)
+}
+
+impl PhasePlan {
+    fn engine_options_line(&self) -> String {
+        format!("{} {}", self.phase.name(), self.workload_name)
+    }
+}
+
+/// Whether `path` is on a file system that accepts `O_DIRECT` (tmpfs does not).
+pub fn direct_io_supported(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(".direct-io-probe");
+    let ok = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    let _ = std::fs::remove_file(&probe);
+    ok
+}

@@ -1,0 +1,189 @@
+//! hybridkv in each placement mode, and the paper's Parallax-MS / -ML ablations.
+
+use super::{
+    common_options, show_bytes, Engine, EngineConfig, EngineKind, EngineOptions, ScanCount,
+};
+use crate::error::{BenchError, Result};
+use hybridkv::io::IoComponent;
+use hybridkv::{Db, Options, Placement};
+use serde_json::json;
+use std::path::Path;
+
+/// An open hybridkv database.
+pub(crate) struct HybridEngine {
+    name: &'static str,
+    db: Db,
+    options: Options,
+    bloom_asked: bool,
+}
+
+impl HybridEngine {
+    /// The engine options for `kind` under the common settings.
+    pub(crate) fn engine_options(kind: EngineKind, config: &EngineConfig) -> Options {
+        let mut o = Options {
+            cache_bytes: usize::try_from(config.cache_bytes).unwrap_or(usize::MAX),
+            memtable_size: usize::try_from(config.memtable_bytes).unwrap_or(usize::MAX),
+            direct_io: config.direct_io,
+            sync: config.sync,
+            background_threads: config.background_threads,
+            ..Options::default()
+        };
+        match kind {
+            EngineKind::HybridkvInPlace => o.placement = Placement::InPlace,
+            EngineKind::HybridkvAllLog => o.placement = Placement::AllLog,
+            EngineKind::HybridkvMs => {
+                o.small_threshold = 1024;
+                o.large_threshold = 1024;
+            }
+            EngineKind::HybridkvMl => {
+                o.small_threshold = 120;
+                o.large_threshold = 120;
+            }
+            _ => {}
+        }
+        o
+    }
+
+    pub(crate) fn open(kind: EngineKind, dir: &Path, config: &EngineConfig) -> Result<Self> {
+        let options = Self::engine_options(kind, config);
+        let db = Db::open(dir, options.clone()).map_err(|e| BenchError::engine(kind.name(), e))?;
+        Ok(HybridEngine {
+            name: kind.name(),
+            db,
+            options,
+            bloom_asked: config.bloom,
+        })
+    }
+
+    fn err(&self, e: hybridkv::Error) -> BenchError {
+        BenchError::engine(self.name, e)
+    }
+}
+
+impl Engine for HybridEngine {
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.put(key, value).map_err(|e| self.err(e))
+    }
+
+    fn read(&self, key: &[u8]) -> Result<Option<usize>> {
+        Ok(self.db.get(key).map_err(|e| self.err(e))?.map(|v| v.len()))
+    }
+
+    fn scan(&self, start: &[u8], len: usize) -> Result<ScanCount> {
+        let mut count = ScanCount::default();
+        for pair in self.db.range::<&[u8], _>(start..).take(len) {
+            let (k, v) = pair.map_err(|e| self.err(e))?;
+            count.pairs += 1;
+            count.bytes += (k.len() + v.len()) as u64;
+        }
+        Ok(count)
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.db.flush().map_err(|e| self.err(e))?;
+        self.db.compact().map_err(|e| self.err(e))
+    }
+
+    fn options(&self) -> EngineOptions {
+        let o = &self.options;
+        let mut m = common_options(&EngineConfig {
+            cache_bytes: o.cache_bytes as u64,
+            memtable_bytes: o.memtable_size as u64,
+            direct_io: o.direct_io,
+            bloom: self.bloom_asked,
+            sync: o.sync,
+            background_threads: o.background_threads,
+        });
+        m.insert(
+            "engine".into(),
+            format!("hybridkv {}", env!("CARGO_PKG_VERSION")),
+        );
+        m.insert("placement".into(), format!("{:?}", o.placement));
+        m.insert(
+            "thresholds".into(),
+            format!(
+                "small < {} B <= medium < {} B <= large (key + value)",
+                o.small_threshold, o.large_threshold
+            ),
+        );
+        m.insert(
+            "direct_io".into(),
+            if o.direct_io {
+                "on: level files (flush/compaction output, level reads); logs buffered".into()
+            } else {
+                "off".into()
+            },
+        );
+        m.insert(
+            "bloom".into(),
+            if self.bloom_asked {
+                "asked for, but hybridkv has no Bloom filters: none".into()
+            } else {
+                "none (hybridkv has no Bloom filters)".into()
+            },
+        );
+        m.insert("compression".into(), "none (not implemented)".into());
+        m.insert(
+            "nodes".into(),
+            format!(
+                "leaf {}, index {}",
+                show_bytes(o.leaf_size as u64),
+                show_bytes(o.index_node_size as u64)
+            ),
+        );
+        m.insert("growth_factor".into(), o.growth_factor.to_string());
+        m.insert(
+            "max_immutable_memtables".into(),
+            o.max_immutable_memtables.to_string(),
+        );
+        m.insert(
+            "large_log_gc".into(),
+            format!(
+                "segment {}, collect at {:.0}% garbage, every {:?}",
+                show_bytes(o.large_segment_size as u64),
+                o.gc_threshold * 100.0,
+                o.gc_interval
+            ),
+        );
+        m.insert(
+            "medium_merge_level".into(),
+            format!("{:?}", o.medium_merge_level),
+        );
+        m
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        let s = self.db.stats().ok()?;
+        let per = |f: &dyn Fn(IoComponent) -> u64| {
+            IoComponent::ALL
+                .iter()
+                .map(|&c| (c.name().to_string(), json!(f(c))))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        Some(json!({
+            "bytes_written": per(&|c| s.io.written_by(c)),
+            "bytes_read": per(&|c| s.io.read_by(c)),
+            "user_bytes_written": s.user_bytes_written,
+            "user_bytes_read": s.user_bytes_read,
+            "write_amplification": s.write_amplification(),
+            "flushes": s.flushes,
+            "compactions": s.compactions,
+            "write_stalls": s.write_stalls,
+            "commit_groups": s.commit_groups,
+            "level_file_bytes": s.level_file_bytes(),
+            "large_log_file_bytes": s.large_log_file_bytes,
+            "large_log_garbage_bytes": s.large_log_garbage_bytes,
+            "transient_log_file_bytes": s.transient_log_file_bytes,
+            "medium_values_logged": s.medium_values_logged,
+            "medium_values_merged": s.medium_values_merged,
+            "gc_passes": s.gc_passes,
+            "gc_segments_freed": s.gc_segments_freed,
+            "gc_bytes_freed": s.gc_bytes_freed,
+            "gc_entries_checked": s.gc_entries_checked,
+            "gc_bytes_relocated": s.gc_bytes_relocated,
+            "levels": s.levels.iter().map(|l| json!({
+                "level": l.level, "runs": l.files, "file_bytes": l.file_bytes, "entries": l.entries
+            })).collect::<Vec<_>>(),
+        }))
+    }
+}

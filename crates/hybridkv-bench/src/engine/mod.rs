@@ -1,0 +1,312 @@
+//! The [`Engine`] adapter trait and the engines the benchmark can run.
+//!
+//! Every engine is opened with the same [`EngineConfig`]: cache size, memtable size,
+//! background threads, compression off, write-ahead log on without an fsync per write,
+//! Bloom filters off unless asked for, and direct I/O for reads and for flush/compaction
+//! where the engine has it. Each adapter reports the options it actually set
+//! ([`Engine::options`]); they are printed and recorded with every result.
+
+mod fjall_engine;
+mod hybrid;
+#[cfg(feature = "rocksdb")]
+mod rocks;
+
+use crate::error::{BenchError, Result};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+/// Pairs and bytes returned by a scan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanCount {
+    /// Pairs returned.
+    pub pairs: u64,
+    /// Key and value bytes returned.
+    pub bytes: u64,
+}
+
+/// The options an engine runs with, as (name, value) text, in a stable order.
+pub type EngineOptions = BTreeMap<String, String>;
+
+/// One engine under test, open on one directory. Dropping it closes the engine: its
+/// background threads have stopped when the drop returns.
+pub trait Engine: Send + Sync {
+    /// Inserts a new record (load phase and YCSB inserts).
+    fn insert(&self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Overwrites a record.
+    fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.insert(key, value)
+    }
+    /// Reads a record; returns its value length, or `None` if absent.
+    fn read(&self, key: &[u8]) -> Result<Option<usize>>;
+    /// Reads up to `len` pairs in key order starting at `start` (inclusive), counting them.
+    fn scan(&self, start: &[u8], len: usize) -> Result<ScanCount>;
+    /// Reads a record, then writes `value` to it (YCSB's read-modify-write). Returns the
+    /// length of the value read.
+    fn read_modify_write(&self, key: &[u8], value: &[u8]) -> Result<Option<usize>> {
+        let old = self.read(key)?;
+        self.update(key, value)?;
+        Ok(old)
+    }
+    /// Ends a phase: writes the memtable out and waits until the background work it
+    /// caused (flushes, compactions) is done, so that the phase's cost is all counted and
+    /// the next phase starts from a quiet database.
+    fn finish(&self) -> Result<()>;
+    /// The options this engine runs with (printed and recorded in the results).
+    fn options(&self) -> EngineOptions;
+    /// The engine's own counters, if it has any worth recording.
+    fn stats(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// The settings every engine gets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Block/node cache budget in bytes.
+    pub cache_bytes: u64,
+    /// Memtable (write buffer) size in bytes.
+    pub memtable_bytes: u64,
+    /// Direct I/O for reads and for flush/compaction output, where the engine has it.
+    pub direct_io: bool,
+    /// Bloom filters (10 bits per key) where the engine has them.
+    pub bloom: bool,
+    /// Fsync the write-ahead log on every write (`false`: writes reach the OS, no fsync).
+    pub sync: bool,
+    /// Background (flush/compaction) threads.
+    pub background_threads: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cache_bytes: 64 << 20,
+            memtable_bytes: 64 << 20,
+            direct_io: true,
+            bloom: false,
+            sync: false,
+            background_threads: 2,
+        }
+    }
+}
+
+/// The engines the benchmark knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EngineKind {
+    /// hybridkv, hybrid placement (the design under test).
+    Hybridkv,
+    /// hybridkv with every pair in place (`Placement::InPlace`).
+    HybridkvInPlace,
+    /// hybridkv with every value in the log (`Placement::AllLog`).
+    HybridkvAllLog,
+    /// Parallax-MS: medium folded into small (both thresholds 1024).
+    HybridkvMs,
+    /// Parallax-ML: medium folded into large (both thresholds 120).
+    HybridkvMl,
+    /// RocksDB, every pair in place.
+    RocksDb,
+    /// RocksDB's integrated BlobDB: every value in blob files, blob GC on.
+    BlobDb,
+    /// fjall, values in place.
+    Fjall,
+    /// fjall with key-value separation (blob files) for large values.
+    FjallKv,
+}
+
+impl EngineKind {
+    /// Every engine, in report order.
+    pub const ALL: [EngineKind; 9] = [
+        EngineKind::Hybridkv,
+        EngineKind::HybridkvInPlace,
+        EngineKind::HybridkvAllLog,
+        EngineKind::HybridkvMs,
+        EngineKind::HybridkvMl,
+        EngineKind::RocksDb,
+        EngineKind::BlobDb,
+        EngineKind::Fjall,
+        EngineKind::FjallKv,
+    ];
+
+    /// The peers hybridkv is compared with, in report order.
+    pub const PEERS: [EngineKind; 4] = [
+        EngineKind::RocksDb,
+        EngineKind::BlobDb,
+        EngineKind::Fjall,
+        EngineKind::FjallKv,
+    ];
+
+    /// The name used on the command line and in results.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EngineKind::Hybridkv => "hybridkv",
+            EngineKind::HybridkvInPlace => "hybridkv-inplace",
+            EngineKind::HybridkvAllLog => "hybridkv-alllog",
+            EngineKind::HybridkvMs => "hybridkv-ms",
+            EngineKind::HybridkvMl => "hybridkv-ml",
+            EngineKind::RocksDb => "rocksdb",
+            EngineKind::BlobDb => "blobdb",
+            EngineKind::Fjall => "fjall",
+            EngineKind::FjallKv => "fjall-kv",
+        }
+    }
+
+    /// Parses a name (case-insensitive).
+    pub fn from_name(name: &str) -> Option<EngineKind> {
+        let name = name.trim().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether this binary can run the engine (RocksDB and BlobDB need the `rocksdb`
+    /// feature).
+    pub const fn is_built(self) -> bool {
+        cfg!(feature = "rocksdb") || !matches!(self, EngineKind::RocksDb | EngineKind::BlobDb)
+    }
+
+    /// The engines `hybridkv bench` runs when none are named: hybridkv and every peer
+    /// that is built.
+    pub fn default_set() -> Vec<EngineKind> {
+        std::iter::once(EngineKind::Hybridkv)
+            .chain(Self::PEERS)
+            .filter(|k| k.is_built())
+            .collect()
+    }
+
+    /// Parses a comma-separated list: engine names, `default` (hybridkv and the built
+    /// peers) or `all` (every built engine).
+    pub fn parse_list(list: &str) -> Result<Vec<EngineKind>> {
+        let mut out: Vec<EngineKind> = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let add: Vec<EngineKind> = match item.to_ascii_lowercase().as_str() {
+                "all" => Self::ALL.into_iter().filter(|k| k.is_built()).collect(),
+                "default" => Self::default_set(),
+                _ => {
+                    let kind = Self::from_name(item).ok_or_else(|| {
+                        BenchError::Usage(format!(
+                            "unknown engine {item:?}: expected one of {}, default or all",
+                            Self::ALL.map(EngineKind::name).join(", ")
+                        ))
+                    })?;
+                    if !kind.is_built() {
+                        return Err(BenchError::Usage(format!(
+                            "engine {item} is not built into this binary: build with \
+                             `--features rocksdb` (./scripts/bench.sh does)"
+                        )));
+                    }
+                    vec![kind]
+                }
+            };
+            for k in add {
+                if !out.contains(&k) {
+                    out.push(k);
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(BenchError::Usage("no engine named".into()));
+        }
+        Ok(out)
+    }
+
+    /// Opens (creating if needed) this engine's database in `dir`.
+    pub fn open(self, dir: &Path, config: &EngineConfig) -> Result<Box<dyn Engine>> {
+        match self {
+            EngineKind::Hybridkv
+            | EngineKind::HybridkvInPlace
+            | EngineKind::HybridkvAllLog
+            | EngineKind::HybridkvMs
+            | EngineKind::HybridkvMl => {
+                Ok(Box::new(hybrid::HybridEngine::open(self, dir, config)?))
+            }
+            EngineKind::Fjall | EngineKind::FjallKv => Ok(Box::new(
+                fjall_engine::FjallEngine::open(self == EngineKind::FjallKv, dir, config)?,
+            )),
+            #[cfg(feature = "rocksdb")]
+            EngineKind::RocksDb | EngineKind::BlobDb => Ok(Box::new(rocks::RocksEngine::open(
+                self == EngineKind::BlobDb,
+                dir,
+                config,
+            )?)),
+            #[cfg(not(feature = "rocksdb"))]
+            EngineKind::RocksDb | EngineKind::BlobDb => Err(BenchError::Usage(format!(
+                "engine {} is not built into this binary: build with `--features rocksdb`",
+                self.name()
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Formats a byte count for option descriptions (`64 MiB`, `1500 B`).
+pub(crate) fn show_bytes(n: u64) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// Options every adapter records the same way.
+pub(crate) fn common_options(config: &EngineConfig) -> EngineOptions {
+    let mut o = EngineOptions::new();
+    o.insert("cache".into(), show_bytes(config.cache_bytes));
+    o.insert("memtable".into(), show_bytes(config.memtable_bytes));
+    o.insert(
+        "background_threads".into(),
+        config.background_threads.to_string(),
+    );
+    o.insert(
+        "wal".into(),
+        if config.sync {
+            "on, fsync per write".into()
+        } else {
+            "on, no fsync per write (writes reach the OS)".into()
+        },
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for k in EngineKind::ALL {
+            assert_eq!(EngineKind::from_name(k.name()), Some(k));
+            assert_eq!(EngineKind::from_name(&k.name().to_uppercase()), Some(k));
+        }
+        assert_eq!(EngineKind::from_name("leveldb"), None);
+    }
+
+    #[test]
+    fn parses_lists() {
+        let l = EngineKind::parse_list("hybridkv, fjall,hybridkv").unwrap();
+        assert_eq!(l, vec![EngineKind::Hybridkv, EngineKind::Fjall]);
+        assert!(EngineKind::parse_list("nope").is_err());
+        assert!(EngineKind::parse_list(" , ").is_err());
+        let d = EngineKind::parse_list("default").unwrap();
+        assert_eq!(d[0], EngineKind::Hybridkv);
+        assert!(d.contains(&EngineKind::Fjall));
+        assert_eq!(
+            d.contains(&EngineKind::RocksDb),
+            cfg!(feature = "rocksdb"),
+            "rocksdb is in the default set exactly when it is built"
+        );
+        let all = EngineKind::parse_list("all").unwrap();
+        assert!(all.len() >= 7);
+    }
+
+    #[test]
+    fn byte_display() {
+        assert_eq!(show_bytes(64 << 20), "64 MiB");
+        assert_eq!(show_bytes(8192), "8 KiB");
+        assert_eq!(show_bytes(1500), "1500 B");
+    }
+}

@@ -1,0 +1,282 @@
+//! `hybridkv bench`: the YCSB benchmark (issue #6), and its `plot` and `report` tools.
+
+use clap::{Args, Subcommand, ValueEnum};
+use hybridkv_bench::{
+    bench, plot, record, report, BenchOptions, EngineKind, PhaseChoice, WorkloadSource,
+};
+use hybridkv_ycsb::{ValueMix, Workload};
+use std::path::PathBuf;
+
+/// Options of `hybridkv bench`.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub action: Option<BenchAction>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The tools that work on a results file.
+#[derive(Subcommand, Debug)]
+pub enum BenchAction {
+    /// Draw the PNG plots (throughput, I/O amplification, CPU per operation for each engine
+    /// and phase; one file per value mix) from a results file.
+    Plot {
+        /// The results file (JSON lines).
+        #[arg(long)]
+        results: PathBuf,
+        /// Directory for the PNG files.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Print the Markdown of docs/BENCHMARKS.md from a results file.
+    Report {
+        /// The results file (JSON lines).
+        #[arg(long)]
+        results: PathBuf,
+        /// Directory of the plots, relative to where the Markdown will live (e.g. `bench`).
+        #[arg(long)]
+        plots: Option<String>,
+        /// A file with the machine's description (lscpu, nproc, free -h), included verbatim.
+        #[arg(long)]
+        machine: Option<PathBuf>,
+        /// A file with the exact commands that produced the results, included verbatim.
+        #[arg(long)]
+        commands: Option<PathBuf>,
+        /// A Markdown file with the reading of the results, included as is.
+        #[arg(long)]
+        notes: Option<PathBuf>,
+        /// A note shown at the top (e.g. that the run is small-scale).
+        #[arg(long)]
+        banner: Option<String>,
+    },
+    /// List the engines built into this binary.
+    Engines,
+}
+
+/// Phases to run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PhaseArg {
+    /// Load a new database (needs --db).
+    Load,
+    /// Run the workload on a database loaded earlier with the same --db.
+    Run,
+    /// Load, reopen, run.
+    All,
+}
+
+/// Options of a benchmark run.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Engines, comma-separated: hybridkv, hybridkv-inplace, hybridkv-alllog, hybridkv-ms,
+    /// hybridkv-ml, rocksdb, blobdb, fjall, fjall-kv; `default` = hybridkv and every built
+    /// peer; `all` = every built engine.
+    #[arg(long, default_value = "default")]
+    pub engines: String,
+    /// YCSB core workload a..f.
+    #[arg(long, default_value = "a", value_parser = parse_workload, conflicts_with = "workload_file")]
+    pub workload: char,
+    /// A YCSB property file instead of a core workload (recordcount, operationcount,
+    /// proportions, requestdistribution, maxscanlength, insertorder, valuemix).
+    #[arg(long)]
+    pub workload_file: Option<PathBuf>,
+    /// Value-size mix: S, M, L, SD, MD, LD (paper Table 1). Default SD (or the file's).
+    #[arg(long, value_parser = parse_mix)]
+    pub mix: Option<ValueMix>,
+    /// Records to load. Default 500,000 (or the file's recordcount).
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// Operations of the run phase. Default 500,000 (or the file's operationcount).
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Cache size in MiB for every engine. Default: a fifth of the loaded data.
+    #[arg(long)]
+    pub cache_mib: Option<u64>,
+    /// Memtable (write buffer) size in MiB for every engine. Default: a sixteenth of the
+    /// loaded data, between 1 and 64 MiB.
+    #[arg(long)]
+    pub memtable_mib: Option<u64>,
+    /// Direct I/O for reads and flush/compaction where the engine has it.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub direct_io: String,
+    /// Bloom filters on (10 bits per key) where the engine has them (off as in the paper).
+    #[arg(long)]
+    pub bloom: bool,
+    /// Background (flush/compaction) threads per engine.
+    #[arg(long, default_value_t = 2)]
+    pub background_threads: usize,
+    /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
+    /// in the current one, deleted afterwards (only with --phase all).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Phases: load, run or all (load, reopen, run).
+    #[arg(long, value_enum, default_value = "all")]
+    pub phase: PhaseArg,
+    /// Results file: one JSON line per phase and engine is appended.
+    #[arg(long, default_value = "bench-results.jsonl")]
+    pub results: PathBuf,
+    /// Workload seed.
+    #[arg(long, default_value_t = Workload::DEFAULT_SEED)]
+    pub seed: u64,
+    /// Label recorded with the results (groups results in reports and plots).
+    #[arg(long, default_value = "")]
+    pub label: String,
+    /// Also draw this invocation's plots into this directory.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+fn parse_workload(s: &str) -> Result<char, String> {
+    let mut chars = s.trim().chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if ('a'..='f').contains(&c.to_ascii_lowercase()) => {
+            Ok(c.to_ascii_lowercase())
+        }
+        _ => Err(format!(
+            "{s:?} is not a core workload: use a, b, c, d, e or f (or --workload-file FILE)"
+        )),
+    }
+}
+
+fn parse_mix(s: &str) -> Result<ValueMix, String> {
+    s.parse::<ValueMix>().map_err(|e| e.to_string())
+}
+
+fn read_text(path: &Option<PathBuf>) -> Result<Option<String>, Box<dyn std::error::Error>> {
+    match path {
+        Some(p) => Ok(Some(
+            std::fs::read_to_string(p).map_err(|e| format!("read {}: {e}", p.display()))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Runs `hybridkv bench`.
+pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    match args.action {
+        Some(BenchAction::Plot { results, out }) => {
+            let records = record::read_all(&results)?;
+            if records.is_empty() {
+                return Err(format!("{} holds no results", results.display()).into());
+            }
+            for f in plot::plot_all(&records, &out)? {
+                println!("wrote {}", f.display());
+            }
+            Ok(())
+        }
+        Some(BenchAction::Report {
+            results,
+            plots,
+            machine,
+            commands,
+            notes,
+            banner,
+        }) => {
+            let records = record::read_all(&results)?;
+            let inputs = report::ReportInputs {
+                results_name: results.display().to_string(),
+                plots_dir: plots,
+                machine: read_text(&machine)?,
+                commands: read_text(&commands)?,
+                notes: read_text(&notes)?,
+                banner,
+            };
+            print!("{}", report::markdown(&records, &inputs));
+            Ok(())
+        }
+        Some(BenchAction::Engines) => {
+            for k in EngineKind::ALL {
+                println!(
+                    "{:<17} {}",
+                    k.name(),
+                    if k.is_built() {
+                        "built"
+                    } else {
+                        "not built (needs --features rocksdb)"
+                    }
+                );
+            }
+            Ok(())
+        }
+        None => run_benchmark(args.run),
+    }
+}
+
+fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let engines = EngineKind::parse_list(&a.engines)?;
+    let phase = match a.phase {
+        PhaseArg::Load => PhaseChoice::Load,
+        PhaseArg::Run => PhaseChoice::Run,
+        PhaseArg::All => PhaseChoice::All,
+    };
+    let direct_io = a.direct_io == "on";
+    let tmp;
+    let db = match &a.db {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
+            d.clone()
+        }
+        None if phase == PhaseChoice::All => {
+            tmp = tempfile::Builder::new()
+                .prefix(".hybridkv-bench-")
+                .tempdir_in(".")
+                .map_err(|e| format!("create a temporary directory here: {e}"))?;
+            tmp.path().to_path_buf()
+        }
+        None => {
+            return Err(
+                "--phase load and --phase run work on one database across invocations: give it with --db DIR"
+                    .into(),
+            )
+        }
+    };
+    if direct_io && !bench::direct_io_supported(&db) {
+        return Err(format!(
+            "{} is on a file system without O_DIRECT (tmpfs?): choose another --db or pass --direct-io off",
+            db.display()
+        )
+        .into());
+    }
+    if hybridkv_bench::sys::DeviceIo::now().is_none() {
+        eprintln!("note: /proc/self/io is unavailable here: device bytes and I/O amplification will be missing");
+    }
+    let workload = match &a.workload_file {
+        Some(f) => WorkloadSource::File(f.clone()),
+        None => WorkloadSource::Core(a.workload),
+    };
+    let opts = BenchOptions {
+        engines,
+        workload,
+        mix: a.mix,
+        records: a.records,
+        ops: a.ops,
+        threads: a.threads,
+        cache_bytes: a.cache_mib.map(|m| m << 20),
+        memtable_bytes: a.memtable_mib.map(|m| m << 20),
+        direct_io,
+        bloom: a.bloom,
+        background_threads: a.background_threads,
+        db,
+        phase,
+        results: Some(a.results.clone()),
+        seed: a.seed,
+        label: a.label.clone(),
+        progress: !a.no_progress,
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let records = hybridkv_bench::run_bench(&opts, &mut out)?;
+    if let Some(dir) = &a.plots {
+        for f in plot::plot_all(&records, dir)? {
+            println!("wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
