@@ -318,7 +318,7 @@ pub fn markdown(records: &[PhaseRecord], inputs: &ReportInputs) -> String {
     let _ = writeln!(s, "- **CPU us/op**: user + system CPU seconds of the process (all threads, background work included) over the same span / operations; **Kcyc/op** multiplies by the `/proc/cpuinfo` frequency.");
     let _ = writeln!(s, "- **Space amp**: allocated bytes of the database directory after the phase / live key + value bytes (the runner tracks every record's current size).");
     let _ = writeln!(s, "- **Ratios** are hybridkv / peer: above 1 is better for throughput, below 1 is better for I/O amp and CPU/op.");
-    let _ = writeln!(s, "- fjall has no direct I/O: its reads are served by the OS page cache beyond the configured cache, so its device reads (and I/O amp) are not comparable on read-heavy phases. hybridkv uses direct I/O only for its level files: its large-log (value log) reads go through the page cache too.\n");
+    let _ = writeln!(s, "- fjall has no direct I/O: its reads are served by the OS page cache beyond the configured cache, so its device reads (and I/O amp) are not comparable on read-heavy phases. hybridkv reads level files and log segments with direct I/O and writes level files with it; its logs are appended through the page cache (as RocksDB's write-ahead log is), so a read of a just-written log record first makes the kernel write that page back.\n");
 
     if let Some(m) = &inputs.machine {
         let _ = writeln!(s, "## Machine\n\n```text\n{}\n```\n", m.trim_end());

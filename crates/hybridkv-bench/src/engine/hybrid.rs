@@ -109,7 +109,7 @@ impl Engine for HybridEngine {
         m.insert(
             "direct_io".into(),
             if o.direct_io {
-                "on: level files (flush/compaction output, level reads); logs buffered".into()
+                "on: level-file writes (flush/compaction output), every level and log-segment read; log appends buffered".into()
             } else {
                 "off".into()
             },

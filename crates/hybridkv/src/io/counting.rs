@@ -66,12 +66,27 @@ impl IoComponent {
         }
     }
 
-    /// Level files are the ones read and written with direct I/O when it is on.
+    /// Level files are the ones written with direct I/O when it is on (logs are appended
+    /// in small records through the page cache and made durable by fsync).
     pub(crate) fn is_level_file(self) -> bool {
         matches!(
             self,
             IoComponent::Flush | IoComponent::Compaction | IoComponent::LevelRead
         )
+    }
+}
+
+impl IoComponent {
+    /// Files opened for reading under these components bypass the page cache when direct
+    /// I/O is on: level files, and log segments read by gets, scans, transient merges and
+    /// GC, so that every read of the engine is device traffic. The small log (read only at
+    /// recovery) and the manifest are read through the page cache.
+    pub(crate) fn reads_direct(self) -> bool {
+        self.is_level_file()
+            || matches!(
+                self,
+                IoComponent::LargeLog | IoComponent::TransientLog | IoComponent::Gc
+            )
     }
 }
 

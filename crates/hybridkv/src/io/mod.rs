@@ -97,7 +97,8 @@ pub struct Io {
 }
 
 impl Io {
-    /// Wraps a file system; `direct` selects `O_DIRECT` for level files.
+    /// Wraps a file system; `direct` selects `O_DIRECT` for level-file writes and for
+    /// reads of level files and log segments.
     pub fn new(fs: Arc<dyn FileSystem>, direct: bool) -> Self {
         Io {
             fs,
@@ -133,9 +134,10 @@ impl Io {
         )))
     }
 
-    /// Opens a file whose reads are counted under `component`.
+    /// Opens a file whose reads are counted under `component`. With direct I/O on, level
+    /// files and log segments are read with `O_DIRECT` (see [`IoComponent::reads_direct`]).
     pub fn open(&self, path: &Path, component: IoComponent) -> Result<Arc<dyn ReadableFile>> {
-        let direct = self.direct && component.is_level_file();
+        let direct = self.direct && component.reads_direct();
         let inner = self.fs.open(path, direct)?;
         Ok(Arc::new(counting::CountingReader::new(
             inner,
