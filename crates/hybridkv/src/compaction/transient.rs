@@ -6,71 +6,42 @@
 //! segment through a small window, never a random 4 KiB read per pair.
 
 use crate::error::{Error, Result};
-use crate::log::large::{decode_checked, SegmentWriter};
+use crate::log::large::SegmentWriter;
 use crate::log::ptr::LogPtr;
+use crate::log::readahead::SegmentReadahead;
 use crate::read::SegmentSet;
-use std::collections::HashMap;
 
 /// Read size per transient segment during a merge.
 const WINDOW: usize = 256 << 10;
 
-/// Reads medium values in key order during a merge at the merge level.
+/// Reads medium values in key order during a merge at the merge level: a fixed 256 KiB
+/// window per segment.
 pub(crate) struct TransientReader<'a> {
     segments: &'a SegmentSet,
-    windows: HashMap<u64, (u64, Vec<u8>)>,
-    /// Bytes of medium values read back.
-    pub bytes_read: u64,
-    pub values: u64,
+    readahead: SegmentReadahead,
 }
 
 impl<'a> TransientReader<'a> {
     pub(crate) fn new(segments: &'a SegmentSet) -> Self {
         TransientReader {
             segments,
-            windows: HashMap::new(),
-            bytes_read: 0,
-            values: 0,
+            readahead: SegmentReadahead::new(WINDOW, WINDOW, usize::MAX),
         }
     }
 
     /// The value of the record at `ptr`, which must hold `key`.
     pub(crate) fn read(&mut self, key: &[u8], ptr: LogPtr) -> Result<Vec<u8>> {
-        let seg = self.segments.get(&ptr.segment).ok_or_else(|| {
-            Error::corruption(
-                crate::log::large::SegmentKind::Transient.file_name(ptr.segment),
-                ptr.offset,
-                "pointer to a transient segment that does not exist",
-            )
-        })?;
-        let (start, buf) = self.windows.entry(ptr.segment).or_insert((0, Vec::new()));
-        let len = ptr.len as usize;
-        let end = ptr.offset.saturating_add(len as u64);
-        if ptr.offset < *start || end > *start + buf.len() as u64 {
-            let avail = seg.len().saturating_sub(ptr.offset);
-            let n = usize::try_from(avail.min(WINDOW as u64))
-                .unwrap_or(WINDOW)
-                .max(len);
-            buf.resize(n, 0);
-            seg.read_into(ptr, buf)?;
-            *start = ptr.offset;
-        }
-        let from = usize::try_from(ptr.offset - *start).unwrap_or(usize::MAX);
-        let bytes = buf.get(from..from.saturating_add(len)).ok_or_else(|| {
-            Error::corruption(
-                crate::log::large::SegmentKind::Transient.file_name(ptr.segment),
-                ptr.offset,
-                "window out of range",
-            )
-        })?;
-        let value = decode_checked(
-            bytes,
-            ptr,
-            key,
-            std::path::Path::new(&crate::log::large::SegmentKind::Transient.file_name(ptr.segment)),
-        )?;
-        self.bytes_read += u64::from(ptr.len);
-        self.values += 1;
-        Ok(value)
+        self.readahead.read(self.segments, key, ptr)
+    }
+
+    /// Bytes of medium values read back.
+    pub(crate) fn bytes_read(&self) -> u64 {
+        self.readahead.bytes_read
+    }
+
+    /// Medium values read back.
+    pub(crate) fn values(&self) -> u64 {
+        self.readahead.values
     }
 }
 

@@ -152,8 +152,8 @@ impl Engine {
         Counters::add(&c.compaction_entries_in, out.entries_in);
         Counters::add(&c.dropped_shadowed, out.dropped_shadowed);
         Counters::add(&c.dropped_tombstones, out.dropped_tombstones);
-        Counters::add(&c.medium_values_merged, reader.values);
-        Counters::add(&c.medium_bytes_merged, reader.bytes_read);
+        Counters::add(&c.medium_values_merged, reader.values());
+        Counters::add(&c.medium_bytes_merged, reader.bytes_read());
         Counters::add(&c.medium_values_logged, logged);
     }
 

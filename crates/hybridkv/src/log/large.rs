@@ -223,7 +223,6 @@ impl SegmentFile {
         })
     }
 
-    #[cfg(test)]
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
