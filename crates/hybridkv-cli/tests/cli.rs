@@ -79,3 +79,21 @@ fn errors_print_a_message_and_exit_non_zero() {
     assert_ne!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown mix"));
 }
+
+#[test]
+fn a_second_process_opening_an_open_database_is_refused_as_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = hybridkv::Db::open(&path, hybridkv::Options::default()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    // Another process (the CLI) cannot open it while this process holds it.
+    let o = hybridkv(&["get", "--db", path.to_str().unwrap(), "k"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("locked by another open instance"), "{err}");
+    // Once it is closed, the other process can.
+    drop(db);
+    let o = hybridkv(&["get", "--db", path.to_str().unwrap(), "k"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o), "v\n");
+}

@@ -593,22 +593,86 @@ fn a_path_under_a_regular_file_is_an_io_error() {
     assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
 }
 
+/// Clears the immutable attribute set by [`make_read_only`] when dropped, so that the
+/// temporary directory can be removed even if an assertion fails.
+struct Immutable(std::path::PathBuf);
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Makes `dir` read-only for this process: mode 0o555, and for root (whom permission bits
+/// do not stop) the immutable attribute (`chattr +i`, ext4/xfs/btrfs).
+fn make_read_only(dir: &Path) -> Option<Immutable> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    if !probe_writable(dir) {
+        return None;
+    }
+    let ok = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    let guard = Immutable(dir.to_path_buf());
+    assert!(
+        ok && !probe_writable(dir),
+        "cannot make {} read-only here (root, and `chattr +i` is unavailable)",
+        dir.display()
+    );
+    Some(guard)
+}
+
 #[test]
-fn an_unwritable_directory_is_an_io_error() {
+fn a_read_only_directory_is_an_io_error() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let db_dir = dir.path().join("ro");
     std::fs::create_dir(&db_dir).unwrap();
-    std::fs::set_permissions(&db_dir, std::fs::Permissions::from_mode(0o555)).unwrap();
-    if probe_writable(&db_dir) {
-        // Root (or CAP_DAC_OVERRIDE) ignores the permission bits; the case above
-        // (`a_path_under_a_regular_file_is_an_io_error`) covers an unusable path for root.
-        println!("note: running with permission-check bypass (root); skipping the 0o555 assertion");
-    } else {
+    {
+        let _guard = make_read_only(&db_dir);
         let r = Db::open(&db_dir, opts());
         assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
+        let msg = r.unwrap_err().to_string();
+        assert!(msg.contains("ro"), "the error names the path: {msg}");
         let r = Db::open(db_dir.join("sub"), opts());
         assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
     }
     std::fs::set_permissions(&db_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_newer_format_version_is_unsupported_version_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts()).unwrap();
+        db.put(b"k", b"v").unwrap();
+        db.flush().unwrap();
+    }
+    let manifest = dir.path().join("MANIFEST");
+    let mut data = std::fs::read(&manifest).unwrap();
+    // The version is the u32 after the 8-byte magic (docs/FORMAT.md).
+    data[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&manifest, &data).unwrap();
+    match Db::open(dir.path(), opts()) {
+        Err(Error::UnsupportedVersion {
+            file,
+            found,
+            supported,
+        }) => {
+            assert!(file.ends_with("MANIFEST"), "{}", file.display());
+            assert_eq!((found, supported), (2, 1));
+        }
+        other => panic!("expected UnsupportedVersion, got {other:?}"),
+    }
+    // Putting the version back restores the database: nothing was changed by the refusal.
+    data[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&manifest, &data).unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }
