@@ -119,7 +119,11 @@ impl Engine {
                                 0,
                                 format!(
                                     "a pointer names log segment {} which does not exist",
-                                    p.segment
+                                    match value {
+                                        LevelValue::Medium(_) => SegmentKind::Transient,
+                                        _ => SegmentKind::Large,
+                                    }
+                                    .file_name(p.segment)
                                 ),
                             )),
                         }

@@ -237,6 +237,13 @@ impl Db {
         let mut total = GcReport::default();
         loop {
             let r = self.engine.gc_pass(self.engine.opts.gc_threshold)?;
+            // A damaged victim is met again by every pass: report it once.
+            for m in r.damage {
+                if !total.damage.contains(&m) {
+                    total.damage.push(m);
+                }
+            }
+            total.segments_damaged = total.damage.len() as u64;
             if r.segments_freed == 0 {
                 return Ok(total);
             }

@@ -489,7 +489,15 @@ impl LevelScanner {
                     self.leaf = Some((node, pos, 0, count));
                     return Ok(true);
                 }
-                Some(NODE_INDEX) => self.pos += index_size as u64,
+                Some(NODE_INDEX) => {
+                    // Not needed for the entries, but lookups descend through it: verify
+                    // it, so `check` reports a damaged index node a `get` would hit.
+                    let node = self.ensure(pos, index_size)?;
+                    if let Err(w) = NodeView::verify(node, NODE_INDEX) {
+                        return Err(self.file.corrupt(pos, w));
+                    }
+                    self.pos += index_size as u64;
+                }
                 Some(NODE_BLOB) => {
                     let len = Decoder::new(head.get(4..8).unwrap_or_default()).u32();
                     let Some(len) = len else {

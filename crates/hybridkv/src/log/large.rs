@@ -320,9 +320,7 @@ pub(crate) fn scan_tail(data: &[u8]) -> SegmentTail {
                 pos += n;
             }
             Err(_) => {
-                let later_valid = (pos + 1..data.len())
-                    .any(|p| decode_record(data.get(p..).unwrap_or_default(), false).is_ok());
-                if later_valid {
+                if valid_record_after(data, pos) {
                     return SegmentTail::Damaged;
                 }
                 break;
@@ -333,6 +331,11 @@ pub(crate) fn scan_tail(data: &[u8]) -> SegmentTail {
         end: pos as u64,
         records,
     }
+}
+
+/// Whether a valid record starts anywhere after `pos`.
+fn valid_record_after(data: &[u8], pos: usize) -> bool {
+    (pos + 1..data.len()).any(|p| decode_record(data.get(p..).unwrap_or_default(), false).is_ok())
 }
 
 /// Decodes every record of a segment's bytes.
@@ -376,7 +379,9 @@ pub(crate) fn parse_segment(
                 ));
                 pos += n;
             }
-            Err(_) if tolerate_tail => break,
+            // A torn tail is a damaged record with no valid one after it (as at open,
+            // `scan_tail`); a damaged record followed by valid ones is corruption.
+            Err(_) if tolerate_tail && !valid_record_after(data, pos) => break,
             Err(what) => return Err(Error::corruption(path, pos as u64, what)),
         }
     }

@@ -10,7 +10,7 @@
 //! it is given (the caller passes it on every read).
 
 use crate::error::{Error, Result};
-use crate::log::large::{decode_checked, file_name};
+use crate::log::large::{decode_checked, SegmentKind};
 use crate::log::ptr::LogPtr;
 use crate::read::SegmentSet;
 use std::collections::HashMap;
@@ -63,8 +63,9 @@ impl SegmentReadahead {
         ptr: LogPtr,
     ) -> Result<Vec<u8>> {
         let seg = segments.get(&ptr.segment).ok_or_else(|| {
+            // Only medium values (transient segments) are read through a read-ahead.
             Error::corruption(
-                file_name(ptr.segment),
+                SegmentKind::Transient.file_name(ptr.segment),
                 ptr.offset,
                 "pointer to a log segment that does not exist",
             )

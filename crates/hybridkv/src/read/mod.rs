@@ -9,7 +9,7 @@ pub(crate) mod iter;
 
 use crate::error::{Error, Result};
 use crate::level::{LevelFile, LevelValue};
-use crate::log::large::SegmentFile;
+use crate::log::large::{SegmentFile, SegmentKind};
 use crate::manifest::version::Version;
 use crate::memtable::Memtable;
 use std::collections::BTreeMap;
@@ -82,7 +82,11 @@ pub(crate) fn resolve_with(
         LevelValue::Large(p) | LevelValue::Medium(p) => match segments.get(&p.segment) {
             Some(seg) => seg.read(p, key).map(Some),
             None => Err(Error::corruption(
-                crate::log::large::file_name(p.segment),
+                match value {
+                    LevelValue::Medium(_) => SegmentKind::Transient,
+                    _ => SegmentKind::Large,
+                }
+                .file_name(p.segment),
                 p.offset,
                 "pointer to a log segment that does not exist",
             )),

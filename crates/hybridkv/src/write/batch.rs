@@ -140,10 +140,19 @@ impl WriteBatch {
     }
 }
 
+/// Smallest encoded operation: a delete of an empty key (`op u8, key_len u32`).
+const MIN_OP_BYTES: usize = 5;
+
+/// Operations to reserve room for: `count` as declared, but never more than `payload_len`
+/// bytes can hold (a damaged count must not size an allocation).
+fn ops_capacity(payload_len: usize, count: u32) -> usize {
+    (count as usize).min(payload_len / MIN_OP_BYTES)
+}
+
 /// Decodes a batch payload (from memory or from the log). `None` if malformed.
 pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>> {
     let mut d = Decoder::new(payload);
-    let mut ops = Vec::with_capacity(count.min(1 << 16) as usize);
+    let mut ops = Vec::with_capacity(ops_capacity(payload.len(), count));
     for _ in 0..count {
         match d.u8()? {
             OP_PUT => {
@@ -205,6 +214,21 @@ mod tests {
         let mut b = WriteBatch::new();
         b.put("", "x");
         assert!(matches!(b.validate(), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn declared_count_is_capped_by_the_payload() {
+        // Found by fuzzing: a 0-byte payload declaring u32::MAX operations reserved room
+        // for 65536 of them (2 MiB) before failing.
+        assert_eq!(ops_capacity(0, u32::MAX), 0);
+        assert_eq!(ops_capacity(12, u32::MAX), 2);
+        assert_eq!(ops_capacity(1 << 20, 3), 3);
+        assert!(decode_ops(&[], u32::MAX).is_none());
+        let mut b = WriteBatch::new();
+        b.delete("k").put("a", "b");
+        let ops = decode_ops(b.payload(), b.count()).unwrap();
+        assert_eq!(ops.len(), 2);
+        assert!(decode_ops(b.payload(), u32::MAX).is_none());
     }
 
     #[test]
