@@ -136,6 +136,41 @@ struct RealReader {
     path: PathBuf,
     len: u64,
     direct: bool,
+    /// Offset and length alignment of this file's `O_DIRECT` reads (see [`dio_read_align`]).
+    read_align: u64,
+}
+
+/// The alignment `O_DIRECT` reads of `file` need: the file system's answer to
+/// `statx(STATX_DIOALIGN)` (Linux 6.1+; for ext4 on most devices the logical block size,
+/// 512 bytes), or [`IO_ALIGN`] when it cannot tell. A 1 KiB record then costs a 1-1.5 KiB
+/// device read instead of 4-8 KiB, as with RocksDB, which aligns direct reads to the
+/// device's logical block size too.
+fn dio_read_align(file: &File) -> u64 {
+    // SAFETY: `statx` only writes into `stx`, a plain C struct for which all-zero bytes are
+    // a valid value; the path is an empty NUL-terminated string used with AT_EMPTY_PATH.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: see above; the fd is open for as long as `file` lives.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    let align = u64::from(stx.stx_dio_offset_align);
+    let known = rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0;
+    // The bounce buffer is aligned to IO_ALIGN, which covers any memory alignment up to it.
+    if known
+        && align.is_power_of_two()
+        && align <= IO_ALIGN as u64
+        && u64::from(stx.stx_dio_mem_align) <= IO_ALIGN as u64
+    {
+        align
+    } else {
+        IO_ALIGN as u64
+    }
 }
 
 impl ReadableFile for RealReader {
@@ -153,7 +188,7 @@ impl ReadableFile for RealReader {
                 .map_err(|e| Error::io("read", &self.path, e));
         }
         // O_DIRECT: read the aligned range that covers the request into a bounce buffer.
-        let align = IO_ALIGN as u64;
+        let align = self.read_align;
         let start = offset / align * align;
         let stop = (offset + buf.len() as u64).next_multiple_of(align);
         let span = usize::try_from(stop - start)
@@ -239,11 +274,17 @@ impl FileSystem for RealFs {
             .metadata()
             .map_err(|e| Error::io("stat", path, e))?
             .len();
+        let read_align = if direct {
+            dio_read_align(&file)
+        } else {
+            IO_ALIGN as u64
+        };
         Ok(Arc::new(RealReader {
             file,
             path: path.to_path_buf(),
             len,
             direct,
+            read_align,
         }))
     }
 
@@ -371,6 +412,33 @@ mod tests {
         assert_eq!(back, data);
         let mut past = [0u8; 2];
         assert!(r.read_exact_at(data.len() as u64 - 1, &mut past).is_err());
+    }
+
+    #[test]
+    fn direct_reads_at_any_offset_and_length_return_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let file = std::fs::File::open(&p).unwrap();
+        let align = dio_read_align(&file);
+        assert!(align.is_power_of_two() && (512..=IO_ALIGN as u64).contains(&align));
+        let r = RealFs.open(&p, true).unwrap();
+        for (off, len) in [
+            (0, 1),
+            (511, 2),
+            (4095, 4097),
+            (1000, 1030),
+            (49_000, 1000),
+            (7, 0),
+        ] {
+            let mut buf = vec![0u8; len];
+            r.read_exact_at(off as u64, &mut buf).unwrap();
+            assert_eq!(buf, data[off..off + len], "offset {off}, length {len}");
+        }
+        // Past the end: an error, not garbage.
+        let mut buf = vec![0u8; 100];
+        assert!(r.read_exact_at(49_950, &mut buf).is_err());
     }
 
     #[test]
