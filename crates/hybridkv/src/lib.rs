@@ -27,6 +27,8 @@ mod db;
 mod engine;
 mod error;
 mod format;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod gc;
 pub mod io;
 mod level;

@@ -10,6 +10,7 @@ use super::ptr::LogPtr;
 use crate::error::{Error, Result};
 use crate::format::{crc32c, crc32c_append, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, WritableFile};
+use crate::options::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -238,6 +239,7 @@ impl SegmentFile {
 
     /// Reads the record `ptr` points at and checks that it holds `key`.
     pub(crate) fn read(&self, ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
+        check_ptr_len(ptr, &self.path)?;
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf)?;
         decode_checked(&buf, ptr, key, &self.path)
@@ -257,6 +259,22 @@ impl SegmentFile {
                 }
                 other => other,
             })
+    }
+}
+
+/// Largest record a pointer can name: a header, the largest key and the largest value.
+const MAX_RECORD: usize = RECORD_HEADER + MAX_KEY_SIZE + MAX_VALUE_SIZE;
+
+/// Rejects a pointer whose length no record can have, before a buffer is sized by it.
+pub(crate) fn check_ptr_len(ptr: LogPtr, path: &Path) -> Result<()> {
+    if (RECORD_HEADER..=MAX_RECORD).contains(&(ptr.len as usize)) {
+        Ok(())
+    } else {
+        Err(Error::corruption(
+            path,
+            ptr.offset,
+            format!("log pointer length {} is out of range", ptr.len),
+        ))
     }
 }
 
@@ -424,6 +442,19 @@ mod tests {
             .unwrap_err()
             .is_corruption());
         assert_eq!(scan_segment(&io, &path, 7, true).unwrap().len(), 1);
+        // A pointer whose length no record can have is corruption, found before a
+        // buffer of that size is allocated (found by fuzzing: a read allocated
+        // `ptr.len` bytes, up to 4 GiB, whatever the segment held).
+        for len in [0, RECORD_HEADER as u32 - 1, MAX_RECORD as u32 + 1, u32::MAX] {
+            let bad = LogPtr { len, ..p1 };
+            match seg.read(bad, b"k1") {
+                Err(Error::Corruption { offset, what, .. }) => {
+                    assert_eq!(offset, p1.offset);
+                    assert!(what.contains("length"), "{what}");
+                }
+                other => panic!("expected corruption, got {other:?}"),
+            }
+        }
         // A pointer past the end is corruption, not an I/O error.
         let past = LogPtr {
             segment: 7,

@@ -10,7 +10,7 @@
 //! it is given (the caller passes it on every read).
 
 use crate::error::{Error, Result};
-use crate::log::large::{decode_checked, SegmentKind};
+use crate::log::large::{check_ptr_len, decode_checked, SegmentKind};
 use crate::log::ptr::LogPtr;
 use crate::read::SegmentSet;
 use std::collections::HashMap;
@@ -70,6 +70,7 @@ impl SegmentReadahead {
                 "pointer to a log segment that does not exist",
             )
         })?;
+        check_ptr_len(ptr, seg.path())?;
         self.clock += 1;
         let len = ptr.len as usize;
         let end = ptr.offset.saturating_add(len as u64);

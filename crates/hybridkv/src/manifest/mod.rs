@@ -95,6 +95,13 @@ impl ManifestState {
         if crc32c(payload) != crc {
             return Err(bad(HEADER as u64, "manifest checksum mismatch"));
         }
+        if d.remaining() != 0 {
+            // Written whole and renamed into place: anything after the payload is damage.
+            return Err(bad(
+                (HEADER + len) as u64,
+                "manifest has bytes after its payload",
+            ));
+        }
         if version != MANIFEST_VERSION {
             return Err(Error::UnsupportedVersion {
                 file: file.to_path_buf(),
@@ -216,6 +223,26 @@ mod tests {
         }
         for cut in 0..bytes.len() {
             assert!(ManifestState::decode(&bytes[..cut], p).is_err());
+        }
+    }
+
+    #[test]
+    fn bytes_after_the_payload_are_corruption() {
+        // Found by fuzzing: a manifest followed by a stray byte decoded as if it ended
+        // at its payload.
+        let s = ManifestState {
+            next_file_id: 1,
+            ..ManifestState::default()
+        };
+        let mut bytes = s.encode();
+        let end = bytes.len() as u64;
+        bytes.push(0);
+        match ManifestState::decode(&bytes, Path::new("MANIFEST")) {
+            Err(Error::Corruption { offset, what, .. }) => {
+                assert_eq!(offset, end);
+                assert!(what.contains("after its payload"), "{what}");
+            }
+            other => panic!("expected corruption, got {other:?}"),
         }
     }
 }

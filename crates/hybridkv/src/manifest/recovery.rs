@@ -219,7 +219,7 @@ impl Engine {
             let mut cut = replay.torn_at;
             for rec in replay.records {
                 let ops = decode_ops(&rec.payload, rec.count).ok_or_else(|| {
-                    Error::corruption(path, 0, "small-log record holds a malformed batch")
+                    Error::corruption(path, rec.offset, "small-log record holds a malformed batch")
                 })?;
                 if rec.first_lsn <= state.flushed_lsn {
                     continue; // already in the levels
@@ -227,8 +227,21 @@ impl Engine {
                 if rec.first_lsn <= last_lsn {
                     return Err(Error::corruption(
                         path,
-                        0,
+                        rec.offset,
                         format!("LSN {} does not follow {last_lsn}", rec.first_lsn),
+                    ));
+                }
+                // A record whose LSNs would run past the largest LSN (it passed its
+                // checksum, so it was written so; only a damaged writer does that).
+                if rec
+                    .first_lsn
+                    .checked_add(u64::from(rec.count))
+                    .is_none_or(|end| end == u64::MAX)
+                {
+                    return Err(Error::corruption(
+                        path,
+                        rec.offset,
+                        format!("LSN {} + {} operations overflows", rec.first_lsn, rec.count),
                     ));
                 }
                 let value_lost = large_tail.as_ref().is_some_and(|(seg, records)| {
@@ -259,9 +272,9 @@ impl Engine {
                         BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
                         BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
                     }
-                    lsn += 1;
+                    lsn = lsn.saturating_add(1);
                 }
-                last_lsn = lsn - 1;
+                last_lsn = lsn.saturating_sub(1);
             }
             // Cut the torn tail so the file reads cleanly once it is no longer newest. The
             // newest file may hold records that reached the OS but not the disk (a process
@@ -296,7 +309,7 @@ impl Engine {
                 writer,
                 large: None,
                 mem,
-                next_lsn: last_lsn + 1,
+                next_lsn: last_lsn.saturating_add(1),
             }),
             read: RwLock::new(ReadState {
                 sv,
@@ -320,5 +333,43 @@ impl Engine {
             opts,
         };
         Ok(Arc::new(engine))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::io::{Io, RealFs};
+    use crate::log::small::{self, SmallLogWriter};
+    use crate::{Db, Error, Options, WriteBatch};
+    use std::sync::Arc;
+
+    /// Found by fuzzing: a small-log record with a valid checksum whose LSNs run past
+    /// `u64::MAX` overflowed the replay's LSN counter (a panic in debug builds).
+    #[test]
+    fn a_record_whose_lsns_overflow_is_corruption_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Db::open(dir.path(), Options::default()).unwrap();
+            db.put(b"k", b"v").unwrap();
+        }
+        let io = Io::new(Arc::new(RealFs), false);
+        let newest = small::list(&io, dir.path(), 0).unwrap().last().unwrap().0;
+        let mut w = SmallLogWriter::create(&io, dir.path(), newest + 1).unwrap();
+        let mut b = WriteBatch::new();
+        b.put("x", "y").put("z", "w");
+        w.add(u64::MAX - 1, b.count(), b.payload());
+        w.commit(true).unwrap();
+        drop(w);
+        match Db::open(dir.path(), Options::default()) {
+            Err(Error::Corruption { file, what, .. }) => {
+                assert!(what.contains("overflows"), "{what}");
+                assert!(
+                    file.to_string_lossy().ends_with(".wal"),
+                    "{}",
+                    file.display()
+                );
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
     }
 }
