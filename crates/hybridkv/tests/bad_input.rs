@@ -639,7 +639,10 @@ fn a_read_only_directory_is_an_io_error() {
         let r = Db::open(&db_dir, opts());
         assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
         let msg = r.unwrap_err().to_string();
-        assert!(msg.contains("ro"), "the error names the path: {msg}");
+        assert!(
+            msg.contains(&*db_dir.to_string_lossy()),
+            "the error names the path: {msg}"
+        );
         let r = Db::open(db_dir.join("sub"), opts());
         assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
     }

@@ -361,13 +361,52 @@ mod tests {
         w.commit(true).unwrap();
         drop(w);
         match Db::open(dir.path(), Options::default()) {
-            Err(Error::Corruption { file, what, .. }) => {
+            Err(Error::Corruption { file, offset, what }) => {
                 assert!(what.contains("overflows"), "{what}");
                 assert!(
                     file.to_string_lossy().ends_with(".wal"),
                     "{}",
                     file.display()
                 );
+                assert_eq!(
+                    offset, FIRST_RECORD,
+                    "the record's offset, after the file header"
+                );
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
+    }
+
+    /// Offset of the first record of a small-log file: after its 16-byte header.
+    const FIRST_RECORD: u64 = 16;
+
+    /// A record (valid checksum) whose LSN does not follow the records replayed before it
+    /// is corruption naming the file and the record's offset, not offset 0.
+    #[test]
+    fn an_lsn_out_of_order_is_corruption_at_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Db::open(dir.path(), Options::default()).unwrap();
+            db.put(b"a", b"1").unwrap();
+            db.put(b"b", b"2").unwrap();
+        }
+        let io = Io::new(Arc::new(RealFs), false);
+        let newest = small::list(&io, dir.path(), 0).unwrap().last().unwrap().0;
+        let mut w = SmallLogWriter::create(&io, dir.path(), newest + 1).unwrap();
+        let mut b = WriteBatch::new();
+        b.put("c", "3");
+        w.add(1, b.count(), b.payload()); // LSN 1 again: already replayed, not flushed
+        w.commit(true).unwrap();
+        drop(w);
+        match Db::open(dir.path(), Options::default()) {
+            Err(Error::Corruption { file, offset, what }) => {
+                assert!(what.contains("does not follow"), "{what}");
+                assert!(
+                    file.ends_with(small::file_name(newest + 1)),
+                    "{}",
+                    file.display()
+                );
+                assert_eq!(offset, FIRST_RECORD);
             }
             other => panic!("expected corruption, got {other:?}"),
         }
