@@ -593,36 +593,57 @@ fn a_path_under_a_regular_file_is_an_io_error() {
     assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
 }
 
+/// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` and the immutable flag (`linux/fs.h`; the `libc`
+/// crate does not define them). Set with an `ioctl` rather than by running `chattr`: a
+/// child process forked while another test drops its `Db` would inherit that `Db`'s locked
+/// file descriptor until it execs, and the other test's reopen would see `Locked`.
+const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+
+/// Sets or clears the immutable attribute of `dir`; false if the file system refuses.
+fn set_immutable(dir: &Path, on: bool) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let Ok(f) = std::fs::File::open(dir) else {
+        return false;
+    };
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int into `flags`; the fd is open while `f` lives.
+    if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_GETFLAGS, &mut flags) } != 0 {
+        return false;
+    }
+    flags = if on {
+        flags | FS_IMMUTABLE_FL
+    } else {
+        flags & !FS_IMMUTABLE_FL
+    };
+    // SAFETY: FS_IOC_SETFLAGS reads one int from `flags`.
+    unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFLAGS, &flags) == 0 }
+}
+
 /// Clears the immutable attribute set by [`make_read_only`] when dropped, so that the
 /// temporary directory can be removed even if an assertion fails.
 struct Immutable(std::path::PathBuf);
 
 impl Drop for Immutable {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("chattr")
-            .arg("-i")
-            .arg(&self.0)
-            .status();
+        set_immutable(&self.0, false);
     }
 }
 
 /// Makes `dir` read-only for this process: mode 0o555, and for root (whom permission bits
-/// do not stop) the immutable attribute (`chattr +i`, ext4/xfs/btrfs).
+/// do not stop) the immutable attribute (ext4/xfs/btrfs).
 fn make_read_only(dir: &Path) -> Option<Immutable> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
     if !probe_writable(dir) {
         return None;
     }
-    let ok = std::process::Command::new("chattr")
-        .arg("+i")
-        .arg(dir)
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = set_immutable(dir, true);
     let guard = Immutable(dir.to_path_buf());
     assert!(
         ok && !probe_writable(dir),
-        "cannot make {} read-only here (root, and `chattr +i` is unavailable)",
+        "cannot make {} read-only here (root, on a file system without the immutable attribute)",
         dir.display()
     );
     Some(guard)

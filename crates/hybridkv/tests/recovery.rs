@@ -531,3 +531,33 @@ fn second_open_while_the_first_is_alive_is_locked() {
     let db = Db::open(dir.path(), small_opts()).unwrap();
     assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"v2"[..]));
 }
+
+/// A process forked while a `Db` is open (any subprocess the application starts) shares the
+/// lock file's open file description until it execs or exits. Dropping the `Db` must still
+/// release the directory at once: the same process can reopen it while that child lives.
+#[test]
+fn reopen_after_drop_while_a_forked_child_holds_the_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    // SAFETY: the child only calls async-signal-safe functions (pause, _exit) and is
+    // killed by the parent; it never returns into Rust code.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        // SAFETY: see above.
+        unsafe {
+            libc::pause();
+            libc::_exit(0);
+        }
+    }
+    drop(db);
+    let reopened = Db::open(dir.path(), small_opts());
+    // SAFETY: `child` is our child's pid; reaping it with waitpid.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    let db = reopened.unwrap();
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}

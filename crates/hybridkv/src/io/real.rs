@@ -230,9 +230,20 @@ impl ReadableFile for RealReader {
 
 #[derive(Debug)]
 struct FileLock {
-    _file: File,
+    file: File,
 }
 impl DirLock for FileLock {}
+
+impl Drop for FileLock {
+    /// Unlocks explicitly before the file closes. A `flock` belongs to the open file
+    /// description, which a child process forked at that moment (anywhere in the
+    /// application) shares until it execs: closing our descriptor alone would leave the
+    /// lock held, and a reopen right after the drop would fail with `Locked`. Unlocking
+    /// releases it for every sharer.
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
 
 fn direct_flag(direct: bool) -> i32 {
     if direct {
@@ -382,7 +393,7 @@ impl FileSystem for RealFs {
             .open(path)
             .map_err(|e| Error::io("create lock file", path, e))?;
         match file.try_lock() {
-            Ok(()) => Ok(Box::new(FileLock { _file: file })),
+            Ok(()) => Ok(Box::new(FileLock { file })),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
                 path: path.parent().unwrap_or(path).to_path_buf(),
             }),
