@@ -27,8 +27,9 @@ fuzz_target!(|input: &[u8]| {
     let older = bounded("replay older", data.len(), 4, 1 << 20, || {
         decode_wal_chunk(&data, false)
     });
+    // Older and newest files follow one torn-tail rule; they differ only for a file
+    // shorter than its header (only the newest may be).
     if let Ok(o) = &older {
-        assert_eq!(o.torn_at, None, "an older file reported a torn tail");
         assert_eq!(
             newest.as_ref().ok(),
             Some(o),

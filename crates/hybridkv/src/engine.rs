@@ -28,10 +28,36 @@ use std::sync::Arc;
 /// Held by the commit leader: the small log and the active memtable.
 pub(crate) struct LogState {
     pub writer: SmallLogWriter,
+    /// Older small-log files whose memtables are not flushed yet and whose tails may not
+    /// be durable: a memtable switch does not sync the log it leaves (a log deleted after
+    /// its flush then often never reaches the device). A synced commit syncs these first,
+    /// oldest first, so no synced record ever follows one a power loss can take.
+    pub unsynced: Vec<SmallLogWriter>,
     /// The large-log segment being appended to (opened on the first large write).
     pub large: Option<SegmentWriter>,
     pub mem: Arc<Memtable>,
     pub next_lsn: u64,
+}
+
+impl LogState {
+    /// Hands the pending small-log group to the OS; with `sync`, first makes every older
+    /// unsynced log durable, then this one. Logs below `min_needed` (their memtables are
+    /// flushed, their files deleted) are forgotten without a sync.
+    pub(crate) fn commit_small(&mut self, sync: bool, min_needed: u64) -> Result<()> {
+        self.forget_flushed_logs(min_needed);
+        if sync {
+            for older in &mut self.unsynced {
+                older.sync()?;
+            }
+            self.unsynced.clear();
+        }
+        self.writer.commit(sync)
+    }
+
+    /// Forgets older logs below `min_id`: their memtables are flushed and the files gone.
+    fn forget_flushed_logs(&mut self, min_id: u64) {
+        self.unsynced.retain(|w| w.id() >= min_id);
+    }
 }
 
 /// What readers capture: the current `SuperVersion` and the highest visible LSN.
@@ -84,6 +110,10 @@ pub(crate) struct Engine {
     pub read: RwLock<ReadState>,
     pub versions: Mutex<VersionState>,
     pub next_file_id: AtomicU64,
+    /// The smallest small-log id still needed (`VersionState::log_min_id` after the last
+    /// flush), published without a lock: a flush must never wait for `log`, which a
+    /// stalled writer holds while it waits for that flush.
+    pub small_log_min: AtomicU64,
     pub bg: Mutex<BgState>,
     pub bg_cv: Condvar,
     /// Set by a failed log write, fsync or background job: writes are refused.

@@ -175,12 +175,12 @@ pub struct WalRecord {
 pub struct WalChunk {
     /// The valid records, in file order.
     pub records: Vec<WalRecord>,
-    /// Where a torn tail starts, if the file has one (only when `newest`).
+    /// Where a torn tail starts, if the file has one.
     pub torn_at: Option<u64>,
 }
 
-/// Replays `data` as a whole small-log file (header included); `newest` lets a damaged
-/// tail be a torn tail.
+/// Replays `data` as a whole small-log file (header included); `newest` lets the file be
+/// shorter than its header.
 pub fn decode_wal_chunk(data: &[u8], newest: bool) -> Result<WalChunk> {
     let name = small::file_name(1);
     let (_fs, io) = sim_with_file(&name, data)?;

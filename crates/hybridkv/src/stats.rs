@@ -286,6 +286,11 @@ impl fmt::Display for Stats {
             write!(f, " {} {:.1} MiB;", c.name(), mib(self.io.read_by(c)))?;
         }
         writeln!(f)?;
+        write!(f, "fdatasyncs:")?;
+        for c in IoComponent::ALL {
+            write!(f, " {} {};", c.name(), self.io.syncs_by(c))?;
+        }
+        writeln!(f)?;
         write!(f, "write amplification: {:.2}", self.write_amplification())
     }
 }

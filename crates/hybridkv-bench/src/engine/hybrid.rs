@@ -163,6 +163,7 @@ impl Engine for HybridEngine {
         Some(json!({
             "bytes_written": per(&|c| s.io.written_by(c)),
             "bytes_read": per(&|c| s.io.read_by(c)),
+            "syncs": per(&|c| s.io.syncs_by(c)),
             "user_bytes_written": s.user_bytes_written,
             "user_bytes_read": s.user_bytes_read,
             "write_amplification": s.write_amplification(),

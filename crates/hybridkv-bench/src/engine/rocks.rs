@@ -164,6 +164,10 @@ impl Engine for RocksEngine {
             "num_blob_files": p("rocksdb.num-blob-files"),
             "estimate_live_data_size": p("rocksdb.estimate-live-data-size"),
             "block_cache_usage": p("rocksdb.block-cache-usage"),
+            // RocksDB's own per-level compaction table (bytes read and written by flushes
+            // and compactions per level, WAL bytes): lets a reader split its device bytes
+            // by component, as hybridkv's counters do.
+            "stats_text": self.db.property_value("rocksdb.stats").ok().flatten(),
         }))
     }
 }

@@ -302,6 +302,9 @@ impl Engine {
     /// Deletes small-log files that hold only flushed data.
     fn delete_old_logs(&self) -> Result<()> {
         let min = self.versions.lock().log_min_id;
+        // Their writers need no sync any more; the commit leader drops them (never take
+        // `log` here: a writer stalled on this flush holds it).
+        self.small_log_min.store(min, Ordering::SeqCst);
         for (id, path) in small::list(&self.io, &self.dir, 0)? {
             if id < min {
                 self.io.fs().remove(&path)?;

@@ -227,7 +227,10 @@ impl Engine {
         }
         .and_then(|()| {
             log.writer.add(first, count, &payload);
-            log.writer.commit(true)
+            log.commit_small(
+                true,
+                self.small_log_min.load(std::sync::atomic::Ordering::SeqCst),
+            )
         });
         if let Err(e) = result {
             self.set_poison(&e);

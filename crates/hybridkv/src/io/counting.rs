@@ -95,6 +95,7 @@ impl IoComponent {
 pub struct IoStats {
     written: [AtomicU64; 8],
     read: [AtomicU64; 8],
+    syncs: [AtomicU64; 8],
 }
 
 /// A copy of the counters at one moment.
@@ -104,6 +105,8 @@ pub struct IoStatsSnapshot {
     pub written: Vec<(IoComponent, u64)>,
     /// Bytes read per component, in [`IoComponent::ALL`] order.
     pub read: Vec<(IoComponent, u64)>,
+    /// `sync_data` calls (fdatasync) per component, in [`IoComponent::ALL`] order.
+    pub syncs: Vec<(IoComponent, u64)>,
 }
 
 impl IoStatsSnapshot {
@@ -117,6 +120,13 @@ impl IoStatsSnapshot {
     /// Bytes read by one component.
     pub fn read_by(&self, c: IoComponent) -> u64 {
         self.read
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, v)| *v)
+    }
+    /// `sync_data` calls made by one component.
+    pub fn syncs_by(&self, c: IoComponent) -> u64 {
+        self.syncs
             .iter()
             .find(|(k, _)| *k == c)
             .map_or(0, |(_, v)| *v)
@@ -142,6 +152,11 @@ impl IoStats {
             a.fetch_add(n, Ordering::Relaxed);
         }
     }
+    fn add_sync(&self, c: IoComponent) {
+        if let Some(a) = self.syncs.get(c.index()) {
+            a.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 
     /// Copies the counters.
     pub fn snapshot(&self) -> IoStatsSnapshot {
@@ -156,6 +171,10 @@ impl IoStats {
             read: IoComponent::ALL
                 .iter()
                 .map(|&c| (c, get(&self.read, c)))
+                .collect(),
+            syncs: IoComponent::ALL
+                .iter()
+                .map(|&c| (c, get(&self.syncs, c)))
                 .collect(),
         }
     }
@@ -191,7 +210,9 @@ impl WritableFile for CountingWriter {
         self.inner.flush()
     }
     fn sync_data(&mut self) -> Result<()> {
-        self.inner.sync_data()
+        self.inner.sync_data()?;
+        self.stats.add_sync(self.component);
+        Ok(())
     }
     fn len(&self) -> u64 {
         self.inner.len()

@@ -5,9 +5,11 @@
 //! The header CRC covers the first 16 bytes of the record header, the payload CRC the
 //! payload, so a reader can tell a damaged length from a damaged payload.
 //!
-//! Replay rule: a record that fails its checks ends replay cleanly only when no valid record
-//! follows it anywhere in the newest log file (a torn tail, which is then cut off);
-//! otherwise, and in any older file, it is `Error::Corruption` with the file and offset.
+//! Replay rule: a record that fails its checks ends replay cleanly when no valid record
+//! follows it in its file (a torn tail, which is then cut off, and every later log file
+//! is discarded: a memtable switch does not sync the log it leaves, so any log may be
+//! torn by a power loss, and nothing after the first tear was ever synced); a bad record
+//! followed by a valid one is `Error::Corruption` with the file and offset.
 
 use crate::error::{Error, Result};
 use crate::format::{crc32c, Decoder};
@@ -41,6 +43,7 @@ fn file_header() -> [u8; FILE_HEADER] {
 
 /// Appends records to one small-log file.
 pub(crate) struct SmallLogWriter {
+    id: u64,
     file: Box<dyn WritableFile>,
     buf: Vec<u8>,
 }
@@ -55,9 +58,15 @@ impl SmallLogWriter {
         file.sync_data()?;
         io.fs().sync_dir(dir)?;
         Ok(SmallLogWriter {
+            id,
             file,
             buf: Vec::with_capacity(256 << 10),
         })
+    }
+
+    /// The file id of this log.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Encodes one record into the pending group.
@@ -88,7 +97,7 @@ impl SmallLogWriter {
         Ok(())
     }
 
-    /// Makes everything written durable (used before switching to a new file).
+    /// Makes everything written durable (an older log, before a newer one is synced).
     pub(crate) fn sync(&mut self) -> Result<()> {
         self.file.sync_data()
     }
@@ -143,12 +152,13 @@ fn parse_at(data: &[u8], pos: usize) -> Parsed {
 #[derive(Debug)]
 pub(crate) struct Replay {
     pub records: Vec<Record>,
-    /// Offset where a torn tail starts, if one was found (only in the newest file).
+    /// Offset where a torn tail starts, if one was found.
     pub torn_at: Option<u64>,
 }
 
-/// Reads every record of log file `path`. `newest` says whether a bad record may be a torn
-/// tail (see the module comment).
+/// Reads every record of log file `path`. A bad record with no valid record after it is a
+/// torn tail (`torn_at`); one followed by a valid record is corruption. `newest` says
+/// whether the file may be shorter than its header (its creation was cut short).
 pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> {
     let data = io.read_all(path, IoComponent::Wal)?;
     let Some(header) = data.get(..FILE_HEADER) else {
@@ -199,7 +209,7 @@ pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> 
             Parsed::Bad(what) => {
                 let later_valid =
                     (pos + 1..data.len()).any(|p| matches!(parse_at(&data, p), Parsed::Ok(..)));
-                if newest && !later_valid {
+                if !later_valid {
                     return Ok(Replay {
                         records,
                         torn_at: Some(pos as u64),
@@ -289,12 +299,16 @@ mod tests {
                 other.map(|r| r.records.len())
             ),
         }
-        // In an older file even a bad last record is corruption.
+        // A bad last record is a torn tail in any file (older logs are not synced at a
+        // memtable switch), so it ends replay before that record.
         let mut data = std::fs::read(&p).unwrap();
         data[second + RECORD_HEADER + 2] ^= 0x40;
         let n = data.len();
         data[n - 1] ^= 0xff;
         std::fs::write(&p, &data).unwrap();
-        assert!(replay_file(&io(), &p, false).unwrap_err().is_corruption());
+        let r = replay_file(&io(), &p, false).unwrap();
+        assert_eq!(r.records.len(), 4);
+        let last_start = n - (RECORD_HEADER + "payload-4".len());
+        assert_eq!(r.torn_at, Some(last_start as u64));
     }
 }

@@ -213,7 +213,16 @@ impl Engine {
         let mut last_lsn = state.flushed_lsn;
         let logs = small::list(&io, dir, state.log_min_id)?;
         let newest = logs.last().map(|(id, _)| *id);
+        // A memtable switch does not sync the log it leaves, so after a power loss any log
+        // may end in a torn record. The first torn tail ends the durable prefix: later logs
+        // hold only writes that were never synced (a synced commit syncs every older log
+        // first), and are discarded so that no write after the hole comes back.
+        let mut ended = false;
         for (id, path) in &logs {
+            if ended {
+                io.fs().remove(path)?;
+                continue;
+            }
             let is_newest = Some(*id) == newest;
             let replay = small::replay_file(&io, path, is_newest)?;
             let mut cut = replay.torn_at;
@@ -276,15 +285,19 @@ impl Engine {
                 }
                 last_lsn = lsn.saturating_sub(1);
             }
-            // Cut the torn tail so the file reads cleanly once it is no longer newest. The
-            // newest file may hold records that reached the OS but not the disk (a process
-            // crash): make them durable before any new write can be synced after them.
+            // Cut the torn tail so the file reads cleanly from now on. A log may hold
+            // records that reached the OS but not the disk (a process crash): make them
+            // durable before any new write can be synced after them.
             match cut {
                 Some(0) => io.fs().remove(path)?,
                 Some(at) => io.fs().truncate(path, at)?,
-                None if is_newest => io.fs().truncate(path, io.fs().file_len(path)?)?,
-                None => {}
+                None => io.fs().truncate(path, io.fs().file_len(path)?)?,
             }
+            ended = cut.is_some();
+        }
+        if ended {
+            // The discarded logs must stay gone before new writes are acknowledged.
+            io.fs().sync_dir(dir)?;
         }
 
         let next_file_id = max_id + 1;
@@ -307,6 +320,7 @@ impl Engine {
             commit: Default::default(),
             log: Mutex::new(LogState {
                 writer,
+                unsynced: Vec::new(),
                 large: None,
                 mem,
                 next_lsn: last_lsn.saturating_add(1),
@@ -324,6 +338,7 @@ impl Engine {
                 segments: segment_meta,
             }),
             next_file_id: AtomicU64::new(next_file_id + 1),
+            small_log_min: AtomicU64::new(state.log_min_id),
             bg: Mutex::new(BgState::default()),
             bg_cv: Condvar::new(),
             poison: Mutex::new(None),

@@ -162,7 +162,7 @@ impl Engine {
             for (first_lsn, count, body) in &records {
                 log.writer.add(*first_lsn, *count, body);
             }
-            result = log.writer.commit(sync);
+            result = log.commit_small(sync, self.small_log_min.load(Ordering::SeqCst));
         }
         if let Err(e) = result {
             // The logs may hold part of the group: nothing after it can be trusted.
@@ -225,14 +225,18 @@ impl Engine {
         if log.mem.is_empty() {
             return Ok(());
         }
-        // Old logs durable first: after a power loss no later file may hold data while an
-        // earlier one lost some (that would be a hole).
+        // The large log is made durable (it is the only copy of its values, so its bytes
+        // reach the device anyway): every large record a sealed log points to survives a
+        // power loss. The small log is not synced here: it is deleted once its memtable is
+        // flushed, often before the OS writes it back, so it then costs no device writes
+        // (as RocksDB's write-ahead log). It stays in `unsynced` until then, so that a
+        // synced commit makes it durable first, and recovery treats a torn tail in any
+        // log as the end of the durable prefix (FORMAT.md, "Small log").
         let id = self.alloc_file_id();
         let next = log
             .large
             .as_mut()
             .map_or(Ok(()), |w| w.commit(true))
-            .and_then(|()| log.writer.sync())
             .and_then(|()| SmallLogWriter::create(&self.io, &self.dir, id));
         let writer = match next {
             Ok(w) => w,
@@ -241,7 +245,8 @@ impl Engine {
                 return Err(e);
             }
         };
-        log.writer = writer;
+        let sealed_log = std::mem::replace(&mut log.writer, writer);
+        log.unsynced.push(sealed_log);
         log.mem.next_log_id.store(id, Ordering::SeqCst);
         let sealed = std::mem::replace(&mut log.mem, Arc::new(Memtable::new()));
         {
