@@ -45,7 +45,7 @@ pub struct Mix {
 }
 
 /// The result of one phase (load or run) of one engine. See [`FIELDS`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[allow(missing_docs)] // documented field by field in FIELDS
 pub struct PhaseRecord {
     pub schema: u32,
