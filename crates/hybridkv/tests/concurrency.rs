@@ -210,12 +210,17 @@ fn writers_readers_and_background_work_agree() {
     let maintenance = {
         let (db, done) = (db.clone(), done.clone());
         std::thread::spawn(move || {
+            // At least one round even if the writers finish before this thread runs
+            // (a loaded machine may schedule it late).
             let mut rounds = 0u64;
-            while !done.load(Ordering::SeqCst) {
+            loop {
                 db.flush().unwrap();
                 db.compact().unwrap();
                 db.gc().unwrap();
                 rounds += 1;
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
             }
             rounds
         })
@@ -437,9 +442,12 @@ fn gc_passes_racing_segment_rollover_lose_nothing() {
         let (db, done) = (db.clone(), done.clone());
         std::thread::spawn(move || {
             let mut passes = 0u64;
-            while !done.load(Ordering::SeqCst) {
+            loop {
                 db.gc().unwrap();
                 passes += 1;
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
             }
             passes
         })
