@@ -38,7 +38,14 @@ struct Lifecycle {
 }
 
 impl Lifecycle {
+    /// Closes: entry points refuse from now on, background threads stop, then the disk
+    /// is sealed (changes in flight finish, later ones fail with `Error::Closed`), and only
+    /// then is the directory lock released, so nothing of this instance can touch a
+    /// directory another instance may open next. Idempotent.
     fn shutdown(&self) {
+        self.engine
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
         {
             let mut g = self.engine.bg.lock();
             g.shutdown = true;
@@ -47,8 +54,13 @@ impl Lifecycle {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
-        // Hand the acknowledged-but-buffered tail to the OS before letting go.
-        let _ = self.engine.log.lock().writer.commit(false);
+        {
+            // Hand the acknowledged-but-buffered tail to the OS before letting go (a
+            // write acknowledged has been handed over already; this is belt and braces).
+            let mut log = self.engine.log.lock();
+            let _ = log.writer.commit(false);
+            self.engine.io.seal();
+        }
         self.engine.dir_lock.lock().take();
     }
 }
@@ -75,6 +87,7 @@ impl Db {
         let io = Io::new(fs, options.direct_io);
         let threads = options.background_threads;
         let engine = Engine::open(path.as_ref(), options, io)?;
+        engine.flush_replayed()?;
         let lifecycle = Arc::new(Lifecycle {
             engine: Arc::clone(&engine),
             threads: Mutex::new(Vec::new()),
@@ -127,6 +140,7 @@ impl Db {
 
     /// Applies `batch` atomically with explicit write options.
     pub fn write_opt(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.engine.check_open()?;
         self.engine.write_batch(batch, opts.sync)
     }
 
@@ -138,6 +152,7 @@ impl Db {
 
     /// The value stored under `key`, if any.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.engine.check_open()?;
         let key = key.as_ref();
         check_key(key)?;
         let (sv, snapshot) = self.engine.snapshot();
@@ -153,6 +168,9 @@ impl Db {
     /// Pairs whose keys fall in `range`, in key order, as of now. An invalid range (start
     /// after end) yields one `Error::InvalidArgument`.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> DbIterator {
+        if let Err(e) = self.engine.check_open() {
+            return DbIterator::failed(e);
+        }
         let own = |b: Bound<&K>| match b {
             Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
             Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
@@ -181,6 +199,7 @@ impl Db {
     /// Live bytes against bytes on disk, per component, with the reason each kind of
     /// space not yet reclaimed is there. Scans every key (never a log): O(keys).
     pub fn space(&self) -> Result<SpaceReport> {
+        self.engine.check_open()?;
         self.engine.space_report()
     }
 
@@ -188,6 +207,7 @@ impl Db {
     /// of every level run, every log pointer (it must land on a valid record holding its
     /// key), every log segment and small-log file; lists orphaned files. Reads everything.
     pub fn check(&self) -> Result<crate::check::CheckReport> {
+        self.engine.check_open()?;
         self.engine.check()
     }
 
@@ -207,6 +227,7 @@ impl Db {
 
     /// Writes the memtable to L1 and waits until it is there.
     pub fn flush(&self) -> Result<()> {
+        self.engine.check_open()?;
         self.engine.check_poison()?;
         let target = {
             let mut log = self.engine.log.lock();
@@ -223,6 +244,7 @@ impl Db {
 
     /// Waits until no flush or compaction is pending.
     pub fn compact(&self) -> Result<()> {
+        self.engine.check_open()?;
         self.engine.wake_all();
         let e = &self.engine;
         e.wait_background(|| !e.has_pending_work())
@@ -232,6 +254,7 @@ impl Db {
     /// reached `Options::gc_threshold` is collected. (A background thread also runs passes
     /// every `Options::gc_interval`.)
     pub fn gc(&self) -> Result<GcReport> {
+        self.engine.check_open()?;
         self.engine.check_poison()?;
         // A pass takes a bounded number of segments; keep going until one finds none.
         let mut total = GcReport::default();
@@ -260,6 +283,7 @@ impl Db {
     /// levels happen to fill up). Afterwards `gc` can reclaim the large-log space they held.
     /// Rewrites the whole database: meant for after bulk deletes or before measuring space.
     pub fn compact_all(&self) -> Result<()> {
+        self.engine.check_open()?;
         self.flush()?;
         self.compact()?;
         self.engine.compact_all()
@@ -267,6 +291,7 @@ impl Db {
 
     /// A snapshot of the engine's statistics.
     pub fn stats(&self) -> Result<Stats> {
+        self.engine.check_open()?;
         let e = &self.engine;
         let mut s = Stats::default();
         s.fill_counters(&e.counters);
@@ -315,8 +340,9 @@ impl Db {
         Ok(s)
     }
 
-    /// Stops background work and releases the directory. Other clones of this handle
-    /// fail with `Error::Closed` afterwards.
+    /// Stops background work and releases the directory. Every entry point of the other
+    /// clones of this handle fails with `Error::Closed` afterwards (an iterator created
+    /// before may still read), and nothing of this instance changes the directory again.
     pub fn close(self) -> Result<()> {
         self.lifecycle.shutdown();
         Ok(())

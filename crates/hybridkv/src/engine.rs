@@ -12,8 +12,10 @@ use crate::error::{Error, Result};
 use crate::io::{DirLock, Io};
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::small::SmallLogWriter;
+pub(crate) use crate::manifest::edit::SegmentMeta;
+use crate::manifest::edit::{Installed, VersionEdit};
 use crate::manifest::version::Version;
-use crate::manifest::{ManifestState, SegmentRecord, SEGMENT_LARGE};
+use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::read::{SegmentSet, SuperVersion};
@@ -22,7 +24,7 @@ use crate::write::commit::CommitQueue;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Held by the commit leader: the small log and the active memtable.
@@ -80,15 +82,15 @@ pub(crate) struct VersionState {
     pub segments: BTreeMap<u64, SegmentMeta>,
 }
 
-/// What the engine tracks of one log segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SegmentMeta {
-    /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
-    pub kind: u8,
-    /// Transient segments: the level file (run) whose pointers use it.
-    pub owner: u64,
-    /// Bytes of records known to be garbage (large segments).
-    pub garbage: u64,
+impl VersionState {
+    /// Ids of the transient segments owned by any of `runs`.
+    pub(crate) fn transient_of(&self, runs: &[u64]) -> Vec<u64> {
+        self.segments
+            .iter()
+            .filter(|(_, m)| m.kind != SEGMENT_LARGE && runs.contains(&m.owner))
+            .map(|(&id, _)| id)
+            .collect()
+    }
 }
 
 /// Background coordination.
@@ -122,6 +124,8 @@ pub(crate) struct Engine {
     pub dir_lock: Mutex<Option<Box<dyn DirLock>>>,
     /// Serializes garbage-collection passes.
     pub gc_lock: Mutex<()>,
+    /// Set first thing by `Db::close`: every entry point fails with `Error::Closed`.
+    pub closed: AtomicBool,
 }
 
 impl Engine {
@@ -135,20 +139,34 @@ impl Engine {
         self.next_file_id.fetch_add(1, Ordering::SeqCst)
     }
 
-    /// Refuses writes from now on.
+    /// Refuses writes from now on, and wakes everyone waiting for background work.
     pub(crate) fn set_poison(&self, why: &Error) {
+        self.record_poison(why);
+        self.wake_all();
+    }
+
+    /// Refuses writes from now on, without waking anyone (safe under any lock; waiters
+    /// notice within their wait timeout).
+    pub(crate) fn record_poison(&self, why: &Error) {
         let mut p = self.poison.lock();
         if p.is_none() {
             *p = Some(why.to_string());
         }
-        drop(p);
-        self.wake_all();
     }
 
     pub(crate) fn check_poison(&self) -> Result<()> {
         match &*self.poison.lock() {
             Some(msg) => Err(Error::Poisoned(msg.clone())),
             None => Ok(()),
+        }
+    }
+
+    /// `Error::Closed` once the database was closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
         }
     }
 
@@ -162,24 +180,89 @@ impl Engine {
         self.bg_cv.notify_all();
     }
 
-    /// The manifest contents for `vs`.
-    pub(crate) fn manifest_state(&self, vs: &VersionState, version: &Version) -> ManifestState {
-        ManifestState {
-            next_file_id: self.next_file_id.load(Ordering::SeqCst),
+    /// Installs `edit`, the one way the durable state changes: builds the state the edit
+    /// produces, stores it as the manifest, and only then makes it current (for the next
+    /// install and, through a new super version, for readers); last, marks what became
+    /// obsolete (removed runs, freed segments), whose files go once no reader holds them.
+    ///
+    /// The caller holds the versions lock (`vs`), so installs and segment registrations
+    /// are serialized. A failed store changes nothing in memory and poisons the engine:
+    /// the manifest on disk may be the old one or the new one, and only a reopen tells.
+    pub(crate) fn log_and_apply(
+        &self,
+        vs: &mut VersionState,
+        edit: &VersionEdit,
+        flushed: Option<&Arc<Memtable>>,
+    ) -> Result<()> {
+        let base = Installed {
+            version: Arc::clone(&vs.version),
+            segments: vs.segments.clone(),
             log_min_id: vs.log_min_id,
             flushed_lsn: vs.flushed_lsn,
-            levels: version.manifest_levels(),
-            segments: vs
-                .segments
-                .iter()
-                .map(|(&id, m)| SegmentRecord {
-                    id,
-                    kind: m.kind,
-                    owner: m.owner,
-                    garbage: m.garbage,
-                })
-                .collect(),
+        };
+        let next = edit.apply(&base);
+        let manifest = next.manifest(self.next_file_id.load(Ordering::SeqCst));
+        if let Err(e) = manifest.store(&self.io, &self.dir) {
+            // Not `set_poison`: it takes the `bg` lock, which is never taken under
+            // `versions` (a background thread claims work holding `bg`, then `versions`).
+            self.record_poison(&e);
+            return Err(e);
         }
+        vs.version = Arc::clone(&next.version);
+        vs.segments = next.segments;
+        vs.log_min_id = next.log_min_id;
+        vs.flushed_lsn = next.flushed_lsn;
+        {
+            let mut r = self.read.write();
+            let mut sv = (*r.sv).clone();
+            sv.version = Arc::clone(&next.version);
+            if let Some(m) = flushed {
+                sv.imms.retain(|x| !Arc::ptr_eq(x, m));
+            }
+            if !edit.segments_freed.is_empty() {
+                let set = Arc::make_mut(&mut sv.segments);
+                for id in &edit.segments_freed {
+                    if let Some(seg) = set.remove(id) {
+                        seg.mark_obsolete();
+                    }
+                }
+            }
+            r.sv = Arc::new(sv);
+        }
+        for f in base.version.all_runs() {
+            if edit.runs_removed.contains(&f.id()) {
+                f.mark_obsolete();
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every write committed so far durable: the large log's unsynced tail, then
+    /// every small-log file (older ones first). Called before an install that frees
+    /// something on the strength of those writes (GC: a record is dead because a newer
+    /// write shadows it; if that write could still be lost, so must the record not be).
+    pub(crate) fn make_committed_durable(&self) -> Result<()> {
+        let mut log = self.log.lock();
+        let min = self.small_log_min.load(Ordering::SeqCst);
+        let large_unsynced = log.large.as_ref().is_some_and(|w| w.has_unsynced());
+        let small_unsynced = log.writer.has_unsynced() || !log.unsynced.is_empty();
+        let result = if large_unsynced {
+            log.large.as_mut().map_or(Ok(()), |w| w.commit(true))
+        } else {
+            Ok(())
+        }
+        .and_then(|()| {
+            if small_unsynced {
+                log.commit_small(true, min)
+            } else {
+                Ok(())
+            }
+        });
+        drop(log);
+        if let Err(e) = &result {
+            self.set_poison(e);
+        }
+        result
     }
 
     /// Changes the segment set readers see.
@@ -220,17 +303,5 @@ impl Engine {
             set.insert(id, reader);
         });
         Ok(writer)
-    }
-
-    /// Replaces the version seen by readers (and optionally drops the oldest immutable
-    /// memtable, which the new version now holds).
-    pub(crate) fn publish_version(&self, version: &Arc<Version>, flushed: Option<&Arc<Memtable>>) {
-        let mut r = self.read.write();
-        let mut sv = (*r.sv).clone();
-        sv.version = Arc::clone(version);
-        if let Some(m) = flushed {
-            sv.imms.retain(|x| !Arc::ptr_eq(x, m));
-        }
-        r.sv = Arc::new(sv);
     }
 }

@@ -271,7 +271,7 @@ pub fn scan_segment_tail(data: &[u8]) -> Tail {
                 .map(|(off, (len, key))| (off, len, key))
                 .collect(),
         },
-        SegmentTail::Damaged => Tail::Damaged,
+        SegmentTail::Damaged { .. } => Tail::Damaged,
     }
 }
 

@@ -12,6 +12,7 @@ use crate::level::reader::LevelScanner;
 use crate::level::{LevelFile, LevelMeta};
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::small;
+use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_TRANSIENT;
 use crate::memtable::Memtable;
@@ -136,17 +137,6 @@ impl Engine {
         }
     }
 
-    /// Adds a merge's garbage to the segment counters (under the versions lock, before the
-    /// manifest is written, so the counts are as durable as the merge itself).
-    fn add_garbage(vs: &mut VersionState, out: &MergeOutcome) {
-        for (seg, bytes) in &out.garbage {
-            // A segment freed by GC may still be named by shadowed pointers: ignore it.
-            if let Some(m) = vs.segments.get_mut(seg) {
-                m.garbage += bytes;
-            }
-        }
-    }
-
     fn count_merge(&self, out: &MergeOutcome, reader: &TransientReader<'_>, logged: u64) {
         let c = &self.counters;
         Counters::add(&c.compaction_entries_in, out.entries_in);
@@ -202,43 +192,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Hands the transient segments of the `inputs` runs to `output`, or frees them when
-    /// the merge wrote their pairs in place (or nothing survived). Returns the freed ids.
-    /// Called under the versions lock, before the manifest is written.
-    fn reassign_transient(
-        vs: &mut VersionState,
-        inputs: &[u64],
-        output: Option<u64>,
-        merged: bool,
-    ) -> Vec<u64> {
-        let mut freed = Vec::new();
-        for (&id, m) in vs.segments.iter_mut() {
-            if m.kind != SEGMENT_TRANSIENT || !inputs.contains(&m.owner) {
-                continue;
-            }
-            match output {
-                Some(out) if !merged => m.owner = out,
-                _ => freed.push(id),
-            }
-        }
-        for id in &freed {
-            vs.segments.remove(id);
-        }
-        freed
-    }
-
-    /// Drops freed transient segments from the readers' set; files go when unreferenced.
-    fn release_transient(&self, ids: &[u64]) {
-        if ids.is_empty() {
-            return;
-        }
-        self.publish_segments(|set| {
-            for id in ids {
-                if let Some(seg) = set.remove(id) {
-                    seg.mark_obsolete();
-                }
-            }
-        });
+    /// Counts transient segments an install freed.
+    fn count_transient_freed(&self, ids: &[u64]) {
         Counters::add(&self.counters.transient_segments_freed, ids.len() as u64);
     }
 
@@ -274,28 +229,56 @@ impl Engine {
         let next_log = mem.next_log_id.load(Ordering::SeqCst);
         let freed = {
             let mut vs = self.versions.lock();
-            let mut runs: Vec<Arc<LevelFile>> = new_file.into_iter().collect();
-            runs.extend(vs.version.runs(1).iter().cloned());
-            let freed = if runs.first().map(|f| f.id()) == Some(id) {
-                Vec::new()
-            } else {
+            let freed = match &new_file {
+                Some(_) => Vec::new(),
                 // Nothing survived (all tombstones dropped? never in a flush) or empty.
-                Self::reassign_transient(&mut vs, &[id], None, true)
+                None => vs.transient_of(&[id]),
             };
-            let v = Arc::new(vs.version.with_runs(1, runs));
-            Self::add_garbage(&mut vs, &out);
-            let mut state = self.manifest_state(&vs, &v);
-            state.log_min_id = next_log.max(vs.log_min_id);
-            state.flushed_lsn = mem.max_lsn().max(vs.flushed_lsn);
-            state.store(&self.io, &self.dir)?;
-            vs.log_min_id = state.log_min_id;
-            vs.flushed_lsn = state.flushed_lsn;
-            vs.version = Arc::clone(&v);
-            self.publish_version(&v, Some(mem));
+            let edit = VersionEdit {
+                runs_added: new_file.into_iter().map(|f| (1, f)).collect(),
+                segments_freed: freed.clone(),
+                garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
+                log_min_id: Some(next_log),
+                flushed_lsn: Some(mem.max_lsn()),
+                ..VersionEdit::default()
+            };
+            self.log_and_apply(&mut vs, &edit, Some(mem))?;
             freed
         };
-        self.release_transient(&freed);
+        self.count_transient_freed(&freed);
         Counters::add(&self.counters.flushes, 1);
+        self.delete_old_logs()
+    }
+
+    /// Right after recovery: writes what the small log replayed into L1, so the files it
+    /// came from can go. Without it every open would start one more log file and keep the
+    /// older ones (their memtable was never flushed), and replay them all at every open.
+    /// With nothing replayed, the older files hold only flushed records: the manifest
+    /// moves replay past them and they are deleted. Either way an opened database keeps
+    /// one small-log file, whatever the number of openings. Runs before the background
+    /// threads start.
+    pub(crate) fn flush_replayed(&self) -> Result<()> {
+        let replayed = {
+            let mut log = self.log.lock();
+            self.rotate(&mut log)?;
+            self.read.read().sv.imms.last().cloned()
+        };
+        if let Some(mem) = replayed {
+            self.versions.lock().flushing = true;
+            return self.run_flush(&mem);
+        }
+        let current = self.log.lock().writer.id();
+        let older = small::list(&self.io, &self.dir, 0)?
+            .iter()
+            .any(|(id, _)| *id < current);
+        if older {
+            let mut vs = self.versions.lock();
+            let edit = VersionEdit {
+                log_min_id: Some(current),
+                ..VersionEdit::default()
+            };
+            self.log_and_apply(&mut vs, &edit, None)?;
+        }
         self.delete_old_logs()
     }
 
@@ -361,31 +344,29 @@ impl Engine {
         let input_ids: Vec<u64> = inputs.iter().map(|f| f.id()).collect();
         let freed = {
             let mut vs = self.versions.lock();
+            // The inputs' transient segments go with their pairs: to the output when the
+            // merge kept the pairs by pointer, nowhere when it wrote them in place (or
+            // nothing survived). Runs flushed into L1 while this merge ran stay in place.
+            let transient = vs.transient_of(&input_ids);
             let output = new_file.as_ref().map(|f| f.id());
-            let freed = Self::reassign_transient(&mut vs, &input_ids, output, merge_here);
-            // Runs flushed into L1 while this merge ran stay in place.
-            let remaining: Vec<Arc<LevelFile>> = vs
-                .version
-                .runs(level)
-                .iter()
-                .filter(|f| !input_ids.contains(&f.id()))
-                .cloned()
-                .collect();
-            let v = Arc::new(
-                vs.version
-                    .with_runs(level, remaining)
-                    .with_runs(level + 1, new_file.into_iter().collect()),
-            );
-            Self::add_garbage(&mut vs, &out);
-            self.manifest_state(&vs, &v).store(&self.io, &self.dir)?;
-            vs.version = Arc::clone(&v);
-            self.publish_version(&v, None);
+            let (freed, reassigned) = match output {
+                Some(out) if !merge_here => {
+                    (Vec::new(), transient.iter().map(|&t| (t, out)).collect())
+                }
+                _ => (transient, Vec::new()),
+            };
+            let edit = VersionEdit {
+                runs_removed: input_ids,
+                runs_added: new_file.into_iter().map(|f| (level + 1, f)).collect(),
+                segments_freed: freed.clone(),
+                segments_reassigned: reassigned,
+                garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
+                ..VersionEdit::default()
+            };
+            self.log_and_apply(&mut vs, &edit, None)?;
             freed
         };
-        self.release_transient(&freed);
-        for f in &inputs {
-            f.mark_obsolete();
-        }
+        self.count_transient_freed(&freed);
         Counters::add(&self.counters.compactions, 1);
         Ok(())
     }

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::level::LevelValue;
 use crate::log::large::{self, LargeRecord, SEGMENT_HEADER};
 use crate::log::ptr::LogPtr;
+use crate::manifest::edit::VersionEdit;
 use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::MemValue;
 use crate::stats::Counters;
@@ -168,19 +169,19 @@ impl Engine {
         for chunk in live.chunks(RELOCATE_CHUNK) {
             self.relocate(chunk, report)?;
         }
-        // The relocations are durable; now the segment can leave the manifest.
+        // The relocations are durable. The records not relocated are dead because newer
+        // writes shadow them; before the segment may leave the manifest, those writes must
+        // be durable too: a power loss that took them would bring the shadowed versions
+        // back, pointing into a freed segment.
+        self.make_committed_durable()?;
         {
             let mut vs = self.versions.lock();
-            vs.segments.remove(&id);
-            let version = std::sync::Arc::clone(&vs.version);
-            self.manifest_state(&vs, &version)
-                .store(&self.io, &self.dir)?;
+            let edit = VersionEdit {
+                segments_freed: vec![id],
+                ..VersionEdit::default()
+            };
+            self.log_and_apply(&mut vs, &edit, None)?;
         }
-        self.publish_segments(|set| {
-            if let Some(seg) = set.remove(&id) {
-                seg.mark_obsolete();
-            }
-        });
         report.segments_freed += 1;
         report.bytes_freed += file_len;
         Ok(())

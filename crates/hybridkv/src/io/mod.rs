@@ -11,6 +11,7 @@
 
 mod counting;
 mod real;
+mod sealed;
 mod sim;
 
 pub use counting::{IoComponent, IoStats, IoStatsSnapshot};
@@ -94,17 +95,30 @@ pub struct Io {
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
     direct: bool,
+    /// Set by [`Io::seal`]: every change through this handle (and its clones, and files
+    /// opened through them) fails with `Error::Closed`.
+    sealed: sealed::Seal,
 }
 
 impl Io {
     /// Wraps a file system; `direct` selects `O_DIRECT` for level-file writes and for
     /// reads of level files and log segments.
     pub fn new(fs: Arc<dyn FileSystem>, direct: bool) -> Self {
+        let sealed: sealed::Seal = Arc::new(parking_lot::RwLock::new(false));
         Io {
-            fs,
+            fs: Arc::new(sealed::SealableFs::new(fs, Arc::clone(&sealed))),
             stats: Arc::new(IoStats::default()),
             direct,
+            sealed,
         }
+    }
+
+    /// Refuses every later change to the disk through this handle, its clones and the
+    /// files they opened (`Error::Closed`); reads still work. A closing database seals
+    /// its `Io` before it releases the directory lock.
+    /// Waits for changes in flight to finish.
+    pub fn seal(&self) {
+        *self.sealed.write() = true;
     }
 
     /// The underlying file system.

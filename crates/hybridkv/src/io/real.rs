@@ -194,19 +194,26 @@ impl ReadableFile for RealReader {
         let span = usize::try_from(stop - start)
             .map_err(|_| Error::InvalidArgument("read too large".into()))?;
         let mut bounce = AlignedBuf::new(span);
+        let skip = usize::try_from(offset - start).unwrap_or(0);
+        let need = skip + buf.len();
         let mut done = 0usize;
-        while done < span {
+        // Each `pread` must start at an aligned offset. A short read that is not a whole
+        // number of blocks ended at the end of the file as it was then; the file may grow
+        // before a next `pread` (a log segment being appended to), which would then start
+        // inside a block and fail with EINVAL. So: stop once the request is covered, stop
+        // at a short unaligned read, and after a short aligned one go on from a block
+        // boundary.
+        while done < need {
             let dst = bounce.full_mut().get_mut(done..span).unwrap_or_default();
             let n = self
                 .file
                 .read_at(dst, start + done as u64)
                 .map_err(|e| Error::io("read", &self.path, e))?;
-            if n == 0 {
-                break; // end of file inside the last aligned block
-            }
             done += n;
+            if n == 0 || !(n as u64).is_multiple_of(align) {
+                break; // end of file (as it was at this read)
+            }
         }
-        let skip = usize::try_from(offset - start).unwrap_or(0);
         let src = bounce
             .full_mut()
             .get(skip..skip + buf.len())

@@ -317,8 +317,11 @@ pub(crate) enum SegmentTail {
     /// tail).
     Valid { end: u64, records: RecordIndex },
     /// A damaged header, or a damaged record with a valid one after it: not what a crash
-    /// leaves. Left alone for reads and `check` to report.
-    Damaged,
+    /// of an ordered writer leaves (a page written back before an earlier one can). Left
+    /// alone for reads and `check` to report; `records` holds the valid records before
+    /// the first damage, so replay still stops at the first commit whose value is not
+    /// among them.
+    Damaged { records: RecordIndex },
 }
 
 /// Scans the newest segment's bytes after a crash (see [`SegmentTail`]).
@@ -327,7 +330,9 @@ pub(crate) fn scan_tail(data: &[u8]) -> SegmentTail {
         return SegmentTail::Headerless;
     }
     if data.get(..SEGMENT_HEADER as usize) != Some(segment_header().as_slice()) {
-        return SegmentTail::Damaged;
+        return SegmentTail::Damaged {
+            records: RecordIndex::new(),
+        };
     }
     let mut records = BTreeMap::new();
     let mut pos = SEGMENT_HEADER as usize;
@@ -339,7 +344,7 @@ pub(crate) fn scan_tail(data: &[u8]) -> SegmentTail {
             }
             Err(_) => {
                 if valid_record_after(data, pos) {
-                    return SegmentTail::Damaged;
+                    return SegmentTail::Damaged { records };
                 }
                 break;
             }

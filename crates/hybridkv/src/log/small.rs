@@ -46,6 +46,8 @@ pub(crate) struct SmallLogWriter {
     id: u64,
     file: Box<dyn WritableFile>,
     buf: Vec<u8>,
+    /// Bytes of the file made durable so far.
+    synced: u64,
 }
 
 impl SmallLogWriter {
@@ -57,10 +59,12 @@ impl SmallLogWriter {
         file.append(&file_header())?;
         file.sync_data()?;
         io.fs().sync_dir(dir)?;
+        let synced = file.len();
         Ok(SmallLogWriter {
             id,
             file,
             buf: Vec::with_capacity(256 << 10),
+            synced,
         })
     }
 
@@ -92,14 +96,21 @@ impl SmallLogWriter {
         }
         result?;
         if sync {
-            self.file.sync_data()?;
+            self.sync()?;
         }
         Ok(())
     }
 
     /// Makes everything written durable (an older log, before a newer one is synced).
     pub(crate) fn sync(&mut self) -> Result<()> {
-        self.file.sync_data()
+        self.file.sync_data()?;
+        self.synced = self.file.len();
+        Ok(())
+    }
+
+    /// Whether records were handed to the OS (or are pending) since the last sync.
+    pub(crate) fn has_unsynced(&self) -> bool {
+        !self.buf.is_empty() || self.file.len() > self.synced
     }
 }
 

@@ -6,6 +6,7 @@
 //! atomic. Never: deletes files itself; callers delete what a durable manifest no longer
 //! names. FORMAT.md, "Manifest".
 
+pub(crate) mod edit;
 pub(crate) mod recovery;
 pub(crate) mod version;
 

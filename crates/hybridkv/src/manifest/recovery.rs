@@ -21,7 +21,7 @@ use crate::write::batch::{decode_ops, BatchOp};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 const LOCK_NAME: &str = "LOCK";
@@ -204,7 +204,10 @@ impl Engine {
                     io.fs().truncate(&path, end)?;
                     large_tail = Some((id, records));
                 }
-                SegmentTail::Damaged => {}
+                // Not cut (the damage may be more than a lost tail: `check` reports it),
+                // but replay still stops at the first commit whose value is not among
+                // the valid records before the damage.
+                SegmentTail::Damaged { records } => large_tail = Some((id, records)),
             }
         }
 
@@ -252,6 +255,15 @@ impl Engine {
                         rec.offset,
                         format!("LSN {} + {} operations overflows", rec.first_lsn, rec.count),
                     ));
+                }
+                if rec.first_lsn != last_lsn + 1 {
+                    // LSNs are assigned without gaps and every one goes to the small log,
+                    // so a gap means records were lost before this one: an older log lost
+                    // a clean tail at a record boundary (a switch does not sync the log it
+                    // leaves) while this newer one reached the disk. Like a torn tail, it
+                    // ends the durable prefix: nothing from here on comes back.
+                    cut = Some(rec.offset);
+                    break;
                 }
                 let value_lost = large_tail.as_ref().is_some_and(|(seg, records)| {
                     ops.iter().any(|op| match op {
@@ -345,6 +357,7 @@ impl Engine {
             counters: Counters::default(),
             dir_lock: Mutex::new(Some(lock)),
             gc_lock: Mutex::new(()),
+            closed: AtomicBool::new(false),
             opts,
         };
         Ok(Arc::new(engine))

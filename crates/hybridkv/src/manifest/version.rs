@@ -57,15 +57,6 @@ impl Version {
         }
     }
 
-    /// A copy with level `level`'s runs replaced.
-    pub(crate) fn with_runs(&self, level: usize, runs: Vec<Arc<LevelFile>>) -> Self {
-        let mut v = self.clone();
-        if let Some(slot) = level.checked_sub(1).and_then(|i| v.levels.get_mut(i)) {
-            *slot = runs;
-        }
-        v
-    }
-
     /// (level, id, file length) of each run, levels in order, runs newest first.
     pub(crate) fn manifest_levels(&self) -> Vec<(u32, u64, u64)> {
         self.levels

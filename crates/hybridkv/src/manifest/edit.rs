@@ -1,0 +1,194 @@
+//! `VersionEdit`: one change to the durable description of the database (runs added and
+//! removed, log segments freed and reassigned, garbage counted, replay start moved).
+//!
+//! Owns: applying a change to a copy of the current state, so that an install builds its
+//! whole result, stores it, and only then replaces what readers and the next install see
+//! (`Engine::log_and_apply`). Never: touches the disk or the engine's live state itself;
+//! `apply` is a pure function of its inputs.
+
+use super::version::Version;
+use super::{ManifestState, SegmentRecord};
+use crate::level::LevelFile;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the engine tracks of one log segment (the manifest's [`SegmentRecord`] in memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentMeta {
+    /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
+    pub kind: u8,
+    /// Transient segments: the level file (run) whose pointers use it.
+    pub owner: u64,
+    /// Bytes of records known to be garbage (large segments).
+    pub garbage: u64,
+}
+
+/// The live log segments and their bookkeeping, by file id.
+pub(crate) type SegmentTable = BTreeMap<u64, SegmentMeta>;
+
+/// One change, described before anything is changed.
+#[derive(Debug, Default)]
+pub(crate) struct VersionEdit {
+    /// Runs removed from whatever level holds them, by file id.
+    pub runs_removed: Vec<u64>,
+    /// Runs added, each as the newest run of its level (1-based), in the order given.
+    pub runs_added: Vec<(usize, Arc<LevelFile>)>,
+    /// Segments that leave the table (their files go once no reader holds them).
+    pub segments_freed: Vec<u64>,
+    /// Transient segments handed to another run: (segment id, new owner run).
+    pub segments_reassigned: Vec<(u64, u64)>,
+    /// Garbage bytes to add per segment; segments no longer in the table are skipped (a
+    /// segment freed by GC may still be named by shadowed pointers).
+    pub garbage: Vec<(u64, u64)>,
+    /// New start of small-log replay (only ever raised).
+    pub log_min_id: Option<u64>,
+    /// New highest LSN held by the levels (only ever raised).
+    pub flushed_lsn: Option<u64>,
+}
+
+/// The state an edit applies to and produces.
+#[derive(Debug, Clone)]
+pub(crate) struct Installed {
+    pub version: Arc<Version>,
+    pub segments: SegmentTable,
+    pub log_min_id: u64,
+    pub flushed_lsn: u64,
+}
+
+impl VersionEdit {
+    /// The state after this edit, leaving `base` unchanged.
+    pub(crate) fn apply(&self, base: &Installed) -> Installed {
+        let mut version = (*base.version).clone();
+        for runs in &mut version.levels {
+            runs.retain(|f| !self.runs_removed.contains(&f.id()));
+        }
+        for (level, file) in &self.runs_added {
+            if let Some(runs) = level.checked_sub(1).and_then(|i| version.levels.get_mut(i)) {
+                runs.insert(0, Arc::clone(file));
+            }
+        }
+        let mut segments = base.segments.clone();
+        for id in &self.segments_freed {
+            segments.remove(id);
+        }
+        for (id, owner) in &self.segments_reassigned {
+            if let Some(m) = segments.get_mut(id) {
+                m.owner = *owner;
+            }
+        }
+        for (id, bytes) in &self.garbage {
+            if let Some(m) = segments.get_mut(id) {
+                m.garbage = m.garbage.saturating_add(*bytes);
+            }
+        }
+        Installed {
+            version: Arc::new(version),
+            segments,
+            log_min_id: self
+                .log_min_id
+                .map_or(base.log_min_id, |v| v.max(base.log_min_id)),
+            flushed_lsn: self
+                .flushed_lsn
+                .map_or(base.flushed_lsn, |v| v.max(base.flushed_lsn)),
+        }
+    }
+}
+
+impl Installed {
+    /// The manifest that describes this state.
+    pub(crate) fn manifest(&self, next_file_id: u64) -> ManifestState {
+        ManifestState {
+            next_file_id,
+            log_min_id: self.log_min_id,
+            flushed_lsn: self.flushed_lsn,
+            levels: self.version.manifest_levels(),
+            segments: self
+                .segments
+                .iter()
+                .map(|(&id, m)| SegmentRecord {
+                    id,
+                    kind: m.kind,
+                    owner: m.owner,
+                    garbage: m.garbage,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{SEGMENT_LARGE, SEGMENT_TRANSIENT};
+
+    fn base() -> Installed {
+        let mut segments = SegmentTable::new();
+        segments.insert(
+            3,
+            SegmentMeta {
+                kind: SEGMENT_LARGE,
+                owner: 0,
+                garbage: 10,
+            },
+        );
+        segments.insert(
+            4,
+            SegmentMeta {
+                kind: SEGMENT_TRANSIENT,
+                owner: 7,
+                garbage: 0,
+            },
+        );
+        segments.insert(
+            5,
+            SegmentMeta {
+                kind: SEGMENT_TRANSIENT,
+                owner: 8,
+                garbage: 0,
+            },
+        );
+        Installed {
+            version: Arc::new(Version::empty(3)),
+            segments,
+            log_min_id: 20,
+            flushed_lsn: 100,
+        }
+    }
+
+    #[test]
+    fn apply_changes_a_copy_and_leaves_the_base_alone() {
+        let b = base();
+        let edit = VersionEdit {
+            segments_freed: vec![5],
+            segments_reassigned: vec![(4, 9)],
+            garbage: vec![(3, 5), (99, 1)],
+            log_min_id: Some(25),
+            flushed_lsn: Some(90),
+            ..VersionEdit::default()
+        };
+        let after = edit.apply(&b);
+        assert_eq!(b.segments.len(), 3, "base unchanged");
+        assert_eq!(b.segments[&4].owner, 7, "base unchanged");
+        assert_eq!(after.segments.len(), 2);
+        assert_eq!(after.segments[&4].owner, 9);
+        assert_eq!(after.segments[&3].garbage, 15);
+        assert!(
+            !after.segments.contains_key(&99),
+            "garbage never adds a segment"
+        );
+        assert_eq!(after.log_min_id, 25);
+        assert_eq!(after.flushed_lsn, 100, "flushed LSN never goes back");
+        let m = after.manifest(30);
+        assert_eq!(m.segments.len(), 2);
+        assert_eq!(m.log_min_id, 25);
+        assert_eq!(m.next_file_id, 30);
+    }
+
+    #[test]
+    fn an_empty_edit_changes_nothing() {
+        let b = base();
+        let after = VersionEdit::default().apply(&b);
+        assert_eq!(after.segments, b.segments);
+        assert_eq!((after.log_min_id, after.flushed_lsn), (20, 100));
+    }
+}
