@@ -173,6 +173,35 @@ fn dio_read_align(file: &File) -> u64 {
     }
 }
 
+/// Fills `bounce` (whose start is the aligned file offset `start`) by `pread`s until its
+/// first `need` bytes are read or the file ends; returns the bytes read.
+///
+/// Each `pread` of an `O_DIRECT` file must start at an aligned offset. A short read that
+/// is not a whole number of blocks ended at the end of the file *as it was then*; a log
+/// segment may grow before a next `pread`, which would then start inside a block and fail
+/// with `EINVAL` (issue 14, defect 5). So: stop once `need` bytes are in, stop at a short
+/// unaligned read, and after a short aligned one go on from that block boundary.
+fn fill_aligned(
+    bounce: &mut [u8],
+    start: u64,
+    need: usize,
+    align: u64,
+    mut pread: impl FnMut(&mut [u8], u64) -> std::io::Result<usize>,
+) -> std::io::Result<usize> {
+    let mut done = 0usize;
+    while done < need {
+        let Some(dst) = bounce.get_mut(done..).filter(|d| !d.is_empty()) else {
+            break;
+        };
+        let n = pread(dst, start + done as u64)?;
+        done += n;
+        if n == 0 || !(n as u64).is_multiple_of(align) {
+            break; // end of file (as it was at this read)
+        }
+    }
+    Ok(done)
+}
+
 impl ReadableFile for RealReader {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         // No check against the length seen at open: log segments are read while they grow.
@@ -196,24 +225,11 @@ impl ReadableFile for RealReader {
         let mut bounce = AlignedBuf::new(span);
         let skip = usize::try_from(offset - start).unwrap_or(0);
         let need = skip + buf.len();
-        let mut done = 0usize;
-        // Each `pread` must start at an aligned offset. A short read that is not a whole
-        // number of blocks ended at the end of the file as it was then; the file may grow
-        // before a next `pread` (a log segment being appended to), which would then start
-        // inside a block and fail with EINVAL. So: stop once the request is covered, stop
-        // at a short unaligned read, and after a short aligned one go on from a block
-        // boundary.
-        while done < need {
-            let dst = bounce.full_mut().get_mut(done..span).unwrap_or_default();
-            let n = self
-                .file
-                .read_at(dst, start + done as u64)
-                .map_err(|e| Error::io("read", &self.path, e))?;
-            done += n;
-            if n == 0 || !(n as u64).is_multiple_of(align) {
-                break; // end of file (as it was at this read)
-            }
-        }
+        let span_buf = bounce.full_mut().get_mut(..span).unwrap_or_default();
+        let done = fill_aligned(span_buf, start, need, align, |dst, at| {
+            self.file.read_at(dst, at)
+        })
+        .map_err(|e| Error::io("read", &self.path, e))?;
         let src = bounce
             .full_mut()
             .get(skip..skip + buf.len())
@@ -412,6 +428,76 @@ impl FileSystem for RealFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file that grows by `grow` bytes after every read and, like `O_DIRECT`, refuses
+    /// reads that start off a 512-byte boundary with `EINVAL`.
+    struct GrowingFile {
+        data: Vec<u8>,
+        len: usize,
+        grow: usize,
+        reads: Vec<u64>,
+    }
+
+    impl GrowingFile {
+        fn pread(&mut self, dst: &mut [u8], at: u64) -> std::io::Result<usize> {
+            self.reads.push(at);
+            if at % 512 != 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            let at = at as usize;
+            let n = dst.len().min(self.len.saturating_sub(at));
+            dst[..n].copy_from_slice(&self.data[at..at + n]);
+            self.len = (self.len + self.grow).min(self.data.len());
+            Ok(n)
+        }
+    }
+
+    fn growing(len: usize, grow: usize) -> GrowingFile {
+        GrowingFile {
+            data: (0..8192u32).map(|i| (i % 251) as u8).collect(),
+            len,
+            grow,
+            reads: Vec::new(),
+        }
+    }
+
+    /// Issue 14, defect 5: a read near the end of a segment being appended to got a short
+    /// first `pread`; the writer appended; the second `pread` started inside a block and
+    /// failed with EINVAL. The request was already covered by the first read.
+    #[test]
+    fn a_short_read_that_covers_the_request_is_not_followed_by_an_unaligned_one() {
+        let mut f = growing(1000, 2000);
+        let mut bounce = vec![0u8; 512];
+        // Bytes 900..950: the aligned span is 512..1024, the file ends at 1000 at first.
+        let done = fill_aligned(&mut bounce, 512, 388 + 50, 512, |d, at| f.pread(d, at)).unwrap();
+        assert_eq!(done, 488);
+        assert_eq!(f.reads, vec![512], "one aligned read, nothing at 1000");
+        assert_eq!(&bounce[388..438], &f.data[900..950]);
+    }
+
+    #[test]
+    fn a_short_aligned_read_goes_on_from_the_block_boundary() {
+        // The file ends at a block boundary (1024) when the first read runs, then grows.
+        let mut f = growing(1024, 2000);
+        let mut bounce = vec![0u8; 1024];
+        // Bytes 1000..1100: span 512..1536.
+        let done = fill_aligned(&mut bounce, 512, 488 + 100, 512, |d, at| f.pread(d, at)).unwrap();
+        assert_eq!(f.reads, vec![512, 1024]);
+        assert!(done >= 588);
+        assert_eq!(&bounce[488..588], &f.data[1000..1100]);
+    }
+
+    #[test]
+    fn a_file_shorter_than_the_request_returns_what_there_is() {
+        let mut f = growing(1000, 0);
+        let mut bounce = vec![0u8; 1024];
+        let done = fill_aligned(&mut bounce, 512, 1000, 512, |d, at| f.pread(d, at)).unwrap();
+        assert_eq!(
+            done, 488,
+            "the caller turns this into an UnexpectedEof error"
+        );
+        assert!(f.reads.iter().all(|at| at % 512 == 0));
+    }
 
     #[test]
     fn write_then_read_back_buffered_and_chunked() {
