@@ -2,7 +2,7 @@
 //!
 //! Owns: the wiring between components (logs, memtables, versions, background work).
 //! The write path (`write`), background flush/compaction (`compaction::worker`), recovery
-//! (`manifest::recovery`) and the read path (`read`) each add their own `impl Engine` block.
+//! (`recovery`) and the read path (`read`) each add their own `impl Engine` block.
 //!
 //! Lock order (never taken in the other direction): `log` -> `versions` -> `read`;
 //! `bg` is taken alone or after `read` was released.
@@ -10,6 +10,7 @@
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Io};
+use crate::log::large::SegmentSet;
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::small::SmallLogWriter;
 pub(crate) use crate::manifest::edit::SegmentMeta;
@@ -18,7 +19,7 @@ use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::Memtable;
 use crate::options::Options;
-use crate::read::{SegmentSet, SuperVersion};
+use crate::read::SuperVersion;
 use crate::stats::Counters;
 use crate::write::commit::CommitQueue;
 use parking_lot::{Condvar, Mutex, RwLock};

@@ -38,6 +38,7 @@ mod memtable;
 mod options;
 mod placement;
 mod read;
+mod recovery;
 mod space;
 mod stats;
 mod write;

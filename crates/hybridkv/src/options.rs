@@ -5,7 +5,7 @@
 //! these values.
 
 use crate::error::{Error, Result};
-use crate::placement::Placement;
+use crate::placement::{Category, Placement};
 use std::time::Duration;
 
 /// Largest key accepted, in bytes.
@@ -120,6 +120,16 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
 }
 
 impl Options {
+    /// The size class of a pair of `key_len + value_len` bytes under these options.
+    pub(crate) fn classify(&self, key_len: usize, value_len: usize) -> Category {
+        self.placement.classify(
+            self.small_threshold,
+            self.large_threshold,
+            key_len,
+            value_len,
+        )
+    }
+
     /// Checks every option; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
         check((64 << 10..=4 << 30).contains(&self.memtable_size), || {

@@ -13,9 +13,7 @@
 //! pairs stay in place. In between (ratio 0.02-0.2) pairs are *medium*: logged while they
 //! travel the small upper levels and merged in place at the last level.
 
-use crate::options::Options;
-
-/// Where values go (`Options::placement`).
+/// Where values go (`Options::placement`; this module knows nothing of `Options`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
     /// Small pairs in place, medium pairs in the transient log until the merge level,
@@ -40,15 +38,24 @@ pub enum Category {
     Large,
 }
 
-/// The category of a pair of `key_len + value_len` bytes under `opts`.
-pub(crate) fn classify(opts: &Options, key_len: usize, value_len: usize) -> Category {
-    let size = key_len + value_len;
-    match opts.placement {
-        Placement::InPlace => Category::Small,
-        Placement::AllLog => Category::Large,
-        Placement::Hybrid if size >= opts.large_threshold => Category::Large,
-        Placement::Hybrid if size >= opts.small_threshold => Category::Medium,
-        Placement::Hybrid => Category::Small,
+impl Placement {
+    /// The category of a pair of `key_len + value_len` bytes: medium from
+    /// `small_threshold` bytes on, large from `large_threshold` on (`Hybrid` only).
+    pub(crate) fn classify(
+        self,
+        small_threshold: usize,
+        large_threshold: usize,
+        key_len: usize,
+        value_len: usize,
+    ) -> Category {
+        let size = key_len + value_len;
+        match self {
+            Placement::InPlace => Category::Small,
+            Placement::AllLog => Category::Large,
+            Placement::Hybrid if size >= large_threshold => Category::Large,
+            Placement::Hybrid if size >= small_threshold => Category::Medium,
+            Placement::Hybrid => Category::Small,
+        }
     }
 }
 
@@ -58,34 +65,30 @@ mod tests {
 
     #[test]
     fn thresholds_and_modes() {
-        let o = Options::default();
-        assert_eq!(classify(&o, 24, 9), Category::Small);
-        assert_eq!(classify(&o, 24, 95), Category::Small);
-        assert_eq!(classify(&o, 24, 96), Category::Medium);
-        assert_eq!(classify(&o, 24, 104), Category::Medium);
-        assert_eq!(classify(&o, 24, 999), Category::Medium);
-        assert_eq!(classify(&o, 24, 1000), Category::Large);
-        let inplace = Options {
-            placement: Placement::InPlace,
-            ..Options::default()
-        };
-        assert_eq!(classify(&inplace, 24, 1 << 20), Category::Small);
-        let all = Options {
-            placement: Placement::AllLog,
-            ..Options::default()
-        };
-        assert_eq!(classify(&all, 24, 1), Category::Large);
+        let hybrid = |k, v| Placement::Hybrid.classify(120, 1024, k, v);
+        assert_eq!(hybrid(24, 9), Category::Small);
+        assert_eq!(hybrid(24, 95), Category::Small);
+        assert_eq!(hybrid(24, 96), Category::Medium);
+        assert_eq!(hybrid(24, 104), Category::Medium);
+        assert_eq!(hybrid(24, 999), Category::Medium);
+        assert_eq!(hybrid(24, 1000), Category::Large);
+        assert_eq!(
+            Placement::InPlace.classify(120, 1024, 24, 1 << 20),
+            Category::Small
+        );
+        assert_eq!(
+            Placement::AllLog.classify(120, 1024, 24, 1),
+            Category::Large
+        );
         // Parallax-MS: medium folded into small.
-        let ms = Options {
-            small_threshold: 1024,
-            ..Options::default()
-        };
-        assert_eq!(classify(&ms, 24, 104), Category::Small);
+        assert_eq!(
+            Placement::Hybrid.classify(1024, 1024, 24, 104),
+            Category::Small
+        );
         // Parallax-ML: medium folded into large.
-        let ml = Options {
-            large_threshold: 120,
-            ..Options::default()
-        };
-        assert_eq!(classify(&ml, 24, 104), Category::Large);
+        assert_eq!(
+            Placement::Hybrid.classify(120, 120, 24, 104),
+            Category::Large
+        );
     }
 }

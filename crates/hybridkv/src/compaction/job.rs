@@ -11,7 +11,7 @@ use crate::level::reader::file_name;
 use crate::level::{EntryValue, LevelBuilder, LevelMeta, LevelValue};
 use crate::memtable::{MemEntry, Memtable};
 use crate::options::Options;
-use crate::placement::{classify, Category};
+use crate::placement::Category;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -177,7 +177,7 @@ impl MergeJob<'_> {
                     LevelValue::Inline(reader.read(&key, p)?)
                 }
                 (LevelValue::Inline(b), MediumPolicy::ToLog(sink))
-                    if classify(self.opts, key.len(), b.len()) == Category::Medium =>
+                    if self.opts.classify(key.len(), b.len()) == Category::Medium =>
                 {
                     LevelValue::Medium(sink.append(&key, &b, lsn)?)
                 }

@@ -6,10 +6,10 @@
 //! segment through a small window, never a random 4 KiB read per pair.
 
 use crate::error::{Error, Result};
+use crate::log::large::SegmentSet;
 use crate::log::large::SegmentWriter;
 use crate::log::ptr::LogPtr;
 use crate::log::readahead::SegmentReadahead;
-use crate::read::SegmentSet;
 
 /// Read size per transient segment during a merge.
 const WINDOW: usize = 256 << 10;

@@ -187,6 +187,9 @@ fn decode_record(
     ))
 }
 
+/// Open log segments (large and transient) by file id: what readers resolve pointers with.
+pub(crate) type SegmentSet = std::collections::BTreeMap<u64, std::sync::Arc<SegmentFile>>;
+
 /// A segment open for reading. Deleted when marked obsolete and no longer referenced.
 pub(crate) struct SegmentFile {
     id: u64,

@@ -10,9 +10,9 @@
 //! it is given (the caller passes it on every read).
 
 use crate::error::{Error, Result};
+use crate::log::large::SegmentSet;
 use crate::log::large::{check_ptr_len, decode_checked, SegmentKind};
 use crate::log::ptr::LogPtr;
-use crate::read::SegmentSet;
 use std::collections::HashMap;
 
 /// One segment's window: the bytes at `start..start + buf.len()`, and the size of the next

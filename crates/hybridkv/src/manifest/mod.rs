@@ -7,7 +7,6 @@
 //! names. FORMAT.md, "Manifest".
 
 pub(crate) mod edit;
-pub(crate) mod recovery;
 pub(crate) mod version;
 
 use crate::error::{Error, Result};

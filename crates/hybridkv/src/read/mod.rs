@@ -9,10 +9,9 @@ pub(crate) mod iter;
 
 use crate::error::{Error, Result};
 use crate::level::{LevelFile, LevelValue};
-use crate::log::large::{SegmentFile, SegmentKind};
+use crate::log::large::SegmentKind;
 use crate::manifest::version::Version;
 use crate::memtable::Memtable;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Everything a reader needs, captured atomically with a snapshot LSN.
@@ -26,8 +25,7 @@ pub(crate) struct SuperVersion {
     pub segments: Arc<SegmentSet>,
 }
 
-/// Open log segments by file id.
-pub(crate) type SegmentSet = BTreeMap<u64, Arc<SegmentFile>>;
+pub(crate) use crate::log::large::SegmentSet;
 
 /// The newest version of `key` visible at `snapshot`, as stored (pointers not followed),
 /// with the level file it came from (to read overflow blobs).

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::log::ptr::LogPtr;
 use crate::log::small::SmallLogWriter;
 use crate::memtable::{MemValue, Memtable};
-use crate::placement::{classify, Category};
+use crate::placement::Category;
 use crate::stats::Counters;
 use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
 use commit::Request;
@@ -93,7 +93,7 @@ impl Engine {
                 return Err(Error::InvalidArgument("malformed write batch".into()));
             };
             let has_large = ops.iter().any(|op| {
-                matches!(op, BatchOp::Put(k, v) if classify(&self.opts, k.len(), v.len()) == Category::Large)
+                matches!(op, BatchOp::Put(k, v) if self.opts.classify(k.len(), v.len()) == Category::Large)
             });
             let batch_first = lsn;
             let mut payload: Option<Vec<u8>> =
@@ -103,7 +103,7 @@ impl Engine {
                     BatchOp::Put(k, v) => {
                         puts += 1;
                         bytes += (k.len() + v.len()) as u64;
-                        if classify(&self.opts, k.len(), v.len()) == Category::Large {
+                        if self.opts.classify(k.len(), v.len()) == Category::Large {
                             let ptr = match self.append_large(&mut log, k, v, lsn) {
                                 Ok(p) => p,
                                 Err(e) => {

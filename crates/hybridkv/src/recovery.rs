@@ -1,9 +1,11 @@
-//! Opening a database: validate the directory, take the lock, load the manifest, open the
-//! level files, sweep orphans, and replay the small log in LSN order from where the last
-//! flush left off.
+//! Opening a database (`Engine::open`): validate the directory, take the lock, load the
+//! manifest, open the level files, sweep orphans, cut torn tails, and replay the small log
+//! in LSN order from where the last flush left off.
+//!
+//! Owns: deciding, from what is on disk after any crash, the durable prefix to recover and
+//! the engine state that holds it. Never: runs after the engine is open (later installs go
+//! through `Engine::log_and_apply`), or accepts a write before what it recovered is durable.
 
-use super::version::Version;
-use super::{ManifestState, MANIFEST_NAME};
 use crate::cache::NodeCache;
 use crate::engine::SegmentMeta;
 use crate::engine::{BgState, Engine, LogState, ReadState, VersionState};
@@ -12,7 +14,9 @@ use crate::io::{Io, IoComponent};
 use crate::level::{reader as level_reader, LevelFile};
 use crate::log::large::{self, RecordIndex, SegmentFile, SegmentKind, SegmentTail};
 use crate::log::small::{self, SmallLogWriter};
+use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_LARGE;
+use crate::manifest::{ManifestState, MANIFEST_NAME};
 use crate::memtable::{MemValue, Memtable};
 use crate::options::Options;
 use crate::read::SuperVersion;
