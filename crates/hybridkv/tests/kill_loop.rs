@@ -1,14 +1,15 @@
 //! Kill loop with real processes and a real `SIGKILL` (issue #7).
 //!
 //! Each round starts a child process (this test binary re-executed with the child's
-//! environment; the file has its own `main`, `harness = false`) that opens the database and writes a seeded, endless mix of puts
-//! of every size class (small, medium, large, and values over 64 KiB), updates, deletes and
-//! atomic batches, some with `sync: true`, with 64 KiB memtables and large-log segments, so
-//! flushes, compactions, transient-log merges and GC passes run all the time (the GC thread
-//! wakes every 20 ms and a helper thread calls `Db::gc` too). After each write returns, the
-//! child prints `A <op index>` on stdout; a monitor thread samples `Db::stats` every
-//! millisecond and prints `S <flush> <compaction> <gc>` whenever the set of background jobs
-//! in flight changes (see `monitor`).
+//! environment; the file has its own `main`, `harness = false`) that opens the database
+//! and writes a seeded, endless mix of puts of every size class (small, medium, large, and
+//! values over 64 KiB), updates, deletes and atomic batches, some with `sync: true`, with
+//! 64 KiB memtables and large-log segments, so flushes, compactions, transient-log merges
+//! and GC passes run all the time (the GC thread wakes every 20 ms and a helper thread
+//! calls `Db::gc` too). After each write returns, the child prints `A <op index>` on
+//! stdout; a monitor thread samples `Db::stats` every millisecond and prints
+//! `S <flush> <compaction> <gc>` whenever the set of background jobs in flight changes
+//! (see `monitor`).
 //!
 //! The parent kills the child with `SIGKILL` after a random 5–500 ms, reopens the database
 //! and checks the process-crash guarantee: every acknowledged write reached the OS, so all
@@ -18,15 +19,26 @@
 //! unique). Every 10th round `Db::check` also verifies every checksum and pointer. The next
 //! round continues on the recovered database with a new seed; the model carries over.
 //!
-//! It prints `kills: N, during flush/compaction/GC: a/b/c, lost acknowledged writes: 0,
-//! holes: 0`. 100 rounds run by default; thousands with
+//! The loop runs twice, on two databases in temp dirs on the real file system: once with
+//! the default buffered I/O, once with `Options::direct_io` on (level files written, and
+//! level files and log segments read, with `O_DIRECT`; the parent's verification reads
+//! too). The child learns the mode, like its round and seed, from an environment variable.
+//! The direct-I/O half needs a file system that supports `O_DIRECT` under the temp dir
+//! (ext4, xfs, ...; tmpfs rejects it before Linux 6.6): elsewhere the child fails to open
+//! or to read, and the test fails saying so.
+//!
+//! It prints one line per mode: `kills: N, during flush/compaction/GC: a/b/c, lost
+//! acknowledged writes: 0, holes: 0, direct_io: off` (then `on`). 80 rounds run by
+//! default, half in each mode; thousands with
 //!
 //! ```text
 //! HYBRIDKV_KILL_ROUNDS=5000 cargo test --release -p hybridkv --test kill_loop
 //! ```
 //!
-//! (`HYBRIDKV_KILL_SEED=n` picks another sequence of seeds and kill times; a failure prints
-//! the seed and the round.)
+//! (`HYBRIDKV_KILL_ROUNDS` counts the rounds of both modes together;
+//! `HYBRIDKV_KILL_MODE=buffered` or `=direct` gives all of them to one mode.
+//! `HYBRIDKV_KILL_SEED=n` picks another sequence of seeds and kill times; each mode derives
+//! its own from it. A failure prints the seed, the mode and the round.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -42,21 +54,27 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const ROUNDS: u64 = 100;
+/// Both modes together: a direct-I/O round costs about 1.6 buffered ones (its verification
+/// reads bypass the page cache), so 40 + 40 take about as long as 100 buffered rounds did.
+const ROUNDS: u64 = 80;
 const KEYS: u64 = 4000;
 /// Keys `0..HOT` get half of all writes, so versions die young and GC has work.
 const HOT: u64 = 200;
 const ENV_DIR: &str = "HYBRIDKV_KILL_CHILD_DIR";
 const ENV_ROUND: &str = "HYBRIDKV_KILL_CHILD_ROUND";
 const ENV_SEED: &str = "HYBRIDKV_KILL_CHILD_SEED";
+/// `1` when the child opens the database with `direct_io` on, `0` otherwise.
+const ENV_DIRECT: &str = "HYBRIDKV_KILL_CHILD_DIRECT";
 /// The signal number of `SIGKILL` on every unix (`Child::kill` sends it).
 const SIGKILL: i32 = 9;
 /// A child left behind by a parent that died stops on its own after this long.
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Tiny memtables and segments: background work never stops.
-fn kill_opts() -> Options {
+/// Tiny memtables and segments: background work never stops. `direct` turns
+/// `direct_io` on.
+fn kill_opts(direct: bool) -> Options {
     Options {
+        direct_io: direct,
         memtable_size: 64 << 10,
         max_immutable_memtables: 2,
         growth_factor: 2,
@@ -164,7 +182,8 @@ fn main() {
 fn kill_loop_child(dir: &str) {
     let round = env_u64(ENV_ROUND).expect("round");
     let seed = env_u64(ENV_SEED).expect("seed");
-    let db = match Db::open(dir, kill_opts()) {
+    let direct = env_u64(ENV_DIRECT).expect("direct") == 1;
+    let db = match Db::open(dir, kill_opts(direct)) {
         Ok(db) => db,
         Err(e) => {
             say(&format!("E open: {e}"));
@@ -278,12 +297,13 @@ fn read_report(out: impl Read) -> ChildReport {
 }
 
 /// Starts the child for `round`, kills it after `delay`, and returns what it reported.
-fn run_child(dir: &Path, round: u64, seed: u64, delay: Duration) -> ChildReport {
+fn run_child(dir: &Path, mode: Mode, round: u64, seed: u64, delay: Duration) -> ChildReport {
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = Command::new(exe)
         .env(ENV_DIR, dir)
         .env(ENV_ROUND, round.to_string())
         .env(ENV_SEED, seed.to_string())
+        .env(ENV_DIRECT, u8::from(mode.direct).to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -305,12 +325,38 @@ fn run_child(dir: &Path, round: u64, seed: u64, delay: Duration) -> ChildReport 
     let stderr = err.join().expect("stderr reader");
     assert!(
         early.is_none() && status.signal() == Some(SIGKILL) && report.errors.is_empty(),
-        "round {round}: the child ended on its own ({status:?}) or failed: {:?}\n{stderr}",
+        "{} round {round}: the child ended on its own ({status:?}) or failed: {:?}\n{stderr}",
+        mode.name,
         report.errors
     );
-    assert!(report.stray.is_empty(), "round {round}: {:?}", report.stray);
+    assert!(
+        report.stray.is_empty(),
+        "{} round {round}: {:?}",
+        mode.name,
+        report.stray
+    );
     report
 }
+
+/// One of the two I/O modes the loop runs in.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    name: &'static str,
+    direct: bool,
+    /// Mixed into `HYBRIDKV_KILL_SEED`, so the modes draw different seeds and kill times.
+    salt: u64,
+}
+
+const BUFFERED: Mode = Mode {
+    name: "buffered",
+    direct: false,
+    salt: 0,
+};
+const DIRECT: Mode = Mode {
+    name: "direct",
+    direct: true,
+    salt: 0xd1ec_7000,
+};
 
 #[derive(Default)]
 struct Tally {
@@ -325,21 +371,47 @@ struct Tally {
     failures: Vec<String>,
 }
 
-/// The parent: the rounds of start, kill, reopen and verify.
+/// The parent: splits the rounds between the modes and runs the loop once per mode; fails
+/// after both have run, with every failure of either.
 fn kill_loop() {
     let rounds = env_u64("HYBRIDKV_KILL_ROUNDS").unwrap_or(ROUNDS);
     let base = env_u64("HYBRIDKV_KILL_SEED").unwrap_or(7);
+    let plan = match std::env::var("HYBRIDKV_KILL_MODE").as_deref() {
+        Ok("buffered") => vec![(BUFFERED, rounds)],
+        Ok("direct") => vec![(DIRECT, rounds)],
+        Ok("both") | Err(_) => vec![(BUFFERED, rounds - rounds / 2), (DIRECT, rounds / 2)],
+        Ok(other) => panic!("HYBRIDKV_KILL_MODE={other}: expected buffered, direct or both"),
+    };
+    let mut summaries = Vec::new();
+    let mut failures = Vec::new();
+    for (mode, rounds) in plan {
+        let (summary, mut f) = run_loop(mode, rounds, base);
+        summaries.push(summary);
+        failures.append(&mut f);
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n{}",
+        summaries.join("\n"),
+        failures.join("\n")
+    );
+}
+
+/// The rounds of start, kill, reopen and verify in one mode, on a fresh database. Returns
+/// the summary line and the failures.
+fn run_loop(mode: Mode, rounds: u64, base: u64) -> (String, Vec<String>) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
     let universe: BTreeSet<Vec<u8>> = (0..KEYS).map(key).collect();
-    let mut rng = Rng::new(base);
+    let mut rng = Rng::new(base ^ mode.salt);
     let mut model = Model::new();
     let mut t = Tally::default();
+    let name = mode.name;
     let start = Instant::now();
     for round in 0..rounds {
         let seed = rng.next();
         let delay = Duration::from_millis(5 + rng.below(496));
-        let r = run_child(&dir, round, seed, delay);
+        let r = run_child(&dir, mode, round, seed, delay);
         t.kills += 1;
         t.acked += r.acked;
         if r.opened {
@@ -362,11 +434,11 @@ fn kill_loop() {
             apply(&mut hi, &ops[r.acked as usize]);
         }
 
-        let db = Db::open(&dir, kill_opts()).unwrap_or_else(|e| {
-            panic!("seed {base} round {round}: reopen after SIGKILL failed: {e}")
+        let db = Db::open(&dir, kill_opts(mode.direct)).unwrap_or_else(|e| {
+            panic!("seed {base} {name} round {round}: reopen after SIGKILL failed: {e}")
         });
-        let got =
-            read_state(&db, &universe).unwrap_or_else(|e| panic!("seed {base} round {round}: {e}"));
+        let got = read_state(&db, &universe)
+            .unwrap_or_else(|e| panic!("seed {base} {name} round {round}: {e}"));
         if got == lo {
             model = lo;
         } else if got == hi {
@@ -405,8 +477,8 @@ fn kill_loop() {
                 }
             };
             t.failures.push(format!(
-                "seed {base} round {round} (child seed {seed}, kill after {delay:?}, {} acked, \
-                 busy {:?}): {what}",
+                "seed {base} {name} round {round} (child seed {seed}, kill after {delay:?}, \
+                 {} acked, busy {:?}): {what}",
                 r.acked, r.busy
             ));
             model = got;
@@ -414,31 +486,34 @@ fn kill_loop() {
         if round % 10 == 9 || round + 1 == rounds {
             let report = db
                 .check()
-                .unwrap_or_else(|e| panic!("seed {base} round {round}: check failed: {e}"));
+                .unwrap_or_else(|e| panic!("seed {base} {name} round {round}: check failed: {e}"));
             assert!(
                 report.is_ok(),
-                "seed {base} round {round}: check after recovery: {:?}",
+                "seed {base} {name} round {round}: check after recovery: {:?}",
                 report.errors
             );
         }
         drop(db);
     }
     let summary = format!(
-        "kills: {}, during flush/compaction/GC: {}/{}/{}, lost acknowledged writes: {}, holes: {}",
-        t.kills, t.flush, t.compaction, t.gc, t.lost, t.holes
+        "kills: {}, during flush/compaction/GC: {}/{}/{}, lost acknowledged writes: {}, holes: {}, \
+         direct_io: {}",
+        t.kills,
+        t.flush,
+        t.compaction,
+        t.gc,
+        t.lost,
+        t.holes,
+        if mode.direct { "on" } else { "off" }
     );
     let _ = writeln!(
         std::io::stderr().lock(),
-        "{summary}\n(kill loop: seed {base}, {} kills before the child had opened the database, \
-         {} acknowledged writes, {} keys at the end, {:.1} s)",
+        "{summary}\n(kill loop, {name}: seed {base}, {} kills before the child had opened the \
+         database, {} acknowledged writes, {} keys at the end, {:.1} s)",
         t.before_open,
         t.acked,
         model.len(),
         start.elapsed().as_secs_f64()
     );
-    assert!(
-        t.failures.is_empty(),
-        "{summary}\n{}",
-        t.failures.join("\n")
-    );
+    (summary, t.failures)
 }

@@ -441,7 +441,7 @@ mod tests {
     impl GrowingFile {
         fn pread(&mut self, dst: &mut [u8], at: u64) -> std::io::Result<usize> {
             self.reads.push(at);
-            if at % 512 != 0 {
+            if !at.is_multiple_of(512) {
                 return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
             }
             let at = at as usize;
@@ -496,7 +496,7 @@ mod tests {
             done, 488,
             "the caller turns this into an UnexpectedEof error"
         );
-        assert!(f.reads.iter().all(|at| at % 512 == 0));
+        assert!(f.reads.iter().all(|at| at.is_multiple_of(512)));
     }
 
     #[test]
