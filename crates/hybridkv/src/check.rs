@@ -137,13 +137,13 @@ impl Engine {
         }
         let (level_ids, segments, log_min) = {
             let vs = self.versions.lock();
-            let ids: HashSet<u64> = vs.version.all_runs().map(|f| f.id()).collect();
+            let ids: HashSet<u64> = vs.version().all_runs().map(|f| f.id()).collect();
             let segs: Vec<(u64, bool)> = vs
-                .segments
+                .segments()
                 .iter()
                 .map(|(&id, m)| (id, m.kind == SEGMENT_LARGE))
                 .collect();
-            (ids, segs, vs.log_min_id)
+            (ids, segs, vs.log_min_id())
         };
         // Only the newest large segment (being appended to, or the one that was when a
         // crash happened: a full segment is synced before the next starts) may end in a

@@ -323,7 +323,7 @@ impl Db {
             .sum();
         {
             let vs = e.versions.lock();
-            for (&id, m) in &vs.segments {
+            for (&id, m) in vs.segments() {
                 if m.kind == crate::manifest::SEGMENT_LARGE {
                     s.large_log_segments += 1;
                     s.large_log_garbage_bytes += m.garbage;

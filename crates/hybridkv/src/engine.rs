@@ -4,26 +4,23 @@
 //! The write path (`write`), background flush/compaction (`compaction::worker`), recovery
 //! (`recovery`) and the read path (`read`) each add their own `impl Engine` block.
 //!
-//! Lock order (never taken in the other direction): `log` -> `versions` -> `read`;
-//! `bg` is taken alone or after `read` was released.
+//! Lock order (never taken in the other direction): `log` -> `versions` (the version
+//! set's lock) -> the readers' state inside the version set; `bg` -> `versions` (a
+//! background thread claims work holding `bg`), so `bg` is never taken under `versions`.
 
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Io};
-use crate::log::large::SegmentSet;
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::small::SmallLogWriter;
-pub(crate) use crate::manifest::edit::SegmentMeta;
-use crate::manifest::edit::{Installed, VersionEdit};
-use crate::manifest::version::Version;
+use crate::manifest::edit::VersionEdit;
 use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::Memtable;
 use crate::options::Options;
-use crate::read::SuperVersion;
 use crate::stats::Counters;
+use crate::version_set::{Obsolete, SuperVersion, VersionSet, VersionState};
 use crate::write::commit::CommitQueue;
-use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::BTreeMap;
+use parking_lot::{Condvar, Mutex};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -63,37 +60,6 @@ impl LogState {
     }
 }
 
-/// What readers capture: the current `SuperVersion` and the highest visible LSN.
-pub(crate) struct ReadState {
-    pub sv: Arc<SuperVersion>,
-    pub visible: u64,
-}
-
-/// The current version and what the manifest must record with it.
-pub(crate) struct VersionState {
-    pub version: Arc<Version>,
-    /// `busy[level]`: a compaction reads or writes that level (index 0 unused).
-    pub busy: Vec<bool>,
-    /// A flush is running (flushes go one at a time, oldest memtable first; they add a run
-    /// to L1 and so never conflict with a compaction of L1).
-    pub flushing: bool,
-    pub log_min_id: u64,
-    pub flushed_lsn: u64,
-    /// Every live log segment and its bookkeeping.
-    pub segments: BTreeMap<u64, SegmentMeta>,
-}
-
-impl VersionState {
-    /// Ids of the transient segments owned by any of `runs`.
-    pub(crate) fn transient_of(&self, runs: &[u64]) -> Vec<u64> {
-        self.segments
-            .iter()
-            .filter(|(_, m)| m.kind != SEGMENT_LARGE && runs.contains(&m.owner))
-            .map(|(&id, _)| id)
-            .collect()
-    }
-}
-
 /// Background coordination.
 #[derive(Default)]
 pub(crate) struct BgState {
@@ -110,9 +76,8 @@ pub(crate) struct Engine {
     pub cache: Arc<NodeCache>,
     pub commit: CommitQueue,
     pub log: Mutex<LogState>,
-    pub read: RwLock<ReadState>,
-    pub versions: Mutex<VersionState>,
-    pub next_file_id: AtomicU64,
+    /// What is live, the manifest, and what readers see.
+    pub versions: VersionSet,
     /// The smallest small-log id still needed (`VersionState::log_min_id` after the last
     /// flush), published without a lock: a flush must never wait for `log`, which a
     /// stalled writer holds while it waits for that flush.
@@ -132,12 +97,11 @@ pub(crate) struct Engine {
 impl Engine {
     /// The current super version and snapshot LSN, captured together.
     pub(crate) fn snapshot(&self) -> (Arc<SuperVersion>, u64) {
-        let r = self.read.read();
-        (Arc::clone(&r.sv), r.visible)
+        self.versions.snapshot()
     }
 
     pub(crate) fn alloc_file_id(&self) -> u64 {
-        self.next_file_id.fetch_add(1, Ordering::SeqCst)
+        self.versions.alloc_file_id()
     }
 
     /// Refuses writes from now on, and wakes everyone waiting for background work.
@@ -181,61 +145,23 @@ impl Engine {
         self.bg_cv.notify_all();
     }
 
-    /// Installs `edit`, the one way the durable state changes: builds the state the edit
-    /// produces, stores it as the manifest, and only then makes it current (for the next
-    /// install and, through a new super version, for readers); last, marks what became
-    /// obsolete (removed runs, freed segments), whose files go once no reader holds them.
-    ///
-    /// The caller holds the versions lock (`vs`), so installs and segment registrations
-    /// are serialized. A failed store changes nothing in memory and poisons the engine:
-    /// the manifest on disk may be the old one or the new one, and only a reopen tells.
-    pub(crate) fn log_and_apply(
+    /// Installs `edit` through the version set (stored, then applied); a failed store
+    /// changes nothing in memory and poisons the engine, so no later install can build on
+    /// a change whose fate on disk is unknown.
+    pub(crate) fn install(
         &self,
         vs: &mut VersionState,
         edit: &VersionEdit,
         flushed: Option<&Arc<Memtable>>,
-    ) -> Result<()> {
-        let base = Installed {
-            version: Arc::clone(&vs.version),
-            segments: vs.segments.clone(),
-            log_min_id: vs.log_min_id,
-            flushed_lsn: vs.flushed_lsn,
-        };
-        let next = edit.apply(&base);
-        let manifest = next.manifest(self.next_file_id.load(Ordering::SeqCst));
-        if let Err(e) = manifest.store(&self.io, &self.dir) {
-            // Not `set_poison`: it takes the `bg` lock, which is never taken under
-            // `versions` (a background thread claims work holding `bg`, then `versions`).
-            self.record_poison(&e);
-            return Err(e);
-        }
-        vs.version = Arc::clone(&next.version);
-        vs.segments = next.segments;
-        vs.log_min_id = next.log_min_id;
-        vs.flushed_lsn = next.flushed_lsn;
-        {
-            let mut r = self.read.write();
-            let mut sv = (*r.sv).clone();
-            sv.version = Arc::clone(&next.version);
-            if let Some(m) = flushed {
-                sv.imms.retain(|x| !Arc::ptr_eq(x, m));
-            }
-            if !edit.segments_freed.is_empty() {
-                let set = Arc::make_mut(&mut sv.segments);
-                for id in &edit.segments_freed {
-                    if let Some(seg) = set.remove(id) {
-                        seg.mark_obsolete();
-                    }
-                }
-            }
-            r.sv = Arc::new(sv);
-        }
-        for f in base.version.all_runs() {
-            if edit.runs_removed.contains(&f.id()) {
-                f.mark_obsolete();
-            }
-        }
-        Ok(())
+    ) -> Result<Obsolete> {
+        self.versions
+            .log_and_apply(vs, edit, flushed)
+            .inspect_err(|e| {
+                // Not `set_poison`: it takes the `bg` lock, which is never taken under
+                // `versions` (a background thread claims work holding `bg`, then
+                // `versions`).
+                self.record_poison(e);
+            })
     }
 
     /// Makes every write committed so far durable: the large log's unsynced tail, then
@@ -266,33 +192,9 @@ impl Engine {
         result
     }
 
-    /// Changes the segment set readers see.
-    pub(crate) fn publish_segments(&self, change: impl FnOnce(&mut SegmentSet)) {
-        let mut r = self.read.write();
-        let mut sv = (*r.sv).clone();
-        change(Arc::make_mut(&mut sv.segments));
-        r.sv = Arc::new(sv);
-    }
-
-    /// Allocates an id for a new log segment and registers it, before its file exists, so
-    /// that no manifest written from now on can forget a segment that may hold data.
-    pub(crate) fn register_segment(&self, kind: u8, owner: u64) -> u64 {
-        let mut vs = self.versions.lock();
-        let id = self.alloc_file_id();
-        vs.segments.insert(
-            id,
-            SegmentMeta {
-                kind,
-                owner,
-                garbage: 0,
-            },
-        );
-        id
-    }
-
     /// Starts a new large-log segment: registered, created, then made readable.
     pub(crate) fn new_large_segment(&self) -> Result<SegmentWriter> {
-        let id = self.register_segment(SEGMENT_LARGE, 0);
+        let id = self.versions.register_segment(SEGMENT_LARGE, 0);
         let writer = SegmentWriter::create(&self.io, &self.dir, SegmentKind::Large, id)?;
         let reader = Arc::new(SegmentFile::open(
             &self.io,
@@ -300,9 +202,7 @@ impl Engine {
             SegmentKind::Large,
             id,
         )?);
-        self.publish_segments(|set| {
-            set.insert(id, reader);
-        });
+        self.versions.publish_segment(id, reader);
         Ok(writer)
     }
 }

@@ -41,6 +41,7 @@ mod read;
 mod recovery;
 mod space;
 mod stats;
+mod version_set;
 mod write;
 
 pub use check::CheckReport;

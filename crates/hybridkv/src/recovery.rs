@@ -7,22 +7,22 @@
 //! through `Engine::log_and_apply`), or accepts a write before what it recovered is durable.
 
 use crate::cache::NodeCache;
-use crate::engine::SegmentMeta;
-use crate::engine::{BgState, Engine, LogState, ReadState, VersionState};
+use crate::engine::{BgState, Engine, LogState};
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::{reader as level_reader, LevelFile};
 use crate::log::large::{self, RecordIndex, SegmentFile, SegmentKind, SegmentTail};
 use crate::log::small::{self, SmallLogWriter};
+use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_LARGE;
 use crate::manifest::{ManifestState, MANIFEST_NAME};
 use crate::memtable::{MemValue, Memtable};
 use crate::options::Options;
-use crate::read::SuperVersion;
 use crate::stats::Counters;
+use crate::version_set::{Recovered, SegmentMeta, SuperVersion, VersionSet};
 use crate::write::batch::{decode_ops, BatchOp};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -92,16 +92,17 @@ impl Engine {
         }
         let lock = io.fs().lock(&dir.join(LOCK_NAME))?;
 
-        let state = match ManifestState::load(&io, dir)? {
-            Some(s) => s,
-            None => {
-                let s = ManifestState {
+        // A new database gets its first manifest from the version set, once it exists,
+        // before any new file is created.
+        let (state, fresh) = match ManifestState::load(&io, dir)? {
+            Some(s) => (s, false),
+            None => (
+                ManifestState {
                     next_file_id: 1,
                     ..ManifestState::default()
-                };
-                s.store(&io, dir)?;
-                s
-            }
+                },
+                true,
+            ),
         };
         let cache = Arc::new(NodeCache::new(opts.cache_bytes));
         let mut version = Version::empty(opts.max_levels);
@@ -316,19 +317,31 @@ impl Engine {
             io.fs().sync_dir(dir)?;
         }
 
-        let next_file_id = max_id + 1;
-        let writer = SmallLogWriter::create(&io, dir, next_file_id)?;
         let version = Arc::new(version);
-        let sv = Arc::new(SuperVersion {
-            mem: Arc::clone(&mem),
-            imms: Vec::new(),
-            version: Arc::clone(&version),
-            segments: Arc::new(segments),
-        });
-        let mut busy = vec![false; opts.max_levels + 2];
-        if let Some(b) = busy.get_mut(0) {
-            *b = true;
+        let versions = VersionSet::new(
+            io.clone(),
+            dir.to_path_buf(),
+            Recovered {
+                version: Arc::clone(&version),
+                log_min_id: state.log_min_id,
+                flushed_lsn: state.flushed_lsn,
+                segments: segment_meta,
+                levels: opts.max_levels + 2,
+                sv: SuperVersion {
+                    mem: Arc::clone(&mem),
+                    imms: Vec::new(),
+                    version,
+                    segments: Arc::new(segments),
+                },
+                visible: last_lsn,
+                next_file_id: max_id + 1,
+            },
+        );
+        if fresh {
+            let mut vs = versions.lock();
+            versions.log_and_apply(&mut vs, &VersionEdit::default(), None)?;
         }
+        let writer = SmallLogWriter::create(&io, dir, versions.alloc_file_id())?;
         let engine = Engine {
             dir: dir.to_path_buf(),
             io,
@@ -341,19 +354,7 @@ impl Engine {
                 mem,
                 next_lsn: last_lsn.saturating_add(1),
             }),
-            read: RwLock::new(ReadState {
-                sv,
-                visible: last_lsn,
-            }),
-            versions: Mutex::new(VersionState {
-                version,
-                busy,
-                flushing: false,
-                log_min_id: state.log_min_id,
-                flushed_lsn: state.flushed_lsn,
-                segments: segment_meta,
-            }),
-            next_file_id: AtomicU64::new(next_file_id + 1),
+            versions,
             small_log_min: AtomicU64::new(state.log_min_id),
             bg: Mutex::new(BgState::default()),
             bg_cv: Condvar::new(),

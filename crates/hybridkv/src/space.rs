@@ -110,21 +110,21 @@ impl Engine {
 
         let (level_ids, large_ids, transient_ids, known_garbage) = {
             let vs = self.versions.lock();
-            let levels: HashSet<u64> = vs.version.all_runs().map(|f| f.id()).collect();
+            let levels: HashSet<u64> = vs.version().all_runs().map(|f| f.id()).collect();
             let large: HashSet<u64> = vs
-                .segments
+                .segments()
                 .iter()
                 .filter(|(_, m)| m.kind == SEGMENT_LARGE)
                 .map(|(&id, _)| id)
                 .collect();
             let transient: HashSet<u64> = vs
-                .segments
+                .segments()
                 .iter()
                 .filter(|(_, m)| m.kind != SEGMENT_LARGE)
                 .map(|(&id, _)| id)
                 .collect();
             let garbage = vs
-                .segments
+                .segments()
                 .values()
                 .filter(|m| m.kind == SEGMENT_LARGE)
                 .map(|m| m.garbage)

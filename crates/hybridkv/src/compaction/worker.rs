@@ -5,7 +5,7 @@
 use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
 use super::picker::{pick, LevelShape};
 use super::transient::{TransientReader, TransientSink};
-use crate::engine::{Engine, VersionState};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::io::IoComponent;
 use crate::level::reader::LevelScanner;
@@ -17,6 +17,7 @@ use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_TRANSIENT;
 use crate::memtable::Memtable;
 use crate::stats::Counters;
+use crate::version_set::VersionState;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,7 +85,7 @@ impl Engine {
         // the lock let a just-flushed memtable be flushed a second time, over newer data.)
         let mut vs = self.versions.lock();
         if !vs.flushing {
-            if let Some(mem) = self.read.read().sv.imms.last().cloned() {
+            if let Some(mem) = self.versions.oldest_imm() {
                 vs.flushing = true;
                 return Some(Work::Flush(mem));
             }
@@ -103,7 +104,7 @@ impl Engine {
     /// size when the next level is the merge level: merging will write them in full
     /// (Parallax §3.3), and counting them keeps the growth factor between levels.
     fn level_shapes(&self, vs: &VersionState, ignore_busy: bool) -> Vec<LevelShape> {
-        let v = &vs.version;
+        let v = &vs.version();
         (1..=self.opts.max_levels)
             .map(|l| {
                 let mut bytes = v.level_bytes(l);
@@ -168,7 +169,7 @@ impl Engine {
     /// Registers a new transient segment used by run `owner` (before its file exists, so
     /// no manifest written meanwhile can forget it) and creates it.
     fn new_transient_segment(&self, owner: u64) -> Result<SegmentWriter> {
-        let id = self.register_segment(SEGMENT_TRANSIENT, owner);
+        let id = self.versions.register_segment(SEGMENT_TRANSIENT, owner);
         Counters::add(&self.counters.transient_segments_created, 1);
         SegmentWriter::create(&self.io, &self.dir, SegmentKind::Transient, id)
     }
@@ -186,9 +187,7 @@ impl Engine {
             SegmentKind::Transient,
             id,
         )?);
-        self.publish_segments(|set| {
-            set.insert(id, reader);
-        });
+        self.versions.publish_segment(id, reader);
         Ok(())
     }
 
@@ -205,7 +204,7 @@ impl Engine {
     }
 
     fn flush_inner(&self, mem: &Arc<Memtable>) -> Result<()> {
-        let version = Arc::clone(&self.versions.lock().version);
+        let version = Arc::clone(&self.versions.lock().version());
         // With no deeper level L1 is the merge level: medium pairs stay in place.
         let in_place = version.is_merge_level(1, self.opts.medium_merge_level);
         let id = self.alloc_file_id();
@@ -242,7 +241,7 @@ impl Engine {
                 flushed_lsn: Some(mem.max_lsn()),
                 ..VersionEdit::default()
             };
-            self.log_and_apply(&mut vs, &edit, Some(mem))?;
+            self.install(&mut vs, &edit, Some(mem))?;
             freed
         };
         self.count_transient_freed(&freed);
@@ -261,7 +260,7 @@ impl Engine {
         let replayed = {
             let mut log = self.log.lock();
             self.rotate(&mut log)?;
-            self.read.read().sv.imms.last().cloned()
+            self.versions.oldest_imm()
         };
         if let Some(mem) = replayed {
             self.versions.lock().flushing = true;
@@ -277,14 +276,14 @@ impl Engine {
                 log_min_id: Some(current),
                 ..VersionEdit::default()
             };
-            self.log_and_apply(&mut vs, &edit, None)?;
+            self.install(&mut vs, &edit, None)?;
         }
         self.delete_old_logs()
     }
 
     /// Deletes small-log files that hold only flushed data.
     fn delete_old_logs(&self) -> Result<()> {
-        let min = self.versions.lock().log_min_id;
+        let min = self.versions.lock().log_min_id();
         // Their writers need no sync any more; the commit leader drops them (never take
         // `log` here: a writer stalled on this flush holds it).
         self.small_log_min.store(min, Ordering::SeqCst);
@@ -309,7 +308,7 @@ impl Engine {
     }
 
     fn compact_inner(&self, level: usize) -> Result<()> {
-        let version: Arc<Version> = Arc::clone(&self.versions.lock().version);
+        let version: Arc<Version> = Arc::clone(&self.versions.lock().version());
         let inputs: Vec<Arc<LevelFile>> = version
             .runs(level)
             .iter()
@@ -363,7 +362,7 @@ impl Engine {
                 garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
                 ..VersionEdit::default()
             };
-            self.log_and_apply(&mut vs, &edit, None)?;
+            self.install(&mut vs, &edit, None)?;
             freed
         };
         self.count_transient_freed(&freed);
@@ -379,7 +378,7 @@ impl Engine {
             // The shallowest level that is not already the single bottom run.
             let next = {
                 let vs = self.versions.lock();
-                let v = &vs.version;
+                let v = &vs.version();
                 (1..self.opts.max_levels).find(|&l| {
                     let runs = v.runs(l).len();
                     runs > 1 || (runs == 1 && !v.is_bottom(l))
@@ -407,7 +406,7 @@ impl Engine {
 
     /// Whether background work is pending or running.
     pub(crate) fn has_pending_work(&self) -> bool {
-        if !self.read.read().sv.imms.is_empty() {
+        if !(self.versions.imms_waiting() == 0) {
             return true;
         }
         if self.bg.lock().running > 0 {

@@ -101,7 +101,7 @@ impl Engine {
         let active = log.large.as_ref().map(large::SegmentWriter::id);
         let usage: Vec<SegmentUsage> = {
             let vs = self.versions.lock();
-            vs.segments
+            vs.segments()
                 .iter()
                 .filter(|(_, m)| m.kind == SEGMENT_LARGE)
                 .map(|(&id, m)| SegmentUsage {
@@ -180,7 +180,7 @@ impl Engine {
                 segments_freed: vec![id],
                 ..VersionEdit::default()
             };
-            self.log_and_apply(&mut vs, &edit, None)?;
+            self.install(&mut vs, &edit, None)?;
         }
         report.segments_freed += 1;
         report.bytes_freed += file_len;

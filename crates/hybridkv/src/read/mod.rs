@@ -10,22 +10,10 @@ pub(crate) mod iter;
 use crate::error::{Error, Result};
 use crate::level::{LevelFile, LevelValue};
 use crate::log::large::SegmentKind;
-use crate::manifest::version::Version;
-use crate::memtable::Memtable;
 use std::sync::Arc;
 
-/// Everything a reader needs, captured atomically with a snapshot LSN.
-#[derive(Debug, Clone)]
-pub(crate) struct SuperVersion {
-    pub mem: Arc<Memtable>,
-    /// Immutable memtables, newest first.
-    pub imms: Vec<Arc<Memtable>>,
-    pub version: Arc<Version>,
-    /// Every live log segment (large and transient), by file id.
-    pub segments: Arc<SegmentSet>,
-}
-
 pub(crate) use crate::log::large::SegmentSet;
+pub(crate) use crate::version_set::SuperVersion;
 
 /// The newest version of `key` visible at `snapshot`, as stored (pointers not followed),
 /// with the level file it came from (to read overflow blobs).

@@ -191,7 +191,7 @@ impl Engine {
         for s in staged {
             mem.insert(s.key, s.lsn, s.value);
         }
-        self.read.write().visible = last_lsn;
+        self.versions.publish_visible(last_lsn);
     }
 
     /// Switches a full memtable to immutable, first waiting while too many wait for flush.
@@ -201,7 +201,7 @@ impl Engine {
         }
         let mut stalled = false;
         loop {
-            let waiting = self.read.read().sv.imms.len();
+            let waiting = self.versions.imms_waiting();
             if waiting < self.opts.max_immutable_memtables {
                 break;
             }
@@ -249,13 +249,7 @@ impl Engine {
         log.unsynced.push(sealed_log);
         log.mem.next_log_id.store(id, Ordering::SeqCst);
         let sealed = std::mem::replace(&mut log.mem, Arc::new(Memtable::new()));
-        {
-            let mut r = self.read.write();
-            let mut sv = (*r.sv).clone();
-            sv.imms.insert(0, sealed);
-            sv.mem = Arc::clone(&log.mem);
-            r.sv = Arc::new(sv);
-        }
+        self.versions.publish_switch(sealed, Arc::clone(&log.mem));
         self.wake_all();
         Ok(())
     }
