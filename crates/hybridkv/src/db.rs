@@ -57,7 +57,7 @@ impl Lifecycle {
         {
             // Hand the acknowledged-but-buffered tail to the OS before letting go (a
             // write acknowledged has been handed over already; this is belt and braces).
-            let mut log = self.engine.log.lock();
+            let mut log = self.engine.writes.lock();
             let _ = log.writer.commit(false);
             self.engine.io.seal();
         }
@@ -229,11 +229,7 @@ impl Db {
     pub fn flush(&self) -> Result<()> {
         self.engine.check_open()?;
         self.engine.check_poison()?;
-        let target = {
-            let mut log = self.engine.log.lock();
-            self.engine.rotate(&mut log)?;
-            log.next_lsn.saturating_sub(1)
-        };
+        let target = self.engine.writes.seal_memtable(&*self.engine)?;
         self.engine.wake_all();
         let e = &self.engine;
         e.wait_background(|| {

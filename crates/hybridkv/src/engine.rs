@@ -1,8 +1,10 @@
 //! The shared state of one open database, and the locks that guard it.
 //!
-//! Owns: the wiring between components (logs, memtables, versions, background work).
-//! The write path (`write`), background flush/compaction (`compaction::worker`), recovery
-//! (`recovery`) and the read path (`read`) each add their own `impl Engine` block.
+//! Owns: the wiring between components: the write path (`WritePath`, which sees the
+//! engine only through the `WriteEnv` trait implemented here), the version set, the
+//! background state, poisoning and closing. Background flush/compaction
+//! (`compaction::worker`), GC (`gc::job`), recovery (`recovery`), `check` and `space` add
+//! their own `impl Engine` blocks; none of them is imported by this module.
 //!
 //! Lock order (never taken in the other direction): `log` -> `versions` (the version
 //! set's lock) -> the readers' state inside the version set; `bg` -> `versions` (a
@@ -11,54 +13,19 @@
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Io};
-use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
-use crate::log::small::SmallLogWriter;
+
 use crate::manifest::edit::VersionEdit;
-use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::stats::Counters;
 use crate::version_set::{Obsolete, SuperVersion, VersionSet, VersionState};
-use crate::write::commit::CommitQueue;
+use crate::write::batch::WriteBatch;
+use crate::write::{WriteEnv, WritePath};
 use parking_lot::{Condvar, Mutex};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// Held by the commit leader: the small log and the active memtable.
-pub(crate) struct LogState {
-    pub writer: SmallLogWriter,
-    /// Older small-log files whose memtables are not flushed yet and whose tails may not
-    /// be durable: a memtable switch does not sync the log it leaves (a log deleted after
-    /// its flush then often never reaches the device). A synced commit syncs these first,
-    /// oldest first, so no synced record ever follows one a power loss can take.
-    pub unsynced: Vec<SmallLogWriter>,
-    /// The large-log segment being appended to (opened on the first large write).
-    pub large: Option<SegmentWriter>,
-    pub mem: Arc<Memtable>,
-    pub next_lsn: u64,
-}
-
-impl LogState {
-    /// Hands the pending small-log group to the OS; with `sync`, first makes every older
-    /// unsynced log durable, then this one. Logs below `min_needed` (their memtables are
-    /// flushed, their files deleted) are forgotten without a sync.
-    pub(crate) fn commit_small(&mut self, sync: bool, min_needed: u64) -> Result<()> {
-        self.forget_flushed_logs(min_needed);
-        if sync {
-            for older in &mut self.unsynced {
-                older.sync()?;
-            }
-            self.unsynced.clear();
-        }
-        self.writer.commit(sync)
-    }
-
-    /// Forgets older logs below `min_id`: their memtables are flushed and the files gone.
-    fn forget_flushed_logs(&mut self, min_id: u64) {
-        self.unsynced.retain(|w| w.id() >= min_id);
-    }
-}
+use std::time::Duration;
 
 /// Background coordination.
 #[derive(Default)]
@@ -74,14 +41,10 @@ pub(crate) struct Engine {
     pub opts: Options,
     pub io: Io,
     pub cache: Arc<NodeCache>,
-    pub commit: CommitQueue,
-    pub log: Mutex<LogState>,
+    /// The small log, the active memtable and the commit path.
+    pub writes: WritePath,
     /// What is live, the manifest, and what readers see.
     pub versions: VersionSet,
-    /// The smallest small-log id still needed (`VersionState::log_min_id` after the last
-    /// flush), published without a lock: a flush must never wait for `log`, which a
-    /// stalled writer holds while it waits for that flush.
-    pub small_log_min: AtomicU64,
     pub bg: Mutex<BgState>,
     pub bg_cv: Condvar,
     /// Set by a failed log write, fsync or background job: writes are refused.
@@ -163,46 +126,55 @@ impl Engine {
                 self.record_poison(e);
             })
     }
+}
 
-    /// Makes every write committed so far durable: the large log's unsynced tail, then
-    /// every small-log file (older ones first). Called before an install that frees
-    /// something on the strength of those writes (GC: a record is dead because a newer
-    /// write shadows it; if that write could still be lost, so must the record not be).
-    pub(crate) fn make_committed_durable(&self) -> Result<()> {
-        let mut log = self.log.lock();
-        let min = self.small_log_min.load(Ordering::SeqCst);
-        let large_unsynced = log.large.as_ref().is_some_and(|w| w.has_unsynced());
-        let small_unsynced = log.writer.has_unsynced() || !log.unsynced.is_empty();
-        let result = if large_unsynced {
-            log.large.as_mut().map_or(Ok(()), |w| w.commit(true))
-        } else {
-            Ok(())
-        }
-        .and_then(|()| {
-            if small_unsynced {
-                log.commit_small(true, min)
-            } else {
-                Ok(())
-            }
-        });
-        drop(log);
-        if let Err(e) = &result {
-            self.set_poison(e);
-        }
-        result
+impl Engine {
+    /// Commits `batch` atomically (see `WritePath`).
+    pub(crate) fn write_batch(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        self.writes.write_batch(self, batch, sync)
     }
 
-    /// Starts a new large-log segment: registered, created, then made readable.
-    pub(crate) fn new_large_segment(&self) -> Result<SegmentWriter> {
-        let id = self.versions.register_segment(SEGMENT_LARGE, 0);
-        let writer = SegmentWriter::create(&self.io, &self.dir, SegmentKind::Large, id)?;
-        let reader = Arc::new(SegmentFile::open(
-            &self.io,
-            &self.dir,
-            SegmentKind::Large,
-            id,
-        )?);
-        self.versions.publish_segment(id, reader);
-        Ok(writer)
+    /// Makes every committed write durable (see `WritePath::make_durable`).
+    pub(crate) fn make_committed_durable(&self) -> Result<()> {
+        self.writes.make_durable(self)
+    }
+}
+
+impl WriteEnv for Engine {
+    fn opts(&self) -> &Options {
+        &self.opts
+    }
+    fn io(&self) -> &Io {
+        &self.io
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+    fn versions(&self) -> &VersionSet {
+        &self.versions
+    }
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    fn check_poison(&self) -> Result<()> {
+        Engine::check_poison(self)
+    }
+    fn set_poison(&self, why: &Error) {
+        Engine::set_poison(self, why);
+    }
+    fn is_shutdown(&self) -> bool {
+        Engine::is_shutdown(self)
+    }
+    fn wait_for_background(&self) -> Result<()> {
+        let mut g = self.bg.lock();
+        if g.shutdown {
+            return Err(Error::Closed);
+        }
+        self.bg_cv.notify_all();
+        self.bg_cv.wait_for(&mut g, Duration::from_millis(50));
+        Ok(())
+    }
+    fn wake_background(&self) {
+        self.wake_all();
     }
 }

@@ -1,7 +1,8 @@
 //! The one error type of the public API.
 //!
 //! Owns: every failure a caller can see, as a typed variant with a message that says
-//! what and where. Never: a catch-all `String` variant, or a panic in place of an error.
+//! what and where. Never: a catch-all `String` variant (`Internal` is only for a broken
+//! invariant of the engine itself), or a panic in place of an error.
 
 use std::path::PathBuf;
 
@@ -59,6 +60,11 @@ pub enum Error {
     /// The database was closed.
     #[error("database is closed")]
     Closed,
+    /// An invariant of the engine itself was broken (a bug, not bad input or bad data on
+    /// disk); the message says what and where. The operation stopped instead of going on
+    /// with a result that could be wrong.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {

@@ -35,6 +35,7 @@ mod level;
 mod log;
 mod manifest;
 mod memtable;
+mod merge;
 mod options;
 mod placement;
 mod read;

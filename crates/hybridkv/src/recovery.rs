@@ -7,7 +7,7 @@
 //! through `Engine::log_and_apply`), or accepts a write before what it recovered is durable.
 
 use crate::cache::NodeCache;
-use crate::engine::{BgState, Engine, LogState};
+use crate::engine::{BgState, Engine};
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::{reader as level_reader, LevelFile};
@@ -17,15 +17,16 @@ use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_LARGE;
 use crate::manifest::{ManifestState, MANIFEST_NAME};
-use crate::memtable::{MemValue, Memtable};
+use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::stats::Counters;
 use crate::version_set::{Recovered, SegmentMeta, SuperVersion, VersionSet};
 use crate::write::batch::{decode_ops, BatchOp};
+use crate::write::{replay_ops, LogState, WritePath};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 const LOCK_NAME: &str = "LOCK";
@@ -291,16 +292,7 @@ impl Engine {
                     cut = Some(rec.offset);
                     break;
                 }
-                let mut lsn = rec.first_lsn;
-                for op in ops {
-                    match op {
-                        BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v.into())),
-                        BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
-                        BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
-                    }
-                    lsn = lsn.saturating_add(1);
-                }
-                last_lsn = lsn.saturating_sub(1);
+                last_lsn = replay_ops(&mem, rec.first_lsn, ops);
             }
             // Cut the torn tail so the file reads cleanly from now on. A log may hold
             // records that reached the OS but not the disk (a process crash): make them
@@ -346,16 +338,17 @@ impl Engine {
             dir: dir.to_path_buf(),
             io,
             cache,
-            commit: Default::default(),
-            log: Mutex::new(LogState {
-                writer,
-                unsynced: Vec::new(),
-                large: None,
-                mem,
-                next_lsn: last_lsn.saturating_add(1),
-            }),
+            writes: WritePath::new(
+                LogState {
+                    writer,
+                    unsynced: Vec::new(),
+                    large: None,
+                    mem,
+                    next_lsn: last_lsn.saturating_add(1),
+                },
+                state.log_min_id,
+            ),
             versions,
-            small_log_min: AtomicU64::new(state.log_min_id),
             bg: Mutex::new(BgState::default()),
             bg_cv: Condvar::new(),
             poison: Mutex::new(None),

@@ -1,4 +1,5 @@
-//! Runs one merge: newer input + older input -> one new level file.
+//! Runs one merge: newer input + older input -> one new level file. The order and the
+//! shadowing come from `crate::merge`; this module decides what happens to each survivor.
 //!
 //! Values in logs are never read here: pointers are copied as they are. Every large pair
 //! the merge drops (shadowed by a newer version) adds its record length to its segment's
@@ -8,16 +9,17 @@ use super::transient::{TransientReader, TransientSink};
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
-use crate::level::{EntryValue, LevelBuilder, LevelMeta, LevelValue};
+use crate::level::{EntryValue, LevelBuilder, LevelEntry, LevelMeta, LevelValue};
 use crate::memtable::{MemEntry, Memtable};
+use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use crate::options::Options;
 use crate::placement::Category;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// A sorted stream of (key, LSN, value) with at most one version per key.
-pub(crate) trait MergeSource {
-    fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>>;
+/// A sorted stream of (key, LSN, value) with at most one version per key, as the merge
+/// reads it (`merge::Source`), plus what a compaction needs besides.
+pub(crate) trait MergeSource: Source {
     /// Reads an overflow blob this source produced into `Inline`.
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue>;
     /// Versions this source dropped itself (older versions inside a memtable).
@@ -33,8 +35,8 @@ pub(crate) struct MemSource<I> {
     dropped: Vec<LevelValue>,
 }
 
-impl<I: Iterator<Item = (MemEntry, bool)>> MergeSource for MemSource<I> {
-    fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>> {
+impl<I: Iterator<Item = (MemEntry, bool)>> Source for MemSource<I> {
+    fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         for (entry, newest) in self.versions.by_ref() {
             if newest {
                 return Ok(Some(entry));
@@ -45,6 +47,9 @@ impl<I: Iterator<Item = (MemEntry, bool)>> MergeSource for MemSource<I> {
         }
         Ok(None)
     }
+}
+
+impl<I: Iterator<Item = (MemEntry, bool)>> MergeSource for MemSource<I> {
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         Ok(v)
     }
@@ -53,10 +58,13 @@ impl<I: Iterator<Item = (MemEntry, bool)>> MergeSource for MemSource<I> {
     }
 }
 
-impl MergeSource for crate::level::reader::LevelScanner {
-    fn next_entry(&mut self) -> Result<Option<(Vec<u8>, u64, LevelValue)>> {
+impl Source for crate::level::reader::LevelScanner {
+    fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         crate::level::reader::LevelScanner::next_entry(self)
     }
+}
+
+impl MergeSource for crate::level::reader::LevelScanner {
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         crate::level::reader::LevelScanner::load_overflow(self, v)
     }
@@ -118,59 +126,49 @@ impl MergeJob<'_> {
         let file = self.io.create(&path, self.component)?;
         let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size);
         let mut out = MergeOutcome::default();
-        let mut heads: Vec<Option<(Vec<u8>, u64, LevelValue)>> = Vec::with_capacity(sources.len());
-        for s in sources.iter_mut() {
-            heads.push(s.next_entry()?);
-        }
+        let tombstones = if self.drop_tombstones {
+            Tombstones::Drop
+        } else {
+            Tombstones::Keep
+        };
+        let mut merge = Merge::new(sources.iter_mut().map(|s| &mut **s).collect(), tombstones)?;
         loop {
-            // The smallest key; on ties the earliest (newest) source wins.
-            let mut winner: Option<usize> = None;
-            for (i, h) in heads.iter().enumerate() {
-                let Some((k, _, _)) = h else { continue };
-                let better = match winner.and_then(|w| heads.get(w)).and_then(Option::as_ref) {
-                    Some((wk, _, _)) => k < wk,
-                    None => true,
-                };
-                if better {
-                    winner = Some(i);
+            let next = merge.next_observed(|winner, older| {
+                if older.lsn >= winner.lsn {
+                    // Runs out of order would let an old value win: stop here.
+                    return Err(Error::corruption(
+                        &path,
+                        0,
+                        format!(
+                            "merge inputs out of order: newer LSN {} <= older LSN {}",
+                            winner.lsn, older.lsn
+                        ),
+                    ));
                 }
-            }
-            let Some(w) = winner else { break };
-            let (Some(slot), Some(src)) = (heads.get_mut(w), sources.get_mut(w)) else {
-                break;
-            };
-            let Some((key, lsn, value)) = std::mem::replace(slot, src.next_entry()?) else {
+                out.entries_in += 1;
+                out.dropped_shadowed += 1;
+                out.drop_value(&older.value);
+                Ok(())
+            })?;
+            let Some(MergeEntry {
+                key,
+                lsn,
+                value,
+                source,
+            }) = next
+            else {
                 break;
             };
             out.entries_in += 1;
-            // Older versions of the same key in later sources are shadowed.
-            for (i, h) in heads.iter_mut().enumerate().skip(w + 1) {
-                if h.as_ref().is_some_and(|(k, _, _)| *k == key) {
-                    let Some(s) = sources.get_mut(i) else {
-                        continue;
-                    };
-                    if let Some((_, old_lsn, old_value)) = std::mem::replace(h, s.next_entry()?) {
-                        if old_lsn >= lsn {
-                            // Runs out of order would let an old value win: stop here.
-                            return Err(Error::corruption(
-                                &path,
-                                0,
-                                format!("merge inputs out of order: newer LSN {lsn} <= older LSN {old_lsn}"),
-                            ));
-                        }
-                        out.entries_in += 1;
-                        out.dropped_shadowed += 1;
-                        out.drop_value(&old_value);
-                    }
-                }
-            }
-            if value == LevelValue::Tombstone && self.drop_tombstones {
-                out.dropped_tombstones += 1;
-                continue;
-            }
-            let value = match sources.get(w) {
+            let value = match merge.source(source) {
                 Some(s) => s.load_overflow(value)?,
-                None => value,
+                None => {
+                    return Err(Error::Internal(format!(
+                        "compaction into {}: merge yielded an entry of source {source}, which \
+                         does not exist",
+                        path.display()
+                    )))
+                }
             };
             let value = match (value, &mut medium) {
                 (LevelValue::Medium(p), MediumPolicy::Inline(reader)) => {
@@ -198,6 +196,11 @@ impl MergeJob<'_> {
             };
             builder.add(&key, lsn, ev)?;
         }
+        // A dropped tombstone was read like any other winner.
+        let dropped = merge.counts().tombstones_dropped;
+        out.entries_in += dropped;
+        out.dropped_tombstones += dropped;
+        drop(merge);
         for s in sources.iter_mut() {
             for v in s.take_dropped() {
                 out.dropped_shadowed += 1;

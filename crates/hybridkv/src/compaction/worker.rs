@@ -204,7 +204,7 @@ impl Engine {
     }
 
     fn flush_inner(&self, mem: &Arc<Memtable>) -> Result<()> {
-        let version = Arc::clone(&self.versions.lock().version());
+        let version = Arc::clone(self.versions.lock().version());
         // With no deeper level L1 is the merge level: medium pairs stay in place.
         let in_place = version.is_merge_level(1, self.opts.medium_merge_level);
         let id = self.alloc_file_id();
@@ -257,16 +257,13 @@ impl Engine {
     /// one small-log file, whatever the number of openings. Runs before the background
     /// threads start.
     pub(crate) fn flush_replayed(&self) -> Result<()> {
-        let replayed = {
-            let mut log = self.log.lock();
-            self.rotate(&mut log)?;
-            self.versions.oldest_imm()
-        };
+        self.writes.seal_memtable(self)?;
+        let replayed = self.versions.oldest_imm();
         if let Some(mem) = replayed {
             self.versions.lock().flushing = true;
             return self.run_flush(&mem);
         }
-        let current = self.log.lock().writer.id();
+        let current = self.writes.current_log_id();
         let older = small::list(&self.io, &self.dir, 0)?
             .iter()
             .any(|(id, _)| *id < current);
@@ -286,7 +283,7 @@ impl Engine {
         let min = self.versions.lock().log_min_id();
         // Their writers need no sync any more; the commit leader drops them (never take
         // `log` here: a writer stalled on this flush holds it).
-        self.small_log_min.store(min, Ordering::SeqCst);
+        self.writes.set_small_log_min(min);
         for (id, path) in small::list(&self.io, &self.dir, 0)? {
             if id < min {
                 self.io.fs().remove(&path)?;
@@ -308,7 +305,7 @@ impl Engine {
     }
 
     fn compact_inner(&self, level: usize) -> Result<()> {
-        let version: Arc<Version> = Arc::clone(&self.versions.lock().version());
+        let version: Arc<Version> = Arc::clone(self.versions.lock().version());
         let inputs: Vec<Arc<LevelFile>> = version
             .runs(level)
             .iter()
@@ -406,7 +403,7 @@ impl Engine {
 
     /// Whether background work is pending or running.
     pub(crate) fn has_pending_work(&self) -> bool {
-        if !(self.versions.imms_waiting() == 0) {
+        if self.versions.imms_waiting() != 0 {
             return true;
         }
         if self.bg.lock().running > 0 {

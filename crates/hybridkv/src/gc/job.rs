@@ -8,10 +8,9 @@ use crate::log::large::{self, LargeRecord, SEGMENT_HEADER};
 use crate::log::ptr::LogPtr;
 use crate::manifest::edit::VersionEdit;
 use crate::manifest::SEGMENT_LARGE;
-use crate::memtable::MemValue;
 use crate::stats::Counters;
-use crate::write::batch::encode_put_large;
-use crate::write::Staged;
+use crate::write::batch::BatchOp;
+use crate::write::CommitRecord;
 
 /// Records relocated per hold of the commit lock (keeps writer pauses short).
 const RELOCATE_CHUNK: usize = 512;
@@ -97,7 +96,7 @@ impl Engine {
         // `active` first and the list later let a segment started in between, i.e. the new
         // active one, become a victim: freed while writers still appended to it, or failing
         // the pass with NotFound before its file existed.)
-        let log = self.log.lock();
+        let log = self.writes.lock();
         let active = log.large.as_ref().map(large::SegmentWriter::id);
         let usage: Vec<SegmentUsage> = {
             let vs = self.versions.lock();
@@ -188,58 +187,29 @@ impl Engine {
     }
 
     /// Re-appends the records of `chunk` that the index still points at, as new versions,
-    /// under the commit lock so no user write can slip in between check and insert.
+    /// through the one commit path (synced, every value to the large log), under the
+    /// commit lock so no user write can slip in between check and insert.
     fn relocate(&self, chunk: &[(LogPtr, LargeRecord)], report: &mut GcReport) -> Result<()> {
-        let mut log = self.log.lock();
-        self.make_room(&mut log)?;
-        let first = log.next_lsn;
-        let mut lsn = first;
-        let mut payload = Vec::new();
-        let mut staged: Vec<Staged<'_>> = Vec::new();
+        let mut log = self.writes.lock();
+        self.writes.make_room(self, &mut log)?;
+        let mut ops = Vec::with_capacity(chunk.len());
         for (old, rec) in chunk {
-            if !self.still_points_at(&rec.key, *old)? {
-                continue; // updated or deleted since the first check
-            }
-            let ptr = match self.append_large(&mut log, &rec.key, &rec.value, lsn) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.set_poison(&e);
-                    return Err(e);
-                }
-            };
-            encode_put_large(&mut payload, &rec.key, ptr);
-            staged.push(Staged {
-                key: &rec.key,
-                lsn,
-                value: MemValue::Large(ptr),
-            });
-            report.entries_relocated += 1;
-            report.bytes_relocated += u64::from(ptr.len);
-            lsn += 1;
+            if self.still_points_at(&rec.key, *old)? {
+                ops.push(BatchOp::Put(&rec.key, &rec.value));
+            } // else updated or deleted since the first check
         }
-        if staged.is_empty() {
+        if ops.is_empty() {
             return Ok(());
         }
-        // Durable before the old segment may be freed.
-        let count = staged.len() as u32;
-        let result = match log.large.as_mut() {
-            Some(w) => w.commit(true),
-            None => Ok(()),
-        }
-        .and_then(|()| {
-            log.writer.add(first, count, &payload);
-            log.commit_small(
-                true,
-                self.small_log_min.load(std::sync::atomic::Ordering::SeqCst),
-            )
-        });
-        if let Err(e) = result {
-            self.set_poison(&e);
-            return Err(e);
-        }
-        log.next_lsn = lsn;
-        let mem = std::sync::Arc::clone(&log.mem);
-        self.apply(&mem, staged, lsn - 1);
+        // Synced: durable before the old segment may be freed.
+        let record = CommitRecord {
+            ops,
+            payload: None,
+            relocation: true,
+        };
+        let done = self.writes.commit(self, &mut log, &[record], true)?;
+        report.entries_relocated += done.large_values;
+        report.bytes_relocated += done.large_bytes;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::level::{LevelCursor, LevelEntry, LevelValue};
 use crate::log::readahead::SegmentReadahead;
 use crate::memtable::Memtable;
+use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ enum Cursor {
     Level(Box<LevelCursor>),
 }
 
-impl Cursor {
+impl Source for Cursor {
     fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         match self {
             Cursor::Level(c) => c.next_entry(),
@@ -47,7 +48,9 @@ impl Cursor {
             }
         }
     }
+}
 
+impl Cursor {
     fn file(&self) -> Option<&crate::level::LevelFile> {
         match self {
             Cursor::Level(c) => Some(c.file()),
@@ -67,10 +70,12 @@ pub struct DbIterator {
     readahead: SegmentReadahead,
     snapshot: u64,
     start: Bound<Vec<u8>>,
+    /// Taken by the merge when the iterator starts.
     end: Bound<Vec<u8>>,
-    /// Newest source first; `heads[i]` is the next entry of `cursors[i]`.
-    cursors: Vec<Cursor>,
-    heads: Vec<Option<LevelEntry>>,
+    /// One cursor per source, newest first (memtables, then the runs from L1 down); the
+    /// newest version of each key at the snapshot wins, tombstones are skipped. `None`
+    /// before the first step and once finished (which releases the cursors' files).
+    merge: Option<Merge<Cursor>>,
     state: State,
     /// An argument error reported as the first and only item.
     error: Option<Error>,
@@ -111,8 +116,7 @@ impl DbIterator {
             snapshot,
             start,
             end,
-            cursors: Vec::new(),
-            heads: Vec::new(),
+            merge: None,
             state: State::Unstarted,
             error: None,
         }
@@ -127,8 +131,7 @@ impl DbIterator {
             snapshot: 0,
             start: Bound::Unbounded,
             end: Bound::Unbounded,
-            cursors: Vec::new(),
-            heads: Vec::new(),
+            merge: None,
             state: State::Done,
             error: Some(err),
         }
@@ -143,12 +146,13 @@ impl DbIterator {
             Bound::Excluded(k) => Bound::Excluded(k),
             Bound::Unbounded => Bound::Unbounded,
         };
+        let mut cursors = Vec::with_capacity(1 + sv.imms.len() + sv.version.all_runs().count());
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             // The first batch is read from `from`; later ones continue after the last key.
             let batch = mem.collect_from(from, self.snapshot, MEM_BATCH);
             let done = batch.len() < MEM_BATCH;
             let next_from = batch.last().map(|e| e.0.clone());
-            self.cursors.push(Cursor::Mem {
+            cursors.push(Cursor::Mem {
                 mem: Arc::clone(mem),
                 snapshot: self.snapshot,
                 buf: batch.into(),
@@ -159,12 +163,13 @@ impl DbIterator {
         for file in sv.version.all_runs() {
             let mut c = file.cursor();
             c.seek(from)?;
-            self.cursors.push(Cursor::Level(Box::new(c)));
+            cursors.push(Cursor::Level(Box::new(c)));
         }
-        for c in &mut self.cursors {
-            let head = c.next_entry()?;
-            self.heads.push(head);
-        }
+        // Memtable cursors apply the snapshot themselves (`collect_from` skips newer
+        // versions without copying them), and the runs of a captured `SuperVersion` hold
+        // only versions published before it: the merge needs no snapshot of its own.
+        let end = std::mem::replace(&mut self.end, Bound::Unbounded);
+        self.merge = Some(Merge::new(cursors, Tombstones::Drop)?.with_upper(end));
         Ok(())
     }
 
@@ -178,17 +183,13 @@ impl DbIterator {
             LevelValue::Tombstone => Ok(None),
             LevelValue::Medium(ptr) => self.readahead.read(&self.segments, key, ptr).map(Some),
             other => {
-                let file = self.cursors.get(source).and_then(Cursor::file);
+                let file = self
+                    .merge
+                    .as_ref()
+                    .and_then(|m| m.source(source))
+                    .and_then(Cursor::file);
                 super::resolve_with(&self.segments, key, other, file)
             }
-        }
-    }
-
-    fn past_end(&self, key: &[u8]) -> bool {
-        match &self.end {
-            Bound::Included(e) => key > e.as_slice(),
-            Bound::Excluded(e) => key >= e.as_slice(),
-            Bound::Unbounded => false,
         }
     }
 
@@ -209,45 +210,14 @@ impl DbIterator {
             self.state = State::Running;
             self.start()?;
         }
-        loop {
-            // The smallest key; on ties the newest source (lowest index) wins.
-            let mut winner: Option<usize> = None;
-            for (i, h) in self.heads.iter().enumerate() {
-                if let Some((k, _, _)) = h {
-                    let better = match winner
-                        .and_then(|w| self.heads.get(w))
-                        .and_then(Option::as_ref)
-                    {
-                        Some((wk, _, _)) => k < wk,
-                        None => true,
-                    };
-                    if better {
-                        winner = Some(i);
-                    }
-                }
-            }
-            let Some(w) = winner else { return Ok(None) };
-            let Some(Some((key, _, value))) = self.heads.get_mut(w).map(Option::take) else {
-                return Ok(None);
-            };
-            // Advance every source past this key (older versions are shadowed).
-            for (i, c) in self.cursors.iter_mut().enumerate() {
-                let Some(h) = self.heads.get_mut(i) else {
-                    continue;
-                };
-                // The winner's head was taken; the others skip their (older) version.
-                if i == w || h.as_ref().is_some_and(|(k, _, _)| *k == key) {
-                    *h = c.next_entry()?;
-                }
-            }
-            if self.past_end(&key) {
-                return Ok(None);
-            }
-            if value != LevelValue::Tombstone {
-                return Ok(Some((key, w, value)));
-            }
-            // A tombstone: the key is deleted at this snapshot.
-        }
+        let Some(merge) = self.merge.as_mut() else {
+            return Ok(None);
+        };
+        Ok(merge.next()?.map(
+            |MergeEntry {
+                 key, value, source, ..
+             }| (key, source, value),
+        ))
     }
 
     /// Runs `f` as a step of this iterator: an error or the end finishes it.
@@ -261,8 +231,7 @@ impl DbIterator {
         let r = f(self);
         if !matches!(r, Ok(Some(_))) {
             self.state = State::Done;
-            self.cursors.clear();
-            self.heads.clear();
+            self.merge = None;
         }
         r.transpose()
     }

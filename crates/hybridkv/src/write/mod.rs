@@ -1,10 +1,13 @@
 //! The write path: batches, group commit into the logs, and the memtable.
 //!
-//! Owns: assigning LSNs, classifying each put (small / medium / large), appending large
-//! values to the large log and every batch's commit record to the small log before
-//! acknowledging, inserting into the memtable, publishing the snapshot LSN, switching a
-//! full memtable to immutable, and slowing writers (never failing them) while flushes
-//! catch up. Never: reads levels or writes level files.
+//! Owns: the small log and the active memtable ([`LogState`], under the `log` mutex),
+//! assigning LSNs, classifying each put (small / medium / large), appending large values to
+//! the large log and every batch's commit record to the small log before acknowledging,
+//! inserting into the memtable, publishing the snapshot LSN, switching a full memtable to
+//! immutable, and slowing writers (never failing them) while flushes catch up. There is
+//! one commit function, [`WritePath::commit`]: user batches and GC's relocations both go
+//! through it, and recovery's replay uses the same memtable step ([`replay_ops`]).
+//! Never: reads levels or writes level files; knows the engine only through [`WriteEnv`].
 //!
 //! A batch commits atomically through its one small-log record. A large value is written
 //! once, to the large log; the small-log record carries only its key and pointer
@@ -14,139 +17,279 @@
 pub(crate) mod batch;
 pub(crate) mod commit;
 
-use crate::engine::{Engine, LogState};
 use crate::error::{Error, Result};
+use crate::io::Io;
+use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::ptr::LogPtr;
 use crate::log::small::SmallLogWriter;
+use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::{MemValue, Memtable};
+use crate::options::Options;
 use crate::placement::Category;
 use crate::stats::Counters;
+use crate::version_set::VersionSet;
 use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
-use commit::Request;
+use commit::{CommitQueue, Request};
+use parking_lot::{Mutex, MutexGuard};
 use std::borrow::Cow;
-use std::sync::atomic::Ordering;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// One operation ready for the memtable.
-pub(crate) struct Staged<'a> {
-    pub key: &'a [u8],
-    pub lsn: u64,
-    pub value: MemValue,
+/// What the write path needs from the rest of the engine (implemented by `Engine`).
+pub(crate) trait WriteEnv {
+    fn opts(&self) -> &Options;
+    fn io(&self) -> &Io;
+    fn dir(&self) -> &Path;
+    fn versions(&self) -> &VersionSet;
+    fn counters(&self) -> &Counters;
+    /// `Error::Poisoned` once a write or background job failed.
+    fn check_poison(&self) -> Result<()>;
+    /// Refuses every later write.
+    fn set_poison(&self, why: &Error);
+    /// Whether the database is shutting down.
+    fn is_shutdown(&self) -> bool;
+    /// Wakes the background threads (a memtable waits for its flush) and waits a little
+    /// for one of them to finish something; `Error::Closed` once shutting down.
+    fn wait_for_background(&self) -> Result<()>;
+    /// Wakes the background threads.
+    fn wake_background(&self);
 }
 
-impl Engine {
+/// Held by the commit leader: the small log and the active memtable.
+pub(crate) struct LogState {
+    pub writer: SmallLogWriter,
+    /// Older small-log files whose memtables are not flushed yet and whose tails may not
+    /// be durable: a memtable switch does not sync the log it leaves (a log deleted after
+    /// its flush then often never reaches the device). A synced commit syncs these first,
+    /// oldest first, so no synced record ever follows one a power loss can take.
+    pub unsynced: Vec<SmallLogWriter>,
+    /// The large-log segment being appended to (opened on the first large write).
+    pub large: Option<SegmentWriter>,
+    pub mem: Arc<Memtable>,
+    pub next_lsn: u64,
+}
+
+impl LogState {
+    /// Hands the pending small-log group to the OS; with `sync`, first makes every older
+    /// unsynced log durable, then this one. Logs below `min_needed` (their memtables are
+    /// flushed, their files deleted) are forgotten without a sync.
+    fn commit_small(&mut self, sync: bool, min_needed: u64) -> Result<()> {
+        self.unsynced.retain(|w| w.id() >= min_needed);
+        if sync {
+            for older in &mut self.unsynced {
+                older.sync()?;
+            }
+            self.unsynced.clear();
+        }
+        self.writer.commit(sync)
+    }
+}
+
+/// One small-log record to commit: operations that become visible together.
+pub(crate) struct CommitRecord<'a> {
+    /// Puts and deletes (`BatchOp::PutLarge` is refused: pointers are made here).
+    pub ops: Vec<BatchOp<'a>>,
+    /// The caller's encoded payload of `ops`, reused when no value goes to the large log.
+    pub payload: Option<&'a [u8]>,
+    /// Every put goes to the large log whatever its size (GC's relocations).
+    pub relocation: bool,
+}
+
+/// What a commit wrote.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Committed {
+    pub puts: u64,
+    pub deletes: u64,
+    /// Key + value bytes of the operations.
+    pub bytes: u64,
+    /// Values appended to the large log, and their record bytes.
+    pub large_values: u64,
+    pub large_bytes: u64,
+}
+
+/// The write path's state: the `log` mutex, the group-commit queue, and the oldest
+/// small-log file still needed.
+pub(crate) struct WritePath {
+    log: Mutex<LogState>,
+    queue: CommitQueue,
+    /// The smallest small-log id still needed (the replay start after the last flush),
+    /// published without a lock: a flush must never wait for `log`, which a stalled
+    /// writer holds while it waits for that flush.
+    small_log_min: AtomicU64,
+}
+
+impl WritePath {
+    pub(crate) fn new(state: LogState, small_log_min: u64) -> WritePath {
+        WritePath {
+            log: Mutex::new(state),
+            queue: CommitQueue::default(),
+            small_log_min: AtomicU64::new(small_log_min),
+        }
+    }
+
+    /// Takes the `log` mutex (first in the lock order): no commit runs while it is held.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, LogState> {
+        self.log.lock()
+    }
+
+    /// Seals the active memtable (unless empty) so a flush can take it; returns the last
+    /// LSN committed before it.
+    pub(crate) fn seal_memtable(&self, env: &dyn WriteEnv) -> Result<u64> {
+        let mut log = self.log.lock();
+        self.rotate(env, &mut log)?;
+        Ok(log.next_lsn.saturating_sub(1))
+    }
+
+    /// The id of the small-log file being appended to.
+    pub(crate) fn current_log_id(&self) -> u64 {
+        self.log.lock().writer.id()
+    }
+
+    /// Small-log files below `min` hold only flushed writes: commits stop syncing them.
+    pub(crate) fn set_small_log_min(&self, min: u64) {
+        self.small_log_min.store(min, Ordering::SeqCst);
+    }
+
     /// Commits `batch` (atomically) and returns once it is in the log and visible.
-    pub(crate) fn write_batch(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+    pub(crate) fn write_batch(
+        &self,
+        env: &dyn WriteEnv,
+        batch: WriteBatch,
+        sync: bool,
+    ) -> Result<()> {
         batch.validate()?;
         if batch.is_empty() {
             return Ok(());
         }
-        self.check_poison()?;
+        env.check_poison()?;
         let req = Request::new(batch, sync);
-        self.commit.submit(req, |group| self.commit_group(group))
+        self.queue
+            .submit(req, |group| self.commit_group(env, group))
     }
 
-    /// Appends a large value to the large log, starting a new segment when the current one
-    /// is full (the full one is synced first, keeping later segments from outliving it).
-    pub(crate) fn append_large(
-        &self,
-        log: &mut LogState,
-        key: &[u8],
-        value: &[u8],
-        lsn: u64,
-    ) -> Result<LogPtr> {
-        let full = log
-            .large
-            .as_ref()
-            .is_none_or(|w| w.len() >= self.opts.large_segment_size as u64);
-        if full {
-            if let Some(old) = log.large.as_mut() {
-                old.commit(true)?;
-            }
-            log.large = Some(self.new_large_segment()?);
-        }
-        match log.large.as_mut() {
-            Some(w) => w.append(key, value, lsn),
-            None => Err(Error::Closed),
-        }
-    }
-
-    fn commit_group(&self, group: &[Arc<Request>]) -> Result<()> {
-        self.check_poison()?;
-        if self.is_shutdown() {
+    /// The group-commit leader's step: every queued batch, one record each.
+    fn commit_group(&self, env: &dyn WriteEnv, group: &[Arc<Request>]) -> Result<()> {
+        env.check_poison()?;
+        if env.is_shutdown() {
             return Err(Error::Closed);
         }
-        let mut log = self.log.lock();
-        self.make_room(&mut log)?;
-        let first = log.next_lsn;
-        let mut lsn = first;
+        let mut records = Vec::with_capacity(group.len());
         let mut sync = false;
-        let mut large_written = false;
-        let mut staged: Vec<Staged<'_>> = Vec::new();
-        let mut records: Vec<(u64, u32, Cow<'_, [u8]>)> = Vec::with_capacity(group.len());
-        let (mut puts, mut deletes, mut bytes) = (0u64, 0u64, 0u64);
-        let mut large_bytes = 0u64;
         for r in group {
             sync |= r.sync;
             let Some(ops) = decode_ops(r.batch.payload(), r.batch.count()) else {
                 return Err(Error::InvalidArgument("malformed write batch".into()));
             };
-            let has_large = ops.iter().any(|op| {
-                matches!(op, BatchOp::Put(k, v) if self.opts.classify(k.len(), v.len()) == Category::Large)
+            records.push(CommitRecord {
+                ops,
+                payload: Some(r.batch.payload()),
+                relocation: false,
             });
-            let batch_first = lsn;
+        }
+        let mut log = self.log.lock();
+        self.make_room(env, &mut log)?;
+        let done = self.commit(env, &mut log, &records, sync)?;
+        drop(log);
+        let c = env.counters();
+        Counters::add(&c.puts, done.puts);
+        Counters::add(&c.deletes, done.deletes);
+        Counters::add(&c.user_bytes_written, done.bytes);
+        Counters::add(&c.large_bytes_written, done.large_bytes);
+        Counters::add(&c.commit_groups, 1);
+        if sync {
+            Counters::add(&c.synced_commits, 1);
+        }
+        Ok(())
+    }
+
+    /// The one commit function. Assigns consecutive LSNs, appends large values to the
+    /// large log, then one small-log record per `records` entry (the commit point; with
+    /// `sync`, every older unsynced log and the large log are made durable first), then
+    /// inserts into the memtable and publishes the new visible LSN. A failed log write or
+    /// sync poisons: the logs may hold part of the group. The caller holds `log`.
+    pub(crate) fn commit(
+        &self,
+        env: &dyn WriteEnv,
+        log: &mut LogState,
+        records: &[CommitRecord<'_>],
+        sync: bool,
+    ) -> Result<Committed> {
+        let opts = env.opts();
+        let goes_large = |relocation: bool, op: &BatchOp<'_>| match op {
+            BatchOp::Put(k, v) => relocation || opts.classify(k.len(), v.len()) == Category::Large,
+            _ => false,
+        };
+        let mut lsn = log.next_lsn;
+        let mut done = Committed::default();
+        let mut large_written = false;
+        let mut staged: Vec<(&[u8], u64, MemValue)> = Vec::new();
+        let mut encoded: Vec<(u64, u32, Cow<'_, [u8]>)> = Vec::with_capacity(records.len());
+        for rec in records {
+            let first = lsn;
+            let reencode =
+                rec.payload.is_none() || rec.ops.iter().any(|op| goes_large(rec.relocation, op));
             let mut payload: Option<Vec<u8>> =
-                has_large.then(|| Vec::with_capacity(64 * ops.len()));
-            for op in ops {
-                let value = match op {
-                    BatchOp::Put(k, v) => {
-                        puts += 1;
-                        bytes += (k.len() + v.len()) as u64;
-                        if self.opts.classify(k.len(), v.len()) == Category::Large {
-                            let ptr = match self.append_large(&mut log, k, v, lsn) {
-                                Ok(p) => p,
-                                Err(e) => {
-                                    self.set_poison(&e);
-                                    return Err(e);
-                                }
-                            };
-                            large_written = true;
-                            large_bytes += u64::from(ptr.len);
-                            if let Some(p) = payload.as_mut() {
-                                encode_put_large(p, k, ptr);
+                reencode.then(|| Vec::with_capacity(64 * rec.ops.len()));
+            for op in &rec.ops {
+                let (key, value) = match *op {
+                    BatchOp::Put(k, v) if goes_large(rec.relocation, op) => {
+                        let ptr = match self.append_large(env, log, k, v, lsn) {
+                            Ok(p) => p,
+                            Err(e) => {
+                                env.set_poison(&e);
+                                return Err(e);
                             }
-                            MemValue::Large(ptr)
-                        } else {
-                            if let Some(p) = payload.as_mut() {
-                                encode_op(p, op);
-                            }
-                            MemValue::Value(v.into())
+                        };
+                        large_written = true;
+                        done.large_values += 1;
+                        done.large_bytes += u64::from(ptr.len);
+                        if let Some(p) = payload.as_mut() {
+                            encode_put_large(p, k, ptr);
                         }
+                        (k, MemValue::Large(ptr))
+                    }
+                    BatchOp::Put(k, v) => {
+                        if let Some(p) = payload.as_mut() {
+                            encode_op(p, *op);
+                        }
+                        (k, MemValue::Value(v.into()))
                     }
                     BatchOp::Delete(k) => {
-                        deletes += 1;
-                        bytes += k.len() as u64;
                         if let Some(p) = payload.as_mut() {
-                            encode_op(p, op);
+                            encode_op(p, *op);
                         }
-                        MemValue::Tombstone
+                        (k, MemValue::Tombstone)
                     }
                     BatchOp::PutLarge(..) => {
                         return Err(Error::InvalidArgument("internal op in a user batch".into()));
                     }
                 };
-                let key = match op {
-                    BatchOp::Put(k, _) | BatchOp::Delete(k) | BatchOp::PutLarge(k, _) => k,
-                };
-                staged.push(Staged { key, lsn, value });
+                match op {
+                    BatchOp::Delete(k) => {
+                        done.deletes += 1;
+                        done.bytes += k.len() as u64;
+                    }
+                    BatchOp::Put(k, v) => {
+                        done.puts += 1;
+                        done.bytes += (k.len() + v.len()) as u64;
+                    }
+                    BatchOp::PutLarge(..) => {}
+                }
+                staged.push((key, lsn, value));
                 lsn += 1;
             }
-            let body = match payload {
-                Some(p) => Cow::Owned(p),
-                None => Cow::Borrowed(r.batch.payload()),
+            let count = u32::try_from(rec.ops.len())
+                .map_err(|_| Error::InvalidArgument("too many operations in a batch".into()))?;
+            let body = match (payload, rec.payload) {
+                (Some(p), _) => Cow::Owned(p),
+                (None, Some(p)) => Cow::Borrowed(p),
+                (None, None) => Cow::Borrowed(&[][..]),
             };
-            records.push((batch_first, r.batch.count(), body));
+            encoded.push((first, count, body));
+        }
+        if staged.is_empty() {
+            return Ok(done);
         }
         // The large log first: the small-log record is the commit point. A synced group
         // also syncs the large values of earlier unsynced groups: its fdatasync of the
@@ -159,69 +302,96 @@ impl Engine {
             }
         }
         if result.is_ok() {
-            for (first_lsn, count, body) in &records {
+            for (first_lsn, count, body) in &encoded {
                 log.writer.add(*first_lsn, *count, body);
             }
             result = log.commit_small(sync, self.small_log_min.load(Ordering::SeqCst));
         }
         if let Err(e) = result {
-            // The logs may hold part of the group: nothing after it can be trusted.
-            self.set_poison(&e);
+            env.set_poison(&e);
             return Err(e);
         }
         log.next_lsn = lsn;
-        self.apply(&log.mem, staged, lsn - 1);
-        drop(log);
-        let c = &self.counters;
-        Counters::add(&c.puts, puts);
-        Counters::add(&c.deletes, deletes);
-        Counters::add(&c.user_bytes_written, bytes);
-        Counters::add(&c.large_bytes_written, large_bytes);
-        Counters::add(&c.commit_groups, 1);
-        if sync {
-            Counters::add(&c.synced_commits, 1);
+        for (key, lsn, value) in staged {
+            log.mem.insert(key, lsn, value);
         }
-        Ok(())
+        env.versions().publish_visible(lsn - 1);
+        Ok(done)
     }
 
-    /// Inserts committed operations and makes them visible up to `last_lsn`.
-    /// # Preconditions
-    /// The caller holds the `log` mutex and the operations are durable in the logs.
-    pub(crate) fn apply(&self, mem: &Memtable, staged: Vec<Staged<'_>>, last_lsn: u64) {
-        for s in staged {
-            mem.insert(s.key, s.lsn, s.value);
+    /// Appends a large value to the large log, starting a new segment when the current one
+    /// is full (the full one is synced first, keeping later segments from outliving it).
+    fn append_large(
+        &self,
+        env: &dyn WriteEnv,
+        log: &mut LogState,
+        key: &[u8],
+        value: &[u8],
+        lsn: u64,
+    ) -> Result<LogPtr> {
+        let full = log
+            .large
+            .as_ref()
+            .is_none_or(|w| w.len() >= env.opts().large_segment_size as u64);
+        if full {
+            if let Some(old) = log.large.as_mut() {
+                old.commit(true)?;
+            }
+            log.large = Some(new_large_segment(env)?);
         }
-        self.versions.publish_visible(last_lsn);
+        match log.large.as_mut() {
+            Some(w) => w.append(key, value, lsn),
+            None => Err(Error::Closed),
+        }
+    }
+
+    /// Makes every write committed so far durable: the large log's unsynced tail, then
+    /// every small-log file (older ones first). GC calls it before an install that frees
+    /// something on the strength of those writes (a record is dead because a newer write
+    /// shadows it; if that write could still be lost, so must the record not be).
+    pub(crate) fn make_durable(&self, env: &dyn WriteEnv) -> Result<()> {
+        let mut log = self.log.lock();
+        let min = self.small_log_min.load(Ordering::SeqCst);
+        let large_unsynced = log.large.as_ref().is_some_and(|w| w.has_unsynced());
+        let small_unsynced = log.writer.has_unsynced() || !log.unsynced.is_empty();
+        let result = if large_unsynced {
+            log.large.as_mut().map_or(Ok(()), |w| w.commit(true))
+        } else {
+            Ok(())
+        }
+        .and_then(|()| {
+            if small_unsynced {
+                log.commit_small(true, min)
+            } else {
+                Ok(())
+            }
+        });
+        drop(log);
+        if let Err(e) = &result {
+            env.set_poison(e);
+        }
+        result
     }
 
     /// Switches a full memtable to immutable, first waiting while too many wait for flush.
-    pub(crate) fn make_room(&self, log: &mut LogState) -> Result<()> {
-        if log.mem.size() < self.opts.memtable_size {
+    pub(crate) fn make_room(&self, env: &dyn WriteEnv, log: &mut LogState) -> Result<()> {
+        if log.mem.size() < env.opts().memtable_size {
             return Ok(());
         }
         let mut stalled = false;
-        loop {
-            let waiting = self.versions.imms_waiting();
-            if waiting < self.opts.max_immutable_memtables {
-                break;
-            }
-            self.check_poison()?;
+        while env.versions().imms_waiting() >= env.opts().max_immutable_memtables {
+            env.check_poison()?;
             if !stalled {
                 stalled = true;
-                Counters::add(&self.counters.write_stalls, 1);
+                Counters::add(&env.counters().write_stalls, 1);
             }
-            let mut g = self.bg.lock();
-            if g.shutdown {
-                return Err(Error::Closed);
-            }
-            self.bg_cv.notify_all();
-            self.bg_cv.wait_for(&mut g, Duration::from_millis(50));
+            env.wait_for_background()?;
         }
-        self.rotate(log)
+        self.rotate(env, log)
     }
 
     /// Seals the active memtable and starts a new small-log file for its successor.
-    pub(crate) fn rotate(&self, log: &mut LogState) -> Result<()> {
+    pub(crate) fn rotate(&self, env: &dyn WriteEnv, log: &mut LogState) -> Result<()> {
         if log.mem.is_empty() {
             return Ok(());
         }
@@ -232,16 +402,16 @@ impl Engine {
         // (as RocksDB's write-ahead log). It stays in `unsynced` until then, so that a
         // synced commit makes it durable first, and recovery treats a torn tail in any
         // log as the end of the durable prefix (FORMAT.md, "Small log").
-        let id = self.alloc_file_id();
+        let id = env.versions().alloc_file_id();
         let next = log
             .large
             .as_mut()
             .map_or(Ok(()), |w| w.commit(true))
-            .and_then(|()| SmallLogWriter::create(&self.io, &self.dir, id));
+            .and_then(|()| SmallLogWriter::create(env.io(), env.dir(), id));
         let writer = match next {
             Ok(w) => w,
             Err(e) => {
-                self.set_poison(&e);
+                env.set_poison(&e);
                 return Err(e);
             }
         };
@@ -249,8 +419,39 @@ impl Engine {
         log.unsynced.push(sealed_log);
         log.mem.next_log_id.store(id, Ordering::SeqCst);
         let sealed = std::mem::replace(&mut log.mem, Arc::new(Memtable::new()));
-        self.versions.publish_switch(sealed, Arc::clone(&log.mem));
-        self.wake_all();
+        env.versions().publish_switch(sealed, Arc::clone(&log.mem));
+        env.wake_background();
         Ok(())
     }
+}
+
+/// Starts a new large-log segment: registered (so every manifest from now on names it),
+/// created, then made readable.
+fn new_large_segment(env: &dyn WriteEnv) -> Result<SegmentWriter> {
+    let versions = env.versions();
+    let id = versions.register_segment(SEGMENT_LARGE, 0);
+    let writer = SegmentWriter::create(env.io(), env.dir(), SegmentKind::Large, id)?;
+    let reader = Arc::new(SegmentFile::open(
+        env.io(),
+        env.dir(),
+        SegmentKind::Large,
+        id,
+    )?);
+    versions.publish_segment(id, reader);
+    Ok(writer)
+}
+
+/// Recovery's memtable step for a small-log record already in the log: the same
+/// insertion a commit does after its log write, with pointers as logged.
+pub(crate) fn replay_ops(mem: &Memtable, first_lsn: u64, ops: Vec<BatchOp<'_>>) -> u64 {
+    let mut lsn = first_lsn;
+    for op in ops {
+        match op {
+            BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v.into())),
+            BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
+            BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
+        }
+        lsn = lsn.saturating_add(1);
+    }
+    lsn.saturating_sub(1)
 }

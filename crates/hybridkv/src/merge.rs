@@ -1,0 +1,740 @@
+//! The one k-way merge of sorted (key, LSN, value) streams, used by scans and by
+//! compaction (flushes included).
+//!
+//! Owns: the order in which versions from several sources come out, and which of them
+//! survive. [`MergeHeap`] is a binary heap holding the head of every source; it yields all
+//! versions ordered by key ascending and, for one key, newest first: by source (the caller
+//! lists sources newest first, a lower index wins) and, within one source, in the order
+//! the source gives them (LSN descending). [`Merge`] is the layer on top: it keeps the
+//! newest version of each key and drops the older ones (*shadowing*, counted and handed to
+//! an observer), optionally hides versions above a snapshot LSN, keeps or drops tombstones
+//! as the caller asks, and optionally stops at an upper bound.
+//!
+//! Never: reads a value behind a pointer or an overflow blob (callers resolve the winner),
+//! clones a key, or stops silently when an invariant breaks. A source that goes backwards
+//! (a key below its previous one, or the same key again without a lower LSN) is reported
+//! as [`Error::Internal`], because merging on would emit keys out of order or let an old
+//! version win.
+
+use crate::error::{Error, Result};
+use crate::level::{LevelEntry, LevelValue};
+use std::cmp::Ordering;
+use std::collections::binary_heap::{BinaryHeap, PeekMut};
+use std::ops::Bound;
+
+/// A stream of versions sorted by key ascending and, for one key, LSN descending.
+pub(crate) trait Source {
+    /// The next version, or `None` at the end.
+    fn next_entry(&mut self) -> Result<Option<LevelEntry>>;
+}
+
+impl<S: Source + ?Sized> Source for &mut S {
+    fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+        (**self).next_entry()
+    }
+}
+
+impl<S: Source + ?Sized> Source for Box<S> {
+    fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+        (**self).next_entry()
+    }
+}
+
+/// One version coming out of a merge, with the index of the source it came from (the
+/// caller may need that source to read an overflow value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MergeEntry {
+    pub key: Vec<u8>,
+    pub lsn: u64,
+    pub value: LevelValue,
+    pub source: usize,
+}
+
+impl MergeEntry {
+    fn is_tombstone(&self) -> bool {
+        matches!(self.value, LevelValue::Tombstone)
+    }
+}
+
+/// Orders heads so that the max-heap's top is the smallest key and, among equal keys, the
+/// lowest (newest) source. Each source has at most one head in the heap, so (key, source)
+/// is a total order on the heap's contents.
+struct Head(MergeEntry);
+
+impl Ord for Head {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .0
+            .key
+            .cmp(&self.0.key)
+            .then_with(|| other.0.source.cmp(&self.0.source))
+    }
+}
+
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Head {}
+
+/// A key for error messages: at most 32 bytes, escaped.
+fn show_key(key: &[u8]) -> String {
+    let shown = key.get(..32).unwrap_or(key);
+    let more = if shown.len() < key.len() { "..." } else { "" };
+    format!("\"{}\"{more}", shown.escape_ascii())
+}
+
+/// Every version of N sorted sources in merged order (see the module doc). Allocates only
+/// when built: a step moves the source's next entry into the heap's top slot and sifts it
+/// down once.
+pub(crate) struct MergeHeap<S> {
+    sources: Vec<S>,
+    heap: BinaryHeap<Head>,
+}
+
+impl<S: Source> MergeHeap<S> {
+    /// Reads the first entry of every source. `sources` are newest first.
+    pub(crate) fn new(mut sources: Vec<S>) -> Result<Self> {
+        let mut heap = BinaryHeap::with_capacity(sources.len());
+        for (source, s) in sources.iter_mut().enumerate() {
+            if let Some((key, lsn, value)) = s.next_entry()? {
+                heap.push(Head(MergeEntry {
+                    key,
+                    lsn,
+                    value,
+                    source,
+                }));
+            }
+        }
+        Ok(MergeHeap { sources, heap })
+    }
+
+    /// The key of the next version, without taking it.
+    pub(crate) fn peek_key(&self) -> Option<&[u8]> {
+        self.heap.peek().map(|h| h.0.key.as_slice())
+    }
+
+    /// Source `i` (in the order given to [`MergeHeap::new`]).
+    pub(crate) fn source(&self, i: usize) -> Option<&S> {
+        self.sources.get(i)
+    }
+
+    /// Takes the next version and refills its source's head.
+    pub(crate) fn pop(&mut self) -> Result<Option<MergeEntry>> {
+        let Some(mut top) = self.heap.peek_mut() else {
+            return Ok(None);
+        };
+        let index = top.0.source;
+        let Some(source) = self.sources.get_mut(index) else {
+            return Err(Error::Internal(format!(
+                "merge heap holds an entry of source {index}, but there are only {} sources",
+                self.sources.len()
+            )));
+        };
+        let Some((key, lsn, value)) = source.next_entry()? else {
+            return Ok(Some(PeekMut::pop(top).0));
+        };
+        let prev = &top.0;
+        let in_order = match key.as_slice().cmp(&prev.key) {
+            Ordering::Greater => true,
+            Ordering::Equal => lsn < prev.lsn,
+            Ordering::Less => false,
+        };
+        if !in_order {
+            return Err(Error::Internal(format!(
+                "merge source {index} is out of order: key {} (LSN {lsn}) came after key {} \
+                 (LSN {}); sources must be sorted by key ascending, then LSN descending",
+                show_key(&key),
+                show_key(&prev.key),
+                prev.lsn
+            )));
+        }
+        // Writing through `top` makes the heap sift the new head down when `top` drops.
+        let next = MergeEntry {
+            key,
+            lsn,
+            value,
+            source: index,
+        };
+        Ok(Some(std::mem::replace(&mut top.0, next)))
+    }
+}
+
+/// What a merge does with a tombstone that is the newest version of its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tombstones {
+    /// Yield it (a flush, or a compaction above the bottom level: older data below may
+    /// still hold the key).
+    Keep,
+    /// Drop it after it has shadowed the older versions (reads; compaction into the bottom
+    /// level).
+    Drop,
+}
+
+/// What a [`Merge`] dropped so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MergeCounts {
+    /// Older versions of a key whose newest visible version was taken.
+    pub shadowed: u64,
+    /// Newest versions that were tombstones, dropped under [`Tombstones::Drop`].
+    pub tombstones_dropped: u64,
+    /// Versions above the snapshot LSN.
+    pub hidden: u64,
+}
+
+/// The newest visible version of each key, in key order (see the module doc).
+pub(crate) struct Merge<S> {
+    heap: MergeHeap<S>,
+    tombstones: Tombstones,
+    snapshot: Option<u64>,
+    upper: Bound<Vec<u8>>,
+    counts: MergeCounts,
+}
+
+impl<S: Source> Merge<S> {
+    /// A merge of `sources` (newest first) that sees every version and never stops early.
+    pub(crate) fn new(sources: Vec<S>, tombstones: Tombstones) -> Result<Self> {
+        Ok(Merge {
+            heap: MergeHeap::new(sources)?,
+            tombstones,
+            snapshot: None,
+            upper: Bound::Unbounded,
+            counts: MergeCounts::default(),
+        })
+    }
+
+    /// Hides versions with an LSN above `lsn`: the newest version at or below it wins.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn with_snapshot(mut self, lsn: u64) -> Self {
+        self.snapshot = Some(lsn);
+        self
+    }
+
+    /// Ends the merge at the first key beyond `upper` (nothing past it is read further).
+    pub(crate) fn with_upper(mut self, upper: Bound<Vec<u8>>) -> Self {
+        self.upper = upper;
+        self
+    }
+
+    /// What was dropped so far.
+    pub(crate) fn counts(&self) -> MergeCounts {
+        self.counts
+    }
+
+    /// Source `i` (to read an overflow value of an entry it yielded).
+    pub(crate) fn source(&self, i: usize) -> Option<&S> {
+        self.heap.source(i)
+    }
+
+    fn beyond_upper(&self, key: &[u8]) -> bool {
+        match &self.upper {
+            Bound::Included(u) => key > u.as_slice(),
+            Bound::Excluded(u) => key >= u.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+
+    /// The next surviving version.
+    pub(crate) fn next(&mut self) -> Result<Option<MergeEntry>> {
+        self.next_observed(|_, _| Ok(()))
+    }
+
+    /// The next surviving version; `on_shadowed(winner, older)` sees every version the
+    /// winner shadows (in merged order) before the winner is returned, and may refuse it.
+    /// A tombstone dropped under [`Tombstones::Drop`] still shadows, so its older versions
+    /// are reported too.
+    pub(crate) fn next_observed(
+        &mut self,
+        mut on_shadowed: impl FnMut(&MergeEntry, MergeEntry) -> Result<()>,
+    ) -> Result<Option<MergeEntry>> {
+        loop {
+            match self.heap.peek_key() {
+                None => return Ok(None),
+                Some(k) if self.beyond_upper(k) => return Ok(None),
+                Some(_) => {}
+            }
+            let Some(winner) = self.heap.pop()? else {
+                return Err(Error::Internal(
+                    "merge heap lost its head between peek and pop".into(),
+                ));
+            };
+            if self.snapshot.is_some_and(|s| winner.lsn > s) {
+                // Invisible at this snapshot: it neither wins nor shadows.
+                self.counts.hidden += 1;
+                continue;
+            }
+            while self.heap.peek_key() == Some(winner.key.as_slice()) {
+                let Some(older) = self.heap.pop()? else {
+                    return Err(Error::Internal(
+                        "merge heap lost a shadowed entry between peek and pop".into(),
+                    ));
+                };
+                self.counts.shadowed += 1;
+                on_shadowed(&winner, older)?;
+            }
+            if self.tombstones == Tombstones::Drop && winner.is_tombstone() {
+                self.counts.tombstones_dropped += 1;
+                continue;
+            }
+            return Ok(Some(winner));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A source over a fixed list of entries.
+    struct VecSource(std::vec::IntoIter<LevelEntry>);
+
+    impl Source for VecSource {
+        fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+            Ok(self.0.next())
+        }
+    }
+
+    fn src(entries: &[(&str, u64, Option<&str>)]) -> VecSource {
+        VecSource(
+            entries
+                .iter()
+                .map(|&(k, lsn, v)| (k.as_bytes().to_vec(), lsn, value(v)))
+                .collect::<Vec<_>>()
+                .into_iter(),
+        )
+    }
+
+    fn value(v: Option<&str>) -> LevelValue {
+        match v {
+            Some(s) => LevelValue::Inline(s.as_bytes().to_vec()),
+            None => LevelValue::Tombstone,
+        }
+    }
+
+    /// Drains a merge into (key, LSN, value) with values as text (`None` = tombstone).
+    fn drain<S: Source>(m: &mut Merge<S>) -> Vec<(String, u64, Option<String>)> {
+        let mut out = Vec::new();
+        while let Some(e) = m.next().unwrap() {
+            let v = match e.value {
+                LevelValue::Inline(b) => Some(String::from_utf8(b).unwrap()),
+                LevelValue::Tombstone => None,
+                other => panic!("unexpected value {other:?}"),
+            };
+            out.push((String::from_utf8(e.key).unwrap(), e.lsn, v));
+        }
+        out
+    }
+
+    fn row(k: &str, lsn: u64, v: Option<&str>) -> (String, u64, Option<String>) {
+        (k.to_string(), lsn, v.map(str::to_string))
+    }
+
+    #[test]
+    fn heap_yields_every_version_in_key_then_source_order() {
+        let mut h = MergeHeap::new(vec![
+            src(&[("b", 9, Some("b9")), ("d", 8, Some("d8"))]),
+            src(&[("a", 5, Some("a5")), ("b", 4, Some("b4"))]),
+            src(&[("b", 2, Some("b2")), ("c", 1, Some("c1"))]),
+        ])
+        .unwrap();
+        let mut got = Vec::new();
+        while let Some(e) = h.pop().unwrap() {
+            got.push((String::from_utf8(e.key).unwrap(), e.lsn, e.source));
+        }
+        let want = [
+            ("a", 5, 1),
+            ("b", 9, 0),
+            ("b", 4, 1),
+            ("b", 2, 2),
+            ("c", 1, 2),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .chain([("d", 8, 0)].iter())
+            .map(|&(k, l, s)| (k.to_string(), l, s))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(h.pop().unwrap(), None);
+    }
+
+    #[test]
+    fn newest_source_shadows_older_ones() {
+        let mut m = Merge::new(
+            vec![
+                src(&[("b", 30, Some("new"))]),
+                src(&[("a", 20, Some("a")), ("b", 20, Some("mid"))]),
+                src(&[("b", 10, Some("old")), ("c", 10, Some("c"))]),
+            ],
+            Tombstones::Keep,
+        )
+        .unwrap();
+        let mut seen = Vec::new();
+        let mut got = Vec::new();
+        while let Some(e) = m
+            .next_observed(|w, old| {
+                seen.push((w.lsn, old.lsn, old.source));
+                Ok(())
+            })
+            .unwrap()
+        {
+            got.push((e.key, e.lsn, e.source));
+        }
+        assert_eq!(
+            got,
+            vec![
+                (b"a".to_vec(), 20, 1),
+                (b"b".to_vec(), 30, 0),
+                (b"c".to_vec(), 10, 2)
+            ]
+        );
+        assert_eq!(seen, vec![(30, 20, 1), (30, 10, 2)]);
+        assert_eq!(
+            m.counts(),
+            MergeCounts {
+                shadowed: 2,
+                ..MergeCounts::default()
+            }
+        );
+    }
+
+    #[test]
+    fn an_observer_error_stops_the_merge() {
+        let mut m = Merge::new(
+            vec![src(&[("k", 1, Some("x"))]), src(&[("k", 2, Some("y"))])],
+            Tombstones::Keep,
+        )
+        .unwrap();
+        let r = m.next_observed(|w, old| {
+            if old.lsn >= w.lsn {
+                Err(Error::Internal("older source has a newer LSN".into()))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(matches!(r, Err(Error::Internal(_))), "{r:?}");
+    }
+
+    #[test]
+    fn tombstones_kept_or_dropped() {
+        let sources = || {
+            vec![
+                src(&[("a", 9, None), ("c", 9, None)]),
+                src(&[("a", 5, Some("a")), ("b", 5, Some("b"))]),
+            ]
+        };
+        let mut keep = Merge::new(sources(), Tombstones::Keep).unwrap();
+        assert_eq!(
+            drain(&mut keep),
+            vec![row("a", 9, None), row("b", 5, Some("b")), row("c", 9, None)]
+        );
+        assert_eq!(keep.counts().shadowed, 1);
+        assert_eq!(keep.counts().tombstones_dropped, 0);
+
+        let mut drop = Merge::new(sources(), Tombstones::Drop).unwrap();
+        assert_eq!(drain(&mut drop), vec![row("b", 5, Some("b"))]);
+        // The tombstone of `a` still shadowed the value below it.
+        assert_eq!(
+            drop.counts(),
+            MergeCounts {
+                shadowed: 1,
+                tombstones_dropped: 2,
+                hidden: 0
+            }
+        );
+    }
+
+    #[test]
+    fn snapshot_hides_newer_versions() {
+        // Source 0 holds several versions per key (like a memtable), newest first.
+        let sources = || {
+            vec![
+                src(&[
+                    ("a", 12, Some("a12")),
+                    ("a", 7, Some("a7")),
+                    ("b", 11, None),
+                    ("d", 15, Some("d15")),
+                ]),
+                src(&[
+                    ("a", 3, Some("a3")),
+                    ("b", 4, Some("b4")),
+                    ("c", 2, Some("c2")),
+                ]),
+            ]
+        };
+        let mut at10 = Merge::new(sources(), Tombstones::Drop)
+            .unwrap()
+            .with_snapshot(10);
+        assert_eq!(
+            drain(&mut at10),
+            vec![
+                row("a", 7, Some("a7")),
+                row("b", 4, Some("b4")),
+                row("c", 2, Some("c2"))
+            ]
+        );
+        assert_eq!(
+            at10.counts(),
+            MergeCounts {
+                shadowed: 1,
+                tombstones_dropped: 0,
+                hidden: 3
+            }
+        );
+
+        let mut at11 = Merge::new(sources(), Tombstones::Drop)
+            .unwrap()
+            .with_snapshot(11);
+        assert_eq!(
+            drain(&mut at11),
+            vec![row("a", 7, Some("a7")), row("c", 2, Some("c2"))]
+        );
+
+        let mut all = Merge::new(sources(), Tombstones::Keep).unwrap();
+        assert_eq!(
+            drain(&mut all),
+            vec![
+                row("a", 12, Some("a12")),
+                row("b", 11, None),
+                row("c", 2, Some("c2")),
+                row("d", 15, Some("d15"))
+            ]
+        );
+    }
+
+    #[test]
+    fn upper_bound_ends_the_merge() {
+        let sources = || {
+            vec![
+                src(&[("a", 2, Some("a")), ("c", 2, None), ("d", 2, Some("d"))]),
+                src(&[("b", 1, Some("b")), ("c", 1, Some("c"))]),
+            ]
+        };
+        let mut incl = Merge::new(sources(), Tombstones::Drop)
+            .unwrap()
+            .with_upper(Bound::Included(b"c".to_vec()));
+        assert_eq!(
+            drain(&mut incl),
+            vec![row("a", 2, Some("a")), row("b", 1, Some("b"))]
+        );
+        assert_eq!(incl.next().unwrap(), None);
+        let mut excl = Merge::new(sources(), Tombstones::Keep)
+            .unwrap()
+            .with_upper(Bound::Excluded(b"c".to_vec()));
+        assert_eq!(
+            drain(&mut excl),
+            vec![row("a", 2, Some("a")), row("b", 1, Some("b"))]
+        );
+    }
+
+    #[test]
+    fn empty_sources() {
+        let mut none = Merge::new(Vec::<VecSource>::new(), Tombstones::Drop).unwrap();
+        assert_eq!(none.next().unwrap(), None);
+        let mut all_empty = Merge::new(vec![src(&[]), src(&[])], Tombstones::Keep).unwrap();
+        assert_eq!(all_empty.next().unwrap(), None);
+        assert_eq!(all_empty.next().unwrap(), None);
+        let mut some_empty = Merge::new(
+            vec![src(&[]), src(&[("x", 1, Some("x"))]), src(&[])],
+            Tombstones::Keep,
+        )
+        .unwrap();
+        assert_eq!(drain(&mut some_empty), vec![row("x", 1, Some("x"))]);
+        assert_eq!(some_empty.counts(), MergeCounts::default());
+    }
+
+    #[test]
+    fn a_source_out_of_order_is_an_internal_error() {
+        let backwards = || {
+            src(&[
+                ("a", 1, Some("a")),
+                ("c", 1, Some("c")),
+                ("b", 1, Some("b")),
+            ])
+        };
+        let mut m = Merge::new(
+            vec![backwards(), src(&[("z", 1, Some("z"))])],
+            Tombstones::Keep,
+        )
+        .unwrap();
+        // "a" comes out; taking "c" reads "b" from the same source.
+        assert!(m.next().unwrap().is_some());
+        let err = m.next().unwrap_err();
+        match &err {
+            Error::Internal(msg) => {
+                assert!(msg.contains("source 0"), "{msg}");
+                assert!(msg.contains("\"b\""), "{msg}");
+            }
+            other => panic!("expected Internal, got {other:?}"),
+        }
+
+        // The same key again must come with a lower LSN.
+        for second_lsn in [5, 6] {
+            let mut dup = Merge::new(
+                vec![src(&[("k", 5, Some("x")), ("k", second_lsn, Some("y"))])],
+                Tombstones::Keep,
+            )
+            .unwrap();
+            assert!(matches!(dup.next(), Err(Error::Internal(_))));
+        }
+        let mut ok = Merge::new(
+            vec![src(&[("k", 5, Some("x")), ("k", 4, Some("y"))])],
+            Tombstones::Keep,
+        )
+        .unwrap();
+        assert_eq!(drain(&mut ok), vec![row("k", 5, Some("x"))]);
+        assert_eq!(ok.counts().shadowed, 1);
+    }
+
+    #[test]
+    fn source_errors_are_passed_on() {
+        struct Failing(u32);
+        impl Source for Failing {
+            fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+                self.0 += 1;
+                if self.0 > 1 {
+                    Err(Error::Closed)
+                } else {
+                    Ok(Some((b"a".to_vec(), 1, LevelValue::Tombstone)))
+                }
+            }
+        }
+        let mut m = Merge::new(vec![Failing(0)], Tombstones::Keep).unwrap();
+        assert!(matches!(m.next(), Err(Error::Closed)));
+        assert!(matches!(
+            MergeHeap::new(vec![Failing(1)]),
+            Err(Error::Closed)
+        ));
+    }
+
+    /// A small deterministic generator (xorshift64).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// One version of the model: LSN, value (`None` = tombstone).
+    type Version = (u64, Option<Vec<u8>>);
+
+    #[test]
+    fn many_random_sources_match_a_model() {
+        const SOURCES: usize = 50;
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for round in 0..20 {
+            // Source i is newer than source i + 1: its LSNs are all higher. Some sources
+            // hold several versions of a key (like memtables).
+            let mut sources: Vec<Vec<LevelEntry>> = Vec::new();
+            let mut model: BTreeMap<Vec<u8>, Vec<Version>> = BTreeMap::new();
+            for i in 0..SOURCES {
+                let base = ((SOURCES - i) as u64) * 1_000;
+                let len = match rng.below(10) {
+                    0 => 0,
+                    1 => 200 + rng.below(300) as usize,
+                    _ => rng.below(40) as usize,
+                };
+                let multi = rng.below(4) == 0;
+                let mut keyed: BTreeMap<Vec<u8>, Vec<Version>> = BTreeMap::new();
+                for _ in 0..len {
+                    // Keys of 0..=3 bytes over a small alphabet: many collisions.
+                    let klen = rng.below(4) as usize;
+                    let key: Vec<u8> = (0..klen).map(|_| b"abc\0"[rng.below(4) as usize]).collect();
+                    let v = if rng.below(5) == 0 {
+                        None
+                    } else {
+                        Some(format!("{round}.{i}.{}", rng.below(1000)).into_bytes())
+                    };
+                    let versions = keyed.entry(key).or_default();
+                    if versions.is_empty() || multi {
+                        let lsn = base - 1 - versions.len() as u64;
+                        versions.push((lsn, v));
+                    }
+                }
+                let mut entries = Vec::new();
+                for (key, versions) in keyed {
+                    for (lsn, v) in &versions {
+                        let value = v.clone().map_or(LevelValue::Tombstone, LevelValue::Inline);
+                        entries.push((key.clone(), *lsn, value));
+                    }
+                    model.entry(key).or_default().extend(versions);
+                }
+                sources.push(entries);
+            }
+            let total: u64 = model.values().map(|v| v.len() as u64).sum();
+            let snapshot = match round % 3 {
+                0 => None,
+                _ => Some(rng.below((SOURCES as u64 + 1) * 1_000)),
+            };
+            for tombstones in [Tombstones::Keep, Tombstones::Drop] {
+                let mut want = Vec::new();
+                let (mut hidden, mut shadowed, mut dropped) = (0u64, 0u64, 0u64);
+                for (key, versions) in &model {
+                    // The model: the highest LSN at or below the snapshot wins.
+                    let visible: Vec<&Version> = versions
+                        .iter()
+                        .filter(|(lsn, _)| snapshot.is_none_or(|s| *lsn <= s))
+                        .collect();
+                    hidden += (versions.len() - visible.len()) as u64;
+                    let Some(newest) = visible.iter().max_by_key(|(lsn, _)| *lsn) else {
+                        continue;
+                    };
+                    shadowed += visible.len() as u64 - 1;
+                    if newest.1.is_none() && tombstones == Tombstones::Drop {
+                        dropped += 1;
+                        continue;
+                    }
+                    want.push((key.clone(), newest.0, newest.1.clone()));
+                }
+                let vecs = sources
+                    .iter()
+                    .map(|s| VecSource(s.clone().into_iter()))
+                    .collect();
+                let mut m = Merge::new(vecs, tombstones).unwrap();
+                if let Some(s) = snapshot {
+                    m = m.with_snapshot(s);
+                }
+                let mut got = Vec::new();
+                while let Some(e) = m
+                    .next_observed(|w, old| {
+                        assert!(old.lsn < w.lsn && old.key == w.key);
+                        Ok(())
+                    })
+                    .unwrap()
+                {
+                    let v = match e.value {
+                        LevelValue::Inline(b) => Some(b),
+                        _ => None,
+                    };
+                    got.push((e.key, e.lsn, v));
+                }
+                assert_eq!(got, want, "round {round}, {tombstones:?}");
+                let c = m.counts();
+                assert_eq!(
+                    (c.hidden, c.shadowed, c.tombstones_dropped),
+                    (hidden, shadowed, dropped),
+                    "round {round}, {tombstones:?}"
+                );
+                assert_eq!(
+                    c.hidden + c.shadowed + c.tombstones_dropped + got.len() as u64,
+                    total
+                );
+            }
+        }
+    }
+}
