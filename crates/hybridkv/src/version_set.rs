@@ -277,3 +277,182 @@ impl Obsolete {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::NodeCache;
+    use crate::io::{FailMode, IoComponent, SimFs};
+    use crate::level::builder::{EntryValue, LevelBuilder};
+    use crate::log::large::{SegmentKind, SegmentWriter};
+    use crate::manifest::SEGMENT_TRANSIENT;
+    use std::path::Path;
+
+    const DIR: &str = "/db";
+
+    fn io(fs: &SimFs) -> Io {
+        let io = Io::new(Arc::new(fs.clone()), false);
+        io.fs().create_dir_all(Path::new(DIR)).unwrap();
+        io
+    }
+
+    fn run(io: &Io, id: u64, key: &[u8]) -> Arc<LevelFile> {
+        let dir = Path::new(DIR);
+        let f = io
+            .create(
+                &dir.join(crate::level::reader::file_name(id)),
+                IoComponent::Flush,
+            )
+            .unwrap();
+        let mut b = LevelBuilder::new(f, 8192, 12288);
+        b.add(key, 1, EntryValue::Bytes(b"v")).unwrap();
+        b.finish().unwrap();
+        Arc::new(LevelFile::open(io, dir, id, Arc::new(NodeCache::new(1 << 20))).unwrap())
+    }
+
+    fn segment(io: &Io, kind: SegmentKind, id: u64) -> Arc<SegmentFile> {
+        let mut w = SegmentWriter::create(io, Path::new(DIR), kind, id).unwrap();
+        w.commit(true).unwrap();
+        Arc::new(SegmentFile::open(io, Path::new(DIR), kind, id).unwrap())
+    }
+
+    /// Runs 1 (L1) and 2 (L2); a large segment 10 and a transient one 11 owned by run 1.
+    fn set(io: &Io) -> VersionSet {
+        let mut version = Version::empty(3);
+        version.levels[0].push(run(io, 1, b"a"));
+        version.levels[1].push(run(io, 2, b"b"));
+        let version = Arc::new(version);
+        let mut segments = SegmentTable::new();
+        let meta = |kind, owner| SegmentMeta {
+            kind,
+            owner,
+            garbage: 0,
+        };
+        segments.insert(10, meta(SEGMENT_LARGE, 0));
+        segments.insert(11, meta(SEGMENT_TRANSIENT, 1));
+        let mut files = SegmentSet::new();
+        files.insert(10, segment(io, SegmentKind::Large, 10));
+        files.insert(11, segment(io, SegmentKind::Transient, 11));
+        VersionSet::new(
+            io.clone(),
+            PathBuf::from(DIR),
+            Recovered {
+                version: Arc::clone(&version),
+                log_min_id: 5,
+                flushed_lsn: 40,
+                segments,
+                levels: 5,
+                sv: SuperVersion {
+                    mem: Arc::new(Memtable::new()),
+                    imms: Vec::new(),
+                    version,
+                    segments: Arc::new(files),
+                },
+                visible: 40,
+                next_file_id: 20,
+            },
+        )
+    }
+
+    /// Run 1 and its transient segment merged into run 3 of L2, garbage found in 10.
+    fn merge_edit(io: &Io) -> VersionEdit {
+        VersionEdit {
+            runs_removed: vec![1, 2],
+            runs_added: vec![(2, run(io, 3, b"c"))],
+            segments_freed: vec![11],
+            garbage: vec![(10, 100)],
+            ..VersionEdit::default()
+        }
+    }
+
+    #[test]
+    fn an_install_is_stored_then_applied_and_reports_what_became_obsolete() {
+        let fs = SimFs::new();
+        let io = io(&fs);
+        let vset = set(&io);
+        let edit = merge_edit(&io);
+        let obsolete = {
+            let mut vs = vset.lock();
+            vset.log_and_apply(&mut vs, &edit, None).unwrap()
+        };
+        let mut gone: Vec<u64> = obsolete.runs.iter().map(|f| f.id()).collect();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![1, 2]);
+        assert_eq!(obsolete.segments.len(), 1);
+
+        // In memory: the version set's state and what readers see.
+        let vs = vset.lock();
+        assert!(vs.version().runs(1).is_empty());
+        let l2: Vec<u64> = vs.version().runs(2).iter().map(|f| f.id()).collect();
+        assert_eq!(l2, vec![3]);
+        assert!(!vs.segments().contains_key(&11));
+        assert_eq!(vs.segments()[&10].garbage, 100);
+        let (sv, visible) = vset.snapshot();
+        assert_eq!(visible, 40);
+        assert!(Arc::ptr_eq(&sv.version, vs.version()));
+        assert!(!sv.segments.contains_key(&11) && sv.segments.contains_key(&10));
+
+        // On disk: the manifest says the same.
+        let m = ManifestState::load(&io, Path::new(DIR)).unwrap().unwrap();
+        assert_eq!(
+            m.levels.iter().map(|l| (l.0, l.1)).collect::<Vec<_>>(),
+            vec![(2, 3)]
+        );
+        assert_eq!(m.segments.len(), 1);
+        assert_eq!((m.segments[0].id, m.segments[0].garbage), (10, 100));
+        assert_eq!((m.log_min_id, m.flushed_lsn, m.next_file_id), (5, 40, 20));
+        drop(vs);
+
+        // Obsolete files go once their last holder lets go.
+        let run1 = Path::new(DIR).join(crate::level::reader::file_name(1));
+        assert!(fs.read_file(&run1).is_some(), "held by `obsolete`");
+        drop(obsolete);
+        drop(sv);
+        drop(edit);
+        assert!(
+            fs.read_file(&run1).is_none(),
+            "an obsolete run stayed on disk"
+        );
+    }
+
+    #[test]
+    fn a_failed_store_changes_nothing_in_memory() {
+        let fs = SimFs::new();
+        let io = io(&fs);
+        let vset = set(&io);
+        let edit = merge_edit(&io);
+        let (before, _) = vset.snapshot();
+        fs.fail_at(fs.op_count(), FailMode::FromThenOn);
+        let mut vs = vset.lock();
+        assert!(vset.log_and_apply(&mut vs, &edit, None).is_err());
+        assert!(
+            Arc::ptr_eq(vs.version(), &before.version),
+            "version changed"
+        );
+        assert!(vs.segments().contains_key(&11), "segment table changed");
+        assert_eq!(vs.segments()[&10].garbage, 0, "garbage applied");
+        drop(vs);
+        let (after, _) = vset.snapshot();
+        assert!(Arc::ptr_eq(&after, &before), "readers saw the change");
+        fs.clear_faults();
+        drop((after, before, edit));
+        // Nothing was marked obsolete: run 1 is still on disk with its last holder gone.
+        let run1 = Path::new(DIR).join(crate::level::reader::file_name(1));
+        assert!(fs.read_file(&run1).is_some());
+    }
+
+    #[test]
+    fn registered_segments_are_in_the_next_manifest() {
+        let fs = SimFs::new();
+        let io = io(&fs);
+        let vset = set(&io);
+        let id = vset.register_segment(SEGMENT_LARGE, 0);
+        assert_eq!(id, 20);
+        let mut vs = vset.lock();
+        vset.log_and_apply(&mut vs, &VersionEdit::default(), None)
+            .unwrap();
+        let m = ManifestState::load(&io, Path::new(DIR)).unwrap().unwrap();
+        assert!(m.segments.iter().any(|s| s.id == 20));
+        assert_eq!(m.next_file_id, 21);
+    }
+}

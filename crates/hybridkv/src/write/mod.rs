@@ -455,3 +455,212 @@ pub(crate) fn replay_ops(mem: &Memtable, first_lsn: u64, ops: Vec<BatchOp<'_>>) 
     }
     lsn.saturating_sub(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{FailMode, SimFs};
+    use crate::log::small;
+    use crate::manifest::version::Version;
+    use crate::version_set::{Recovered, SuperVersion};
+    use std::path::PathBuf;
+
+    const DIR: &str = "/db";
+
+    /// The engine as the write path sees it, without the engine.
+    struct TestEnv {
+        opts: Options,
+        io: Io,
+        dir: PathBuf,
+        versions: VersionSet,
+        counters: Counters,
+        poison: Mutex<Option<String>>,
+    }
+
+    impl WriteEnv for TestEnv {
+        fn opts(&self) -> &Options {
+            &self.opts
+        }
+        fn io(&self) -> &Io {
+            &self.io
+        }
+        fn dir(&self) -> &Path {
+            &self.dir
+        }
+        fn versions(&self) -> &VersionSet {
+            &self.versions
+        }
+        fn counters(&self) -> &Counters {
+            &self.counters
+        }
+        fn check_poison(&self) -> Result<()> {
+            match &*self.poison.lock() {
+                Some(why) => Err(Error::Poisoned(why.clone())),
+                None => Ok(()),
+            }
+        }
+        fn set_poison(&self, why: &Error) {
+            self.poison.lock().get_or_insert_with(|| why.to_string());
+        }
+        fn is_shutdown(&self) -> bool {
+            false
+        }
+        fn wait_for_background(&self) -> Result<()> {
+            Ok(())
+        }
+        fn wake_background(&self) {}
+    }
+
+    fn setup(fs: &SimFs) -> (TestEnv, WritePath) {
+        let io = Io::new(Arc::new(fs.clone()), false);
+        let dir = PathBuf::from(DIR);
+        io.fs().create_dir_all(&dir).unwrap();
+        let mem = Arc::new(Memtable::new());
+        let version = Arc::new(Version::empty(3));
+        let versions = VersionSet::new(
+            io.clone(),
+            dir.clone(),
+            Recovered {
+                version: Arc::clone(&version),
+                log_min_id: 0,
+                flushed_lsn: 0,
+                segments: Default::default(),
+                levels: 5,
+                sv: SuperVersion {
+                    mem: Arc::clone(&mem),
+                    imms: Vec::new(),
+                    version,
+                    segments: Default::default(),
+                },
+                visible: 0,
+                next_file_id: 1,
+            },
+        );
+        let writer = SmallLogWriter::create(&io, &dir, versions.alloc_file_id()).unwrap();
+        let env = TestEnv {
+            opts: Options::default(),
+            io,
+            dir,
+            versions,
+            counters: Counters::default(),
+            poison: Mutex::new(None),
+        };
+        let log = LogState {
+            writer,
+            unsynced: Vec::new(),
+            large: None,
+            mem,
+            next_lsn: 1,
+        };
+        (env, WritePath::new(log, 0))
+    }
+
+    /// One logged record: its first LSN and its ops as (key, kind).
+    type Logged = (u64, Vec<(Vec<u8>, &'static str)>);
+
+    /// Every record of the small log, decoded.
+    fn logged(env: &TestEnv) -> Vec<Logged> {
+        let files = small::list(&env.io, &env.dir, 0).unwrap();
+        let mut out = Vec::new();
+        for (_, path) in files {
+            for rec in small::replay_file(&env.io, &path, true).unwrap().records {
+                let ops = decode_ops(&rec.payload, rec.count).unwrap();
+                let ops = ops
+                    .into_iter()
+                    .map(|op| match op {
+                        BatchOp::Put(k, _) => (k.to_vec(), "put"),
+                        BatchOp::Delete(k) => (k.to_vec(), "delete"),
+                        BatchOp::PutLarge(k, _) => (k.to_vec(), "put-large"),
+                    })
+                    .collect();
+                out.push((rec.first_lsn, ops));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn one_commit_assigns_lsns_logs_each_record_and_inserts() {
+        let fs = SimFs::new();
+        let (env, writes) = setup(&fs);
+        let big = vec![7u8; 3000];
+        let records = [
+            CommitRecord {
+                ops: vec![BatchOp::Put(b"a", b"small"), BatchOp::Put(b"b", &big)],
+                payload: None,
+                relocation: false,
+            },
+            CommitRecord {
+                ops: vec![BatchOp::Delete(b"a")],
+                payload: None,
+                relocation: false,
+            },
+        ];
+        let mut log = writes.lock();
+        let done = writes.commit(&env, &mut log, &records, false).unwrap();
+        assert_eq!((done.puts, done.deletes, done.large_values), (2, 1, 1));
+        assert_eq!(log.next_lsn, 4);
+        let mem = Arc::clone(&log.mem);
+        drop(log);
+        assert_eq!(env.versions.snapshot().1, 3, "visible LSN");
+        assert_eq!(
+            logged(&env),
+            vec![
+                (
+                    1,
+                    vec![(b"a".to_vec(), "put"), (b"b".to_vec(), "put-large")]
+                ),
+                (3, vec![(b"a".to_vec(), "delete")]),
+            ]
+        );
+        assert_eq!(mem.get(b"a", 3).map(|f| f.0), Some(3));
+        assert_eq!(mem.get(b"a", 2).map(|f| f.0), Some(1));
+        assert!(matches!(
+            mem.get(b"b", 3).map(|f| f.1),
+            Some(crate::level::LevelValue::Large(_))
+        ));
+    }
+
+    #[test]
+    fn a_relocation_sends_every_value_to_the_large_log() {
+        let fs = SimFs::new();
+        let (env, writes) = setup(&fs);
+        let record = CommitRecord {
+            ops: vec![BatchOp::Put(b"k", b"tiny")],
+            payload: None,
+            relocation: true,
+        };
+        let mut log = writes.lock();
+        let done = writes.commit(&env, &mut log, &[record], true).unwrap();
+        drop(log);
+        assert_eq!(done.large_values, 1);
+        assert_eq!(logged(&env), vec![(1, vec![(b"k".to_vec(), "put-large")])]);
+        // Synced: the record survives a power loss.
+        let img = fs.crash_image(crate::io::CrashKind::DropUnsynced);
+        let io = Io::new(Arc::new(img), false);
+        let (_, path) = small::list(&io, Path::new(DIR), 0).unwrap().pop().unwrap();
+        assert_eq!(
+            small::replay_file(&io, &path, true).unwrap().records.len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_failed_log_write_poisons_and_applies_nothing() {
+        let fs = SimFs::new();
+        let (env, writes) = setup(&fs);
+        fs.fail_at(fs.op_count(), FailMode::FromThenOn);
+        let record = CommitRecord {
+            ops: vec![BatchOp::Put(b"k", b"v")],
+            payload: None,
+            relocation: false,
+        };
+        let mut log = writes.lock();
+        assert!(writes.commit(&env, &mut log, &[record], true).is_err());
+        assert_eq!(log.next_lsn, 1, "LSNs handed out");
+        assert!(log.mem.is_empty(), "inserted into the memtable");
+        drop(log);
+        assert_eq!(env.versions.snapshot().1, 0, "made visible");
+        assert!(matches!(env.check_poison(), Err(Error::Poisoned(_))));
+    }
+}
