@@ -1,33 +1,47 @@
-//! Crash-point enumeration: a seeded workload of a few hundred operations (puts of small,
-//! medium and large pairs, deletes, batches, some synced; reads; flush, compact and gc
-//! calls, so flushes, compactions, transient-log merges and GC passes all happen) runs
-//! once on a recording `SimFs`. Every mutation of the file system is a crash point: for
-//! each, the disk is rebuilt as it was right after that mutation, every kind of crash
-//! image is taken, the database is reopened, and the prefix property is checked against
-//! the model: the recovered state is the model after some prefix of the operations, and
-//! that prefix holds every write acknowledged with `sync` (and every write acknowledged
-//! before an acknowledged `flush`), or, after a process crash, every acknowledged write.
-//! Then one synced write and a second power loss: the same state must come back, with
-//! that write (recovery must make what it recovered durable before accepting writes).
+//! Crash-point enumeration: a seeded workload runs once on a recording `SimFs`. Every
+//! mutation of the file system is a crash point: for each, the disk is rebuilt as it was
+//! right after that mutation, every kind of crash image is taken, the database is
+//! reopened, and the prefix property is checked against the model: the recovered state is
+//! the model after some prefix of the operations, and that prefix holds every write
+//! acknowledged with `sync` (and every write acknowledged before an acknowledged `flush`),
+//! or, after a process crash, every acknowledged write. Then one synced write and a second
+//! power loss: the same state must come back, with that write (recovery must make what it
+//! recovered durable before accepting writes).
 //!
-//! Two workload seeds run by default, `CRASH_SEED=n` runs one other. Every crash point is
-//! tried when a run has fewer than 1500 mutations, otherwise a seeded sample of 1500
-//! (`CRASH_POINTS=all` tries them all).
+//! Two workloads are enumerated:
+//!
+//! - the mixed one (`common::workload`, a few hundred operations: puts of small, medium
+//!   and large pairs, deletes, batches, some synced; reads; flush, compact and gc calls,
+//!   so flushes, compactions, transient-log merges and GC passes all happen);
+//! - the GC one (`common::gc_workload`): rounds of large values in 64 KiB segments, a
+//!   fifth of them overwritten and flushed (so their segments reach the GC threshold),
+//!   most of the rest overwritten or deleted without sync, then a GC pass. Its victims'
+//!   records are dead only through writes a power loss can still take: a crash point
+//!   inside the pass finds out whether GC freed a segment before those writes were
+//!   durable (their loss would bring back versions pointing into the freed segment).
+//!
+//! Two seeds of the mixed workload and one of the GC workload run by default;
+//! `CRASH_SEED=n` runs seed n of both instead. Every crash point is tried when a run has
+//! fewer than 1500 mutations, otherwise a seeded sample of 1500 (`CRASH_POINTS=all` tries
+//! them all): `CRASH_POINTS=all CRASH_SEED=n cargo test -p hybridkv --test crash_points
+//! -- --nocapture` is the long version, for any n.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::{
-    count_panics, find_prefix, lower_bound, panics, read_state, run_workload, small_opts, states,
-    universe, workload, Model, Op, Outcome, Rng, DIR,
+    count_panics, find_prefix, gc_workload, lower_bound, panics, read_state, run_workload,
+    small_opts, states, universe, workload, Model, Op, Outcome, Rng, DIR,
 };
 use hybridkv::io::{CrashKind, SimFs};
-use hybridkv::{Db, WriteOptions};
+use hybridkv::{Db, Stats, WriteOptions};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 const OPS: usize = 400;
+/// Rounds of the GC workload.
+const GC_ROUNDS: usize = 3;
 /// Crash points tried by default (all of them with `CRASH_POINTS=all`).
 const SAMPLE: usize = 1500;
 const MARKER: &[u8] = b"zz-marker-after-recovery";
@@ -87,16 +101,37 @@ impl Case<'_> {
     }
 }
 
-/// Runs the enumeration for one workload seed; returns (crash points, images, violations).
-fn crash_points(seed: u64) -> (usize, u64, u64) {
-    let ops = workload(seed, OPS);
-    let states = states(&ops);
-    let universe = universe(&ops);
+/// What the mixed workload must have done: flushes, compactions, transient-log merges, GC.
+fn mixed_expectations(s: &Stats) {
+    assert!(s.flushes >= 5, "the workload must flush");
+    assert!(s.compactions >= 2, "the workload must compact");
+    assert!(s.transient_segments_created > 0 && s.medium_values_merged > 0);
+    assert!(s.gc_segments_freed > 0, "the workload must collect garbage");
+}
+
+/// What the GC workload must have done: GC passes that freed segments.
+fn gc_expectations(s: &Stats) {
+    assert!(s.flushes >= 2 * GC_ROUNDS as u64, "the workload must flush");
+    assert!(
+        s.gc_passes >= GC_ROUNDS as u64,
+        "the workload must run GC passes"
+    );
+    assert!(
+        s.gc_segments_freed >= GC_ROUNDS as u64,
+        "GC must free segments whose records died by unsynced writes"
+    );
+}
+
+/// Runs the enumeration for one workload (`label`, made from `seed`); returns (crash
+/// points, images, violations).
+fn crash_points(label: &str, seed: u64, ops: &[Op], expect: fn(&Stats)) -> (usize, u64, u64) {
+    let states = states(ops);
+    let universe = universe(ops);
 
     // The recorded run.
     let fs = SimFs::recording();
     let db = Db::open_with_fs(DIR, small_opts(), Arc::new(fs.clone())).unwrap();
-    let outcomes = run_workload(&db, &ops, || fs.mutation_count());
+    let outcomes = run_workload(&db, ops, || fs.mutation_count());
     for (i, o) in outcomes.iter().enumerate() {
         assert!(o.ok(), "op {i} {:?} failed: {:?}", ops[i], o.result);
     }
@@ -104,7 +139,7 @@ fn crash_points(seed: u64) -> (usize, u64, u64) {
     drop(db);
     let synced = ops.iter().filter(|o| o.is_sync_write()).count();
     println!(
-        "workload: {} ops ({synced} synced writes), {} flushes, {} compactions, \
+        "{label} workload, seed {seed}: {} ops ({synced} synced writes), {} flushes, {} compactions, \
          {} transient segments created / {} freed ({} medium values merged), \
          {} GC passes freed {} segments ({} records relocated)",
         ops.len(),
@@ -117,10 +152,7 @@ fn crash_points(seed: u64) -> (usize, u64, u64) {
         s.gc_segments_freed,
         s.gc_entries_relocated
     );
-    assert!(s.flushes >= 5, "the workload must flush");
-    assert!(s.compactions >= 2, "the workload must compact");
-    assert!(s.transient_segments_created > 0 && s.medium_values_merged > 0);
-    assert!(s.gc_segments_freed > 0, "the workload must collect garbage");
+    expect(&s);
 
     let history = fs.history().unwrap();
     let n = history.len();
@@ -137,7 +169,7 @@ fn crash_points(seed: u64) -> (usize, u64, u64) {
     };
 
     let case = Case {
-        ops: &ops,
+        ops,
         outcomes: &outcomes,
         states: &states,
         universe: &universe,
@@ -170,7 +202,7 @@ fn crash_points(seed: u64) -> (usize, u64, u64) {
         }
     }
     println!(
-        "seed {seed}: crash points: {} (after 0..={n} mutations), images: {images}, \
+        "{label} seed {seed}: crash points: {} (after 0..={n} mutations), images: {images}, \
          violations: {violations}, distinct prefixes recovered: {}",
         points.len(),
         prefixes.len(),
@@ -181,16 +213,26 @@ fn crash_points(seed: u64) -> (usize, u64, u64) {
 #[test]
 fn every_crash_point_recovers_a_prefix_holding_every_synced_write() {
     count_panics();
-    let seeds: Vec<u64> = match std::env::var("CRASH_SEED") {
-        Ok(s) => vec![s.parse().expect("CRASH_SEED is a number")],
-        Err(_) => vec![7, 8],
+    let (mixed_seeds, gc_seeds): (Vec<u64>, Vec<u64>) = match std::env::var("CRASH_SEED") {
+        Ok(s) => {
+            let seed = s.parse().expect("CRASH_SEED is a number");
+            (vec![seed], vec![seed])
+        }
+        Err(_) => (vec![7, 8], vec![9]),
     };
     let (mut points, mut images, mut violations) = (0, 0, 0);
-    for seed in seeds {
-        let (p, i, v) = crash_points(seed);
+    let mut add = |(p, i, v): (usize, u64, u64)| {
         points += p;
         images += i;
         violations += v;
+    };
+    for seed in mixed_seeds {
+        let ops = workload(seed, OPS);
+        add(crash_points("mixed", seed, &ops, mixed_expectations));
+    }
+    for seed in gc_seeds {
+        let ops = gc_workload(seed, GC_ROUNDS);
+        add(crash_points("GC", seed, &ops, gc_expectations));
     }
     println!(
         "crash points: {points}, images: {images}, violations: {violations}, panics: {}",

@@ -407,3 +407,156 @@ pub fn count_panics() {
 pub fn panics() -> u64 {
     PANICS.load(Ordering::SeqCst)
 }
+
+/// A value of exactly `len` bytes for version `version` of a key (the same shape as
+/// [`value`]'s).
+pub fn sized_value(len: usize, version: usize) -> Vec<u8> {
+    let mut v = format!("{version:08}|").into_bytes();
+    v.truncate(len);
+    let fill = (version as u8).wrapping_mul(31) | 1;
+    v.resize(len, fill);
+    v
+}
+
+/// A large value (1004 to 2503 bytes: 26 to 65 of them fill a 64 KiB segment).
+pub fn large_value(rng: &mut Rng, version: usize) -> Vec<u8> {
+    sized_value(1004 + rng.below(1500) as usize, version)
+}
+
+/// A value of any class for an overwrite: mostly large, sometimes medium or small.
+fn any_value(rng: &mut Rng, version: usize) -> Vec<u8> {
+    match rng.below(10) {
+        0 => sized_value(9, version),
+        1 | 2 => sized_value(104, version),
+        _ => large_value(rng, version),
+    }
+}
+
+/// `rounds` seeded rounds that make the garbage collector free large-log segments whose
+/// records are dead only through writes that are not durable yet. Each round uses its
+/// own keys:
+///
+/// 1. loads 60 to 75 large values (several 64 KiB segments) and a dozen medium and small
+///    pairs, a few synced, some in batches; `Flush`, `Compact`;
+/// 2. overwrites about a fifth of the large keys (and some medium ones) and flushes: the
+///    compaction this flush triggers counts their old records as garbage, which brings
+///    the segments over the GC threshold; `Flush`, `Compact`;
+/// 3. overwrites or deletes, never synced, every other large key (in even rounds) or all
+///    but a few (in odd rounds: the records left are live, and GC must relocate them);
+/// 4. `Gc`: the victims' records are now dead mostly through the writes of step 3, which
+///    a power loss can still take (in even rounds nothing is relocated, so no sync of
+///    the relocation makes them durable by the way); then a few reads.
+///
+/// Every memtable stays well under `small_opts().memtable_size`, so flushes and
+/// compactions happen only through the `Flush` and `Compact` calls (never while writes
+/// run), and every `Flush` is followed by a `Compact`.
+pub fn gc_workload(seed: u64, rounds: usize) -> Vec<Op> {
+    let mut rng = Rng::new(seed);
+    let mut ops: Vec<Op> = Vec::new();
+    for round in 0..rounds as u64 {
+        let first = 1000 + round * 100;
+        let large: Vec<Vec<u8>> = (0..60 + rng.below(16)).map(|j| key(first + j)).collect();
+        let medium: Vec<Vec<u8>> = (0..12).map(|j| key(first + 80 + j)).collect();
+
+        // 1. Load.
+        let mut pending: Vec<Vec<u8>> = medium.clone();
+        for k in &large {
+            let v = large_value(&mut rng, ops.len());
+            if rng.chance(8) {
+                // A batch: this large pair with a medium or small one.
+                let m = pending.pop().unwrap_or_else(|| key(first + 99));
+                let len = if rng.chance(50) { 104 } else { 9 };
+                ops.push(Op::Batch {
+                    ops: vec![(k.clone(), Some(v)), (m, Some(sized_value(len, ops.len())))],
+                    sync: rng.chance(20),
+                });
+            } else {
+                ops.push(Op::Put {
+                    key: k.clone(),
+                    value: v,
+                    sync: rng.chance(5),
+                });
+            }
+            if rng.chance(15) {
+                if let Some(m) = pending.pop() {
+                    let len = if rng.chance(70) { 104 } else { 9 };
+                    ops.push(Op::Put {
+                        key: m,
+                        value: sized_value(len, ops.len()),
+                        sync: false,
+                    });
+                }
+            }
+        }
+        for m in pending {
+            ops.push(Op::Put {
+                key: m,
+                value: sized_value(104, ops.len()),
+                sync: false,
+            });
+        }
+        ops.push(Op::Flush);
+        ops.push(Op::Compact);
+
+        // 2. Overwrite about a fifth, flush: their old records become counted garbage.
+        let mut rest = Vec::new();
+        for k in &large {
+            if rng.chance(20) {
+                let v = any_value(&mut rng, ops.len());
+                ops.push(Op::Put {
+                    key: k.clone(),
+                    value: v,
+                    sync: rng.chance(10),
+                });
+            } else {
+                rest.push(k.clone());
+            }
+        }
+        for m in &medium {
+            if rng.chance(40) {
+                ops.push(Op::Put {
+                    key: m.clone(),
+                    value: sized_value(104, ops.len()),
+                    sync: false,
+                });
+            }
+        }
+        ops.push(Op::Flush);
+        ops.push(Op::Compact);
+
+        // 3. Kill the rest, or most of it, without sync.
+        let keep = if round % 2 == 1 { 8 } else { 0 };
+        for k in &rest {
+            match rng.below(100) {
+                r if r < keep => {} // stays live: relocated by GC
+                8..=27 => ops.push(Op::Delete {
+                    key: k.clone(),
+                    sync: false,
+                }),
+                28..=37 => {
+                    let v = sized_value(104, ops.len());
+                    ops.push(Op::Batch {
+                        ops: vec![(k.clone(), Some(v)), (key(first + 99), None)],
+                        sync: false,
+                    });
+                }
+                _ => {
+                    let v = any_value(&mut rng, ops.len());
+                    ops.push(Op::Put {
+                        key: k.clone(),
+                        value: v,
+                        sync: false,
+                    });
+                }
+            }
+        }
+
+        // 4. Collect, then read.
+        ops.push(Op::Gc);
+        for _ in 0..4 {
+            let k = large[rng.below(large.len() as u64) as usize].clone();
+            ops.push(Op::Get { key: k });
+        }
+    }
+    ops
+}
