@@ -6,8 +6,8 @@
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::filename::{self, DbFile, FileKind};
 use crate::io::IoComponent;
-use crate::level::reader as level_reader;
 use crate::level::LevelValue;
 use crate::log::large::{self, SegmentKind};
 use crate::log::ptr::LogPtr;
@@ -171,17 +171,14 @@ impl Engine {
         }
         let segment_ids: HashSet<u64> = segments.iter().map(|(id, _)| *id).collect();
         for name in self.io.fs().list(&self.dir)? {
-            let orphan = if let Some(id) = level_reader::parse_name(&name) {
-                !level_ids.contains(&id)
-            } else if let Some(id) = SegmentKind::Large
-                .parse_name(&name)
-                .or_else(|| SegmentKind::Transient.parse_name(&name))
-            {
-                !segment_ids.contains(&id)
-            } else if let Some(id) = small::parse_name(&name) {
-                id < log_min
-            } else {
-                name.ends_with(".tmp")
+            let orphan = match filename::parse(&name) {
+                Some(DbFile::Numbered(FileKind::Level, id)) => !level_ids.contains(&id),
+                Some(DbFile::Numbered(FileKind::LargeSegment | FileKind::TransientSegment, id)) => {
+                    !segment_ids.contains(&id)
+                }
+                Some(DbFile::Numbered(FileKind::SmallLog, id)) => id < log_min,
+                Some(DbFile::Temp) => true,
+                _ => false,
             };
             if orphan {
                 report.orphans.push(name);

@@ -26,6 +26,7 @@ mod compaction;
 mod db;
 mod engine;
 mod error;
+mod filename;
 mod format;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -9,14 +9,15 @@
 use crate::cache::NodeCache;
 use crate::engine::{BgState, Engine};
 use crate::error::{Error, Result};
+use crate::filename::{self, DbFile, FileKind};
 use crate::io::{Io, IoComponent};
-use crate::level::{reader as level_reader, LevelFile};
+use crate::level::LevelFile;
 use crate::log::large::{self, RecordIndex, SegmentFile, SegmentKind, SegmentTail};
 use crate::log::small::{self, SmallLogWriter};
 use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
+use crate::manifest::ManifestState;
 use crate::manifest::SEGMENT_LARGE;
-use crate::manifest::{ManifestState, MANIFEST_NAME};
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::stats::Counters;
@@ -28,25 +29,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-
-const LOCK_NAME: &str = "LOCK";
-
-/// Whether a directory entry is one hybridkv writes.
-fn is_ours(name: &str) -> bool {
-    name == MANIFEST_NAME
-        || name == LOCK_NAME
-        || name.ends_with(".tmp")
-        || small::parse_name(name).is_some()
-        || level_reader::parse_name(name).is_some()
-        || segment_name(name).is_some()
-}
-
-/// Kind and id of a log-segment file name.
-fn segment_name(name: &str) -> Option<(SegmentKind, u64)> {
-    [SegmentKind::Large, SegmentKind::Transient]
-        .into_iter()
-        .find_map(|k| k.parse_name(name).map(|id| (k, id)))
-}
 
 impl Engine {
     pub(crate) fn open(dir: &Path, opts: Options, io: Io) -> Result<Arc<Engine>> {
@@ -68,18 +50,21 @@ impl Engine {
             }
         }
         let names = io.fs().list(dir)?;
-        let has_manifest = names.iter().any(|n| n == MANIFEST_NAME);
+        let has_manifest = names.iter().any(|n| n == filename::MANIFEST);
         if !has_manifest {
-            let foreign: Vec<&String> = names.iter().filter(|n| !is_ours(n)).collect();
+            let foreign: Vec<&String> = names
+                .iter()
+                .filter(|n| filename::parse(n).is_none())
+                .collect();
             if let Some(first) = foreign.first() {
                 return Err(Error::InvalidArgument(format!(
                     "{} is not a hybridkv database (it holds other files, e.g. {first})",
                     dir.display()
                 )));
             }
-            if names.iter().any(|n| level_reader::parse_name(n).is_some()) {
+            if !filename::numbered(&names, FileKind::Level).is_empty() {
                 return Err(Error::corruption(
-                    dir.join(MANIFEST_NAME),
+                    dir.join(filename::MANIFEST),
                     0,
                     "manifest missing but level files exist",
                 ));
@@ -91,7 +76,7 @@ impl Engine {
                 )));
             }
         }
-        let lock = io.fs().lock(&dir.join(LOCK_NAME))?;
+        let lock = io.fs().lock(&dir.join(filename::LOCK))?;
 
         // A new database gets its first manifest from the version set, once it exists,
         // before any new file is created.
@@ -137,18 +122,26 @@ impl Engine {
         let mut segment_meta: BTreeMap<u64, SegmentMeta> = BTreeMap::new();
         for name in io.fs().list(dir)? {
             let path = dir.join(&name);
-            if let Some(id) = level_reader::parse_name(&name) {
+            let Some(file) = filename::parse(&name) else {
+                continue;
+            };
+            let segment_kind = match file {
+                DbFile::Numbered(FileKind::LargeSegment, _) => Some(SegmentKind::Large),
+                DbFile::Numbered(FileKind::TransientSegment, _) => Some(SegmentKind::Transient),
+                _ => None,
+            };
+            if let DbFile::Numbered(_, id) = file {
                 max_id = max_id.max(id);
+            }
+            if let DbFile::Numbered(FileKind::Level, id) = file {
                 if !state.levels.iter().any(|&(_, lid, _)| lid == id) {
                     io.fs().remove(&path)?;
                 }
-            } else if let Some(id) = small::parse_name(&name) {
-                max_id = max_id.max(id);
+            } else if let DbFile::Numbered(FileKind::SmallLog, id) = file {
                 if id < state.log_min_id {
                     io.fs().remove(&path)?;
                 }
-            } else if let Some((kind, id)) = segment_name(&name) {
-                max_id = max_id.max(id);
+            } else if let (Some(kind), DbFile::Numbered(_, id)) = (segment_kind, file) {
                 let known = state.segments.iter().find(|s| s.id == id);
                 // A large segment started after the manifest was written may hold committed
                 // values (the small log points at them). A transient segment is referenced
@@ -180,7 +173,7 @@ impl Engine {
                     // Freed (GC, merge) or never installed before a crash.
                     io.fs().remove(&path)?;
                 }
-            } else if name.ends_with(".tmp") {
+            } else if file == DbFile::Temp {
                 io.fs().remove(&path)?;
             }
         }

@@ -7,9 +7,7 @@
 
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::level::reader as level_reader;
-use crate::log::large::SegmentKind;
-use crate::log::small;
+use crate::filename::{self, DbFile, FileKind};
 use crate::manifest::SEGMENT_LARGE;
 use crate::read::iter::{DbIterator, ValueHome};
 use std::collections::HashSet;
@@ -140,28 +138,22 @@ impl Engine {
                 Err(_) => continue, // deleted while listing
             };
             report.total_on_disk += bytes;
-            if let Some(id) = level_reader::parse_name(&name) {
-                if level_ids.contains(&id) {
+            match filename::parse(&name) {
+                Some(DbFile::Numbered(FileKind::Level, id)) if level_ids.contains(&id) => {
                     levels += bytes
-                } else {
-                    pending += bytes
                 }
-            } else if let Some(id) = SegmentKind::Large.parse_name(&name) {
-                if large_ids.contains(&id) {
+                Some(DbFile::Numbered(FileKind::LargeSegment, id)) if large_ids.contains(&id) => {
                     large += bytes
-                } else {
-                    pending += bytes
                 }
-            } else if let Some(id) = SegmentKind::Transient.parse_name(&name) {
-                if transient_ids.contains(&id) {
+                Some(DbFile::Numbered(FileKind::TransientSegment, id))
+                    if transient_ids.contains(&id) =>
+                {
                     transient += bytes
-                } else {
-                    pending += bytes
                 }
-            } else if small::parse_name(&name).is_some() {
-                wal += bytes;
-            } else {
-                meta += bytes;
+                Some(DbFile::Numbered(FileKind::SmallLog, _)) => wal += bytes,
+                // Runs and segments no longer live, still held by a reader.
+                Some(DbFile::Numbered(..)) => pending += bytes,
+                _ => meta += bytes,
             }
         }
         let large_live = live_large.min(large);

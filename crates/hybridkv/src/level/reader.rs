@@ -51,12 +51,7 @@ pub(crate) type LevelEntry = (Vec<u8>, u64, LevelValue);
 
 /// File name of level file `id`.
 pub(crate) fn file_name(id: u64) -> String {
-    format!("{id:08}.lvl")
-}
-
-/// Parses a level file name back to its id.
-pub(crate) fn parse_name(name: &str) -> Option<u64> {
-    name.strip_suffix(".lvl")?.parse().ok()
+    crate::filename::FileKind::Level.name(id)
 }
 
 /// One immutable level file. Deleted from disk when marked obsolete and the last reference

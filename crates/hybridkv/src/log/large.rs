@@ -8,6 +8,7 @@
 
 use super::ptr::LogPtr;
 use crate::error::{Error, Result};
+use crate::filename::FileKind;
 use crate::format::{crc32c, crc32c_append, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, WritableFile};
 use crate::options::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
@@ -34,10 +35,11 @@ pub(crate) enum SegmentKind {
 }
 
 impl SegmentKind {
-    fn extension(self) -> &'static str {
+    /// Its kind of file (`filename`).
+    pub(crate) fn file_kind(self) -> FileKind {
         match self {
-            SegmentKind::Large => "vlog",
-            SegmentKind::Transient => "tlog",
+            SegmentKind::Large => FileKind::LargeSegment,
+            SegmentKind::Transient => FileKind::TransientSegment,
         }
     }
 
@@ -51,15 +53,7 @@ impl SegmentKind {
 
     /// File name of segment `id`.
     pub(crate) fn file_name(self, id: u64) -> String {
-        format!("{id:08}.{}", self.extension())
-    }
-
-    /// Parses a segment file name of this kind back to its id.
-    pub(crate) fn parse_name(self, name: &str) -> Option<u64> {
-        name.strip_suffix(self.extension())?
-            .strip_suffix('.')?
-            .parse()
-            .ok()
+        self.file_kind().name(id)
     }
 }
 

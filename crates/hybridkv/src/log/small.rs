@@ -12,6 +12,7 @@
 //! followed by a valid one is `Error::Corruption` with the file and offset.
 
 use crate::error::{Error, Result};
+use crate::filename::{self, FileKind};
 use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent, WritableFile};
 use std::path::{Path, PathBuf};
@@ -24,12 +25,7 @@ const RECORD_HEADER: usize = 24;
 
 /// File name of small-log file `id`.
 pub(crate) fn file_name(id: u64) -> String {
-    format!("{id:08}.wal")
-}
-
-/// Parses a small-log file name back to its id.
-pub(crate) fn parse_name(name: &str) -> Option<u64> {
-    name.strip_suffix(".wal")?.parse().ok()
+    FileKind::SmallLog.name(id)
 }
 
 fn file_header() -> [u8; FILE_HEADER] {
@@ -238,15 +234,12 @@ pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> 
 
 /// Paths of the small-log files in `dir` with id >= `min_id`, oldest first.
 pub(crate) fn list(io: &Io, dir: &Path, min_id: u64) -> Result<Vec<(u64, PathBuf)>> {
-    let mut out: Vec<(u64, PathBuf)> = io
-        .fs()
-        .list(dir)?
+    let names = io.fs().list(dir)?;
+    Ok(filename::numbered(&names, FileKind::SmallLog)
         .into_iter()
-        .filter_map(|n| parse_name(&n).map(|id| (id, dir.join(n))))
         .filter(|(id, _)| *id >= min_id)
-        .collect();
-    out.sort_by_key(|(id, _)| *id);
-    Ok(out)
+        .map(|(id, name)| (id, dir.join(name)))
+        .collect())
 }
 
 #[cfg(test)]

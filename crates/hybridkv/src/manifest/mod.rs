@@ -14,7 +14,6 @@ use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent};
 use std::path::Path;
 
-pub(crate) const MANIFEST_NAME: &str = "MANIFEST";
 const MAGIC: &[u8; 8] = b"HKVMANIF";
 /// Format version of the manifest.
 pub(crate) const MANIFEST_VERSION: u32 = 1;
@@ -173,12 +172,17 @@ impl ManifestState {
 
     /// Writes this state as the new manifest, atomically and durably.
     pub(crate) fn store(&self, io: &Io, dir: &Path) -> Result<()> {
-        io.write_atomic(dir, MANIFEST_NAME, &self.encode(), IoComponent::Manifest)
+        io.write_atomic(
+            dir,
+            crate::filename::MANIFEST,
+            &self.encode(),
+            IoComponent::Manifest,
+        )
     }
 
     /// Reads the manifest, `None` if the directory has none.
     pub(crate) fn load(io: &Io, dir: &Path) -> Result<Option<Self>> {
-        let path = dir.join(MANIFEST_NAME);
+        let path = dir.join(crate::filename::MANIFEST);
         if io.fs().kind(&path)?.is_none() {
             return Ok(None);
         }
