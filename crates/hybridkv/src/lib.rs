@@ -20,6 +20,7 @@
 //! The architecture (one module per component) is described in `docs/ARCHITECTURE.md`,
 //! every on-disk byte in `docs/FORMAT.md`.
 
+mod background;
 mod cache;
 mod check;
 mod compaction;
@@ -43,6 +44,7 @@ mod read;
 mod recovery;
 mod space;
 mod stats;
+mod value;
 mod version_set;
 mod write;
 

@@ -1,9 +1,8 @@
-//! Background threads: flush immutable memtables into L1 (each flush adds a sorted run)
-//! and merge levels down, then install each result (manifest first, then the readers'
-//! version, then file deletion).
+//! Flush and compaction jobs: write an immutable memtable as a new run of L1, merge a
+//! level into the next, and install each result through the version set (manifest first,
+//! then the readers' version, then file deletion). `background` decides when they run.
 
 use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
-use super::picker::{pick, LevelShape};
 use super::transient::{TransientReader, TransientSink};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -17,10 +16,8 @@ use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_TRANSIENT;
 use crate::memtable::Memtable;
 use crate::stats::Counters;
-use crate::version_set::VersionState;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Runs a job, turning a panic into an error: a background job that dies must poison the
 /// engine (refusing writes with a message), never leave its levels busy and writers hung.
@@ -38,94 +35,7 @@ fn contain_panic(job: impl FnOnce() -> Result<()>) -> Result<()> {
     }
 }
 
-/// A unit of background work.
-enum Work {
-    Flush(Arc<Memtable>),
-    Compact(usize),
-}
-
 impl Engine {
-    /// The loop each background thread runs until shutdown.
-    pub(crate) fn background_loop(self: &Arc<Self>) {
-        loop {
-            let work = {
-                let mut g = self.bg.lock();
-                loop {
-                    if g.shutdown {
-                        return;
-                    }
-                    if self.poison.lock().is_none() {
-                        if let Some(w) = self.claim_work() {
-                            g.running += 1;
-                            break w;
-                        }
-                    }
-                    self.bg_cv.wait_for(&mut g, Duration::from_millis(500));
-                }
-            };
-            let result = match &work {
-                Work::Flush(mem) => self.run_flush(mem),
-                Work::Compact(level) => self.run_compaction(*level),
-            };
-            if let Err(e) = result {
-                // A failed job leaves the old state installed; refusing writes keeps
-                // memory bounded and makes the failure visible.
-                self.set_poison(&e);
-            }
-            self.bg.lock().running -= 1;
-            self.wake_all();
-        }
-    }
-
-    /// Picks the next job and marks it. Flushes come first.
-    fn claim_work(&self) -> Option<Work> {
-        // Read the oldest memtable under the versions lock: a flush removes its memtable
-        // from the super version under this lock before it clears `flushing`, so a
-        // memtable seen here while no flush runs has not been flushed. (Reading it before
-        // the lock let a just-flushed memtable be flushed a second time, over newer data.)
-        let mut vs = self.versions.lock();
-        if !vs.flushing {
-            if let Some(mem) = self.versions.oldest_imm() {
-                vs.flushing = true;
-                return Some(Work::Flush(mem));
-            }
-        }
-        let level = pick(&self.level_shapes(&vs, false))?;
-        for l in [level, level + 1] {
-            if let Some(b) = vs.busy.get_mut(l) {
-                *b = true;
-            }
-        }
-        Some(Work::Compact(level))
-    }
-
-    /// What the picker sees. L1 is due when its runs reach the growth factor or its bytes
-    /// its target. A level counts its medium pairs at pointer size, plus their full value
-    /// size when the next level is the merge level: merging will write them in full
-    /// (Parallax §3.3), and counting them keeps the growth factor between levels.
-    fn level_shapes(&self, vs: &VersionState, ignore_busy: bool) -> Vec<LevelShape> {
-        let v = &vs.version();
-        (1..=self.opts.max_levels)
-            .map(|l| {
-                let mut bytes = v.level_bytes(l);
-                if v.is_merge_level(l + 1, self.opts.medium_merge_level) {
-                    bytes += v.level_medium_bytes(l);
-                }
-                LevelShape {
-                    bytes,
-                    target: self.opts.level_target_bytes(l),
-                    busy: !ignore_busy && vs.busy.get(l).copied().unwrap_or(true),
-                    runs: v.runs(l).len(),
-                    run_limit: if l == 1 {
-                        self.opts.growth_factor as usize
-                    } else {
-                        0
-                    },
-                }
-            })
-            .collect()
-    }
-
     fn open_output(&self, id: u64, meta: Option<LevelMeta>) -> Result<Option<Arc<LevelFile>>> {
         match meta {
             Some(_) => Ok(Some(Arc::new(LevelFile::open(
@@ -197,7 +107,7 @@ impl Engine {
     }
 
     /// Writes the oldest immutable memtable as a new run of L1.
-    fn run_flush(&self, mem: &Arc<Memtable>) -> Result<()> {
+    pub(crate) fn run_flush(&self, mem: &Arc<Memtable>) -> Result<()> {
         let result = contain_panic(|| self.flush_inner(mem));
         self.versions.lock().flushing = false;
         result
@@ -293,7 +203,7 @@ impl Engine {
     }
 
     /// Merges every run of level `level` and level `level + 1` into one run of `level + 1`.
-    fn run_compaction(&self, level: usize) -> Result<()> {
+    pub(crate) fn run_compaction(&self, level: usize) -> Result<()> {
         let result = contain_panic(|| self.compact_inner(level));
         let mut vs = self.versions.lock();
         for l in [level, level + 1] {
@@ -398,34 +308,6 @@ impl Engine {
             })?;
             self.run_compaction(level)?;
             self.wake_all();
-        }
-    }
-
-    /// Whether background work is pending or running.
-    pub(crate) fn has_pending_work(&self) -> bool {
-        if self.versions.imms_waiting() != 0 {
-            return true;
-        }
-        if self.bg.lock().running > 0 {
-            return true;
-        }
-        let vs = self.versions.lock();
-        pick(&self.level_shapes(&vs, true)).is_some()
-    }
-
-    /// Waits until `done()` holds, or fails if the engine is poisoned or closed.
-    pub(crate) fn wait_background(&self, done: impl Fn() -> bool) -> Result<()> {
-        loop {
-            if done() {
-                return Ok(());
-            }
-            self.check_poison()?;
-            let mut g = self.bg.lock();
-            if g.shutdown {
-                return Err(Error::Closed);
-            }
-            self.bg_cv.notify_all();
-            self.bg_cv.wait_for(&mut g, Duration::from_millis(20));
         }
     }
 }

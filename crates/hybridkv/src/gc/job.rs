@@ -39,40 +39,6 @@ pub struct GcReport {
 }
 
 impl Engine {
-    /// The garbage collector's thread: a pass every `gc_interval`, until shutdown.
-    pub(crate) fn gc_loop(&self) {
-        let mut ticks: u64 = 0;
-        loop {
-            ticks += 1;
-            {
-                let deadline = std::time::Instant::now() + self.opts.gc_interval;
-                let mut g = self.bg.lock();
-                // The condvar is shared with flushes and writers: wake for the deadline,
-                // an explicit request or shutdown, not for every notification.
-                while !g.shutdown && !g.gc_requested && std::time::Instant::now() < deadline {
-                    self.bg_cv.wait_until(&mut g, deadline);
-                }
-                if g.shutdown {
-                    return;
-                }
-                g.gc_requested = false;
-            }
-            if self.poison.lock().is_some() {
-                continue;
-            }
-            if let (Some(limit), true) = (self.opts.space_amp_limit, ticks.is_multiple_of(10)) {
-                if self.enforce_space_limit(limit).is_err() {
-                    Counters::add(&self.counters.gc_errors, 1);
-                }
-            }
-            if self.gc_pass(self.opts.gc_threshold).is_err() {
-                // Failures that endanger writes poisoned the engine inside the pass; others
-                // (a damaged segment) are reported by reads and by `check`.
-                Counters::add(&self.counters.gc_errors, 1);
-            }
-        }
-    }
-
     /// `space_amp_limit`: if disk use exceeds `limit` times the live data, merge every
     /// level down (so every dead version is counted) and collect every segment holding
     /// any garbage.

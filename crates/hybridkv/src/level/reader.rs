@@ -9,7 +9,6 @@ use crate::cache::{NodeBytes, NodeCache};
 use crate::error::{Error, Result};
 use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, IO_ALIGN};
-use crate::log::ptr::LogPtr;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,21 +17,7 @@ use std::sync::Arc;
 /// Read size of the compaction scanner (the paper reads levels in 2 MiB segments).
 const SCAN_WINDOW: usize = 2 << 20;
 
-/// A value as found in a level, owned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LevelValue {
-    Inline(Vec<u8>),
-    Overflow {
-        offset: u64,
-        len: u32,
-        crc: u32,
-    },
-    /// A medium pair's value in the transient log.
-    Medium(LogPtr),
-    /// A large pair's value in the large log.
-    Large(LogPtr),
-    Tombstone,
-}
+pub(crate) use crate::value::LevelValue;
 
 impl From<ValueRef<'_>> for LevelValue {
     fn from(v: ValueRef<'_>) -> Self {

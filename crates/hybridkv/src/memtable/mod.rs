@@ -4,8 +4,8 @@
 //! descending), and its byte size. Never: touches files. Readers see only versions with
 //! `lsn <= snapshot`; the commit path inserts and then publishes the snapshot LSN.
 
-use crate::level::LevelValue;
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
+use crate::value::LevelValue;
 use crossbeam_skiplist::SkipMap;
 use std::cmp::Ordering;
 use std::ops::Bound;
