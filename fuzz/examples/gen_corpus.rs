@@ -45,8 +45,8 @@ fn noise(seed: u64, n: usize) -> Vec<u8> {
         .collect()
 }
 
-fn p(segment: u64, offset: u64, len: u32) -> Ptr {
-    Ptr {
+fn p(segment: u64, offset: u64, len: u32) -> LogPtr {
+    LogPtr {
         segment,
         offset,
         len,
@@ -123,36 +123,20 @@ fn main() {
     let n_seg = o.n;
 
     let mut o = Out::new("level_node");
-    let leaf = vec![
-        LeafEntry {
-            key: b"apple".to_vec(),
-            lsn: 7,
-            value: LeafValue::Inline(b"red".to_vec()),
-        },
-        LeafEntry {
-            key: b"banana".to_vec(),
-            lsn: 8,
-            value: LeafValue::Tombstone,
-        },
-        LeafEntry {
-            key: b"cherry".to_vec(),
-            lsn: 9,
-            value: LeafValue::Overflow {
+    let leaf = [
+        (b"apple".to_vec(), 7, LevelValue::Inline(b"red".to_vec())),
+        (b"banana".to_vec(), 8, LevelValue::Tombstone),
+        (
+            b"cherry".to_vec(),
+            9,
+            LevelValue::Overflow {
                 offset: 4096,
                 len: 100_000,
                 crc: 0xdead_beef,
             },
-        },
-        LeafEntry {
-            key: b"date".to_vec(),
-            lsn: 10,
-            value: LeafValue::Large(p(3, 16, 1044)),
-        },
-        LeafEntry {
-            key: b"elder".to_vec(),
-            lsn: 11,
-            value: LeafValue::Medium(p(4, 16, 300)),
-        },
+        ),
+        (b"date".to_vec(), 10, LevelValue::Large(p(3, 16, 1044))),
+        (b"elder".to_vec(), 11, LevelValue::Medium(p(4, 16, 300))),
     ];
     for size in [256, 512] {
         for k in [1, 3, leaf.len()] {
@@ -192,14 +176,14 @@ fn main() {
 
     let mut o = Out::new("level_file");
     let file = |n: usize, big: bool| {
-        let rows: Vec<(Vec<u8>, u64, BuildValue)> = (0..n)
+        let rows: Vec<LevelEntry> = (0..n)
             .map(|i| {
                 let v = match i % 5 {
-                    0 if big => BuildValue::Bytes(vec![i as u8; 5000]),
-                    1 => BuildValue::Tombstone,
-                    2 => BuildValue::Medium(p(5, 16 * i as u64, 300)),
-                    3 => BuildValue::Large(p(6, 16 * i as u64, 2000)),
-                    _ => BuildValue::Bytes(vec![i as u8; 20]),
+                    0 if big => LevelValue::Inline(vec![i as u8; 5000]),
+                    1 => LevelValue::Tombstone,
+                    2 => LevelValue::Medium(p(5, 16 * i as u64, 300)),
+                    3 => LevelValue::Large(p(6, 16 * i as u64, 2000)),
+                    _ => LevelValue::Inline(vec![i as u8; 20]),
                 };
                 (format!("key{i:05}").into_bytes(), i as u64 + 1, v)
             })

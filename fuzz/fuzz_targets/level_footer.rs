@@ -6,7 +6,7 @@
 //! decode(encode(f)) == f for footers derived from the input.
 #![no_main]
 
-use hybridkv::fuzzing::{decode_footer, encode_footer, Footer, FOOTER_LEN};
+use hybridkv::fuzzing::{decode_footer, encode_footer, Footer, FOOTER_SIZE};
 use hybridkv_fuzz::fix_footer;
 use libfuzzer_sys::fuzz_target;
 
@@ -22,12 +22,12 @@ fuzz_target!(|input: &[u8]| {
         fix_footer(&mut f);
     }
     if let Ok(d) = decode_footer(&f) {
-        let ok = |s: u32| (4096..=1 << 20).contains(&s) && s % 4096 == 0;
+        let ok = |s: u32| (4096..=1 << 20).contains(&s) && s.is_multiple_of(4096);
         assert!(ok(d.leaf_size) && ok(d.index_size) && d.height <= 64);
         let again = encode_footer(&d);
         assert_eq!(again[..FIELDS], f[..FIELDS], "encode(decode(x)) != x");
-        if f[FIELDS..FOOTER_LEN - 4].iter().all(|&b| b == 0) {
-            assert_eq!(again, f[..FOOTER_LEN], "encode(decode(x)) != x");
+        if f[FIELDS..FOOTER_SIZE - 4].iter().all(|&b| b == 0) {
+            assert_eq!(again, f[..FOOTER_SIZE], "encode(decode(x)) != x");
         }
     }
     if rest.len() >= 64 {

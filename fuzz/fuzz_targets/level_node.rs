@@ -9,38 +9,34 @@
 #![no_main]
 
 use hybridkv::fuzzing::{
-    decode_index, decode_leaf, encode_index, encode_leaf, seal_node, LeafEntry, LeafValue, Ptr,
+    decode_index, decode_leaf, encode_index, encode_leaf, seal_node, LevelEntry, LevelValue, LogPtr,
 };
 use hybridkv_fuzz::bounded;
 use libfuzzer_sys::fuzz_target;
 
-fn entries_from(bytes: &[u8]) -> Vec<LeafEntry> {
+fn entries_from(bytes: &[u8]) -> Vec<LevelEntry> {
     let mut out = Vec::new();
     let mut key = Vec::new();
     for (i, c) in bytes.chunks(6).enumerate() {
         key.push(c[0]);
         let b = |j: usize| u64::from(c.get(j).copied().unwrap_or(0));
-        let p = Ptr {
+        let p = LogPtr {
             segment: b(1),
             offset: b(2) << 8,
             len: b(3) as u32 * 40,
         };
         let value = match c[0] % 5 {
-            0 => LeafValue::Inline(vec![c[0]; b(1) as usize * 2]),
-            1 => LeafValue::Overflow {
+            0 => LevelValue::Inline(vec![c[0]; b(1) as usize * 2]),
+            1 => LevelValue::Overflow {
                 offset: b(2) << 12,
                 len: b(3) as u32 * 1000,
                 crc: b(4) as u32,
             },
-            2 => LeafValue::Medium(p),
-            3 => LeafValue::Large(p),
-            _ => LeafValue::Tombstone,
+            2 => LevelValue::Medium(p),
+            3 => LevelValue::Large(p),
+            _ => LevelValue::Tombstone,
         };
-        out.push(LeafEntry {
-            key: key.clone(),
-            lsn: i as u64 * 7 + b(5),
-            value,
-        });
+        out.push((key.clone(), i as u64 * 7 + b(5), value));
     }
     out
 }

@@ -3,19 +3,19 @@
 //! re-encodes to them; shorter inputs are errors.
 #![no_main]
 
-use hybridkv::fuzzing::{decode_log_ptr, encode_log_ptr, PTR_SIZE};
+use hybridkv::fuzzing::{decode_log_ptr, encode_log_ptr, LOG_PTR_SIZE};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     match decode_log_ptr(data) {
         Ok((p, used)) => {
-            assert_eq!(used, PTR_SIZE);
-            assert_eq!(encode_log_ptr(p), &data[..PTR_SIZE]);
+            assert_eq!(used, LOG_PTR_SIZE);
+            assert_eq!(encode_log_ptr(p), &data[..LOG_PTR_SIZE]);
             assert_eq!(decode_log_ptr(&encode_log_ptr(p)).expect("decodes").0, p);
         }
         Err(e) => {
             assert!(
-                data.len() < PTR_SIZE,
+                data.len() < LOG_PTR_SIZE,
                 "rejected a {}-byte pointer: {e}",
                 data.len()
             );

@@ -11,7 +11,7 @@
 
 use hybridkv::fuzzing::{
     decode_segment, decode_segment_record, encode_segment, read_segment_value, scan_segment_tail,
-    Ptr, Tail,
+    LogPtr, SegmentTail,
 };
 use hybridkv_fuzz::{bounded, fix_segment};
 use libfuzzer_sys::fuzz_target;
@@ -37,19 +37,19 @@ fuzz_target!(|input: &[u8]| {
             Some(recs),
             "tolerant scan disagrees"
         );
-        let Tail::Valid { end, records } = &tail else {
+        let SegmentTail::Valid { end, records } = &tail else {
             panic!("tail scan of a clean segment: {tail:?}");
         };
         assert_eq!(*end as usize, n);
         assert_eq!(records.len(), recs.len());
         let input: Vec<_> = recs
             .iter()
-            .map(|r| (r.key.clone(), r.value.clone(), r.lsn))
+            .map(|(_, r)| (r.key.clone(), r.value.clone(), r.lsn))
             .collect();
         let (bytes, ptrs) = encode_segment(&input).expect("encode");
         assert_eq!(bytes, data, "encode(decode(x)) != x");
-        for (r, p) in recs.iter().zip(&ptrs) {
-            assert_eq!(r.ptr, *p);
+        for ((ptr, r), p) in recs.iter().zip(&ptrs) {
+            assert_eq!(ptr, p);
             let (o, l) = (p.offset as usize, p.len as usize);
             let buf = &data[o..o + l];
             assert_eq!(
@@ -66,7 +66,7 @@ fuzz_target!(|input: &[u8]| {
                 .expect_err("wrong key")
                 .is_corruption());
             if l > 20 {
-                let short = Ptr {
+                let short = LogPtr {
                     len: p.len - 1,
                     ..*p
                 };
@@ -74,24 +74,24 @@ fuzz_target!(|input: &[u8]| {
             }
         }
     }
-    if let Tail::Valid { end, records } = &tail {
+    if let SegmentTail::Valid { end, records } = &tail {
         let prefix =
             decode_segment(&data[..*end as usize], false).expect("the tail scan's valid prefix");
         assert_eq!(prefix.len(), records.len());
-        for (p, (off, len, key)) in prefix.iter().zip(records) {
-            assert_eq!((p.ptr.offset, p.ptr.len, &p.key), (*off, *len, key));
+        for ((p, r), (off, (len, key))) in prefix.iter().zip(records) {
+            assert_eq!((p.offset, p.len, &r.key), (*off, *len, key));
         }
     }
     if let Ok(t) = &tolerant {
-        for r in t {
-            let _ = read_segment_value(&data, r.ptr, &r.key).expect("tolerant record reads");
+        for (p, r) in t {
+            let _ = read_segment_value(&data, *p, &r.key).expect("tolerant record reads");
         }
     }
 
     // Arbitrary pointers into the bytes: reads must fail cleanly and allocate no more than
     // the largest record the format allows (header + 4 KiB key + 16 MiB value).
     if n >= 20 {
-        let p = Ptr {
+        let p = LogPtr {
             segment: 1,
             offset: u64::from(u32::from_le_bytes(data[..4].try_into().unwrap_or_default()))
                 % (n as u64 + 8),

@@ -149,7 +149,7 @@ pub fn fix_footer(f: &mut [u8]) {
 /// with the footer's node sizes, each leaf's and index node's and each blob header's.
 pub fn fix_level_file(data: &mut [u8]) {
     let n = data.len();
-    if n < 4096 || n % 4096 != 0 {
+    if n < 4096 || !n.is_multiple_of(4096) {
         return;
     }
     fix_footer(&mut data[n - 128..]);
@@ -168,7 +168,7 @@ pub fn fix_level_file(data: &mut [u8]) {
             }
             _ => 4096,
         };
-        if size == 0 || size % 4096 != 0 {
+        if size == 0 || !size.is_multiple_of(4096) {
             return;
         }
         if matches!(data[pos], 1 | 2) && pos + size <= end {

@@ -1,26 +1,35 @@
 //! Entry points for the fuzz targets; not a stable API.
 //!
-//! Compiled only with the `fuzzing` cargo feature. Every function here calls the engine's
-//! real decoder (or encoder) for one on-disk layout of `docs/FORMAT.md` and converts the
-//! result into plain owned types, so the targets in `fuzz/` can feed them arbitrary bytes
-//! and check round trips. Decoders that read files are run on an in-memory [`SimFs`].
+//! Compiled only with the `fuzzing` cargo feature (which turns on `sim`). Each function is
+//! a thin wrapper over the engine's real decoder (or encoder) of one on-disk layout of
+//! `docs/FORMAT.md`, so the targets in `fuzz/` can feed it arbitrary bytes and check round
+//! trips. They take and return the engine's own types, re-exported below. Three types are
+//! declared here: [`Op`], an owned batch operation (the engine's decoded operation borrows
+//! the payload), [`Manifest`] with [`ManifestSegment`], a copy of the manifest state (its
+//! module, `manifest`, is being rebuilt around version edits and is left alone for now),
+//! and [`LevelScan`], the result of [`decode_level_file`]. Decoders that read files run on
+//! an in-memory [`SimFs`].
 
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent, SimFs};
-use crate::level::footer::{Footer as RawFooter, FooterError, FOOTER_SIZE};
-use crate::level::node::{
-    self, NodeBuf, NodeView, ValueRef, KIND_LARGE, KIND_MEDIUM, NODE_INDEX, NODE_LEAF,
-};
-use crate::level::{EntryValue, LevelBuilder, LevelFile, LevelValue};
-use crate::log::large::{self, SegmentKind, SegmentTail, SegmentWriter};
-use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
+use crate::level::footer::{FooterError, LEVEL_VERSION};
+use crate::level::node::{self, NodeBuf, NodeView, KIND_LARGE, KIND_MEDIUM, NODE_INDEX, NODE_LEAF};
+use crate::level::{EntryValue, LevelBuilder, LevelFile};
+use crate::log::large::{self, SegmentKind, SegmentWriter};
 use crate::log::small::{self, SmallLogWriter};
 use crate::manifest::{ManifestState, SegmentRecord};
 use crate::write::batch::{decode_ops, encode_op, BatchOp, WriteBatch};
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+pub use crate::level::footer::{Footer, FOOTER_SIZE};
+pub use crate::level::reader::LevelEntry;
+pub use crate::log::large::{LargeRecord, RecordIndex, SegmentTail};
+pub use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
+pub use crate::log::small::{Record as WalRecord, Replay as WalReplay};
+pub use crate::value::LevelValue;
 
 /// Directory the file-based decoders run in (on a fresh [`SimFs`]).
 const DIR: &str = "/";
@@ -49,58 +58,28 @@ fn corrupt(what: &str) -> Error {
     Error::corruption("<fuzz input>", 0, what)
 }
 
-/// Encoded size of a log pointer.
-pub const PTR_SIZE: usize = LOG_PTR_SIZE;
-
-/// A log pointer (FORMAT.md, "Pointer"): segment id, record offset, record length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ptr {
-    /// Segment file id.
-    pub segment: u64,
-    /// Offset of the record in the segment.
-    pub offset: u64,
-    /// Whole record length.
-    pub len: u32,
-}
-
-impl From<LogPtr> for Ptr {
-    fn from(p: LogPtr) -> Self {
-        Ptr {
-            segment: p.segment,
-            offset: p.offset,
-            len: p.len,
-        }
-    }
-}
-
-impl From<Ptr> for LogPtr {
-    fn from(p: Ptr) -> Self {
-        LogPtr {
-            segment: p.segment,
-            offset: p.offset,
-            len: p.len,
-        }
-    }
-}
+// ---------------------------------------------------------------------------------------
+// Log pointers.
 
 /// Decodes a log pointer from the start of `buf`; returns it and the bytes consumed.
-pub fn decode_log_ptr(buf: &[u8]) -> Result<(Ptr, usize)> {
+pub fn decode_log_ptr(buf: &[u8]) -> Result<(LogPtr, usize)> {
     let mut d = crate::format::Decoder::new(buf);
     let p = LogPtr::decode(&mut d).ok_or_else(|| corrupt("truncated log pointer"))?;
-    Ok((p.into(), buf.len() - d.remaining()))
+    Ok((p, buf.len() - d.remaining()))
 }
 
 /// Encodes a log pointer.
-pub fn encode_log_ptr(p: Ptr) -> Vec<u8> {
+pub fn encode_log_ptr(p: LogPtr) -> Vec<u8> {
     let mut out = Vec::with_capacity(LOG_PTR_SIZE);
-    LogPtr::from(p).encode_into(&mut out);
+    p.encode_into(&mut out);
     out
 }
 
 // ---------------------------------------------------------------------------------------
 // Write batches and small-log records.
 
-/// One batch operation, owned.
+/// One batch operation, owning its bytes (the engine's decoded operation borrows them from
+/// the payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// `op 1`: key, value.
@@ -108,33 +87,41 @@ pub enum Op {
     /// `op 2`: key.
     Delete(Vec<u8>),
     /// `op 3`: key, pointer to the value in the large log.
-    PutLarge(Vec<u8>, Ptr),
+    PutLarge(Vec<u8>, LogPtr),
+}
+
+impl Op {
+    fn borrowed(&self) -> BatchOp<'_> {
+        match self {
+            Op::Put(k, v) => BatchOp::Put(k, v),
+            Op::Delete(k) => BatchOp::Delete(k),
+            Op::PutLarge(k, p) => BatchOp::PutLarge(k, *p),
+        }
+    }
+}
+
+impl From<BatchOp<'_>> for Op {
+    fn from(op: BatchOp<'_>) -> Self {
+        match op {
+            BatchOp::Put(k, v) => Op::Put(k.to_vec(), v.to_vec()),
+            BatchOp::Delete(k) => Op::Delete(k.to_vec()),
+            BatchOp::PutLarge(k, p) => Op::PutLarge(k.to_vec(), p),
+        }
+    }
 }
 
 /// Decodes a batch payload holding `count` operations (the payload must be consumed
 /// exactly).
 pub fn decode_batch(payload: &[u8], count: u32) -> Result<Vec<Op>> {
     let ops = decode_ops(payload, count).ok_or_else(|| corrupt("malformed batch payload"))?;
-    Ok(ops
-        .into_iter()
-        .map(|op| match op {
-            BatchOp::Put(k, v) => Op::Put(k.to_vec(), v.to_vec()),
-            BatchOp::Delete(k) => Op::Delete(k.to_vec()),
-            BatchOp::PutLarge(k, p) => Op::PutLarge(k.to_vec(), p.into()),
-        })
-        .collect())
+    Ok(ops.into_iter().map(Op::from).collect())
 }
 
 /// Encodes operations in the batch payload format (as the small log holds them).
 pub fn encode_batch(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::new();
     for op in ops {
-        let op = match op {
-            Op::Put(k, v) => BatchOp::Put(k, v),
-            Op::Delete(k) => BatchOp::Delete(k),
-            Op::PutLarge(k, p) => BatchOp::PutLarge(k, (*p).into()),
-        };
-        encode_op(&mut out, op);
+        encode_op(&mut out, op.borrowed());
     }
     out
 }
@@ -157,47 +144,12 @@ pub fn roundtrip_batch(ops: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Vec<Op>> {
     decode_batch(b.payload(), b.count())
 }
 
-/// One small-log record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WalRecord {
-    /// Offset of the record in its file.
-    pub offset: u64,
-    /// LSN of the batch's first operation.
-    pub first_lsn: u64,
-    /// Operations in the batch.
-    pub count: u32,
-    /// The batch payload.
-    pub payload: Vec<u8>,
-}
-
-/// What replaying one small-log file found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WalChunk {
-    /// The valid records, in file order.
-    pub records: Vec<WalRecord>,
-    /// Where a torn tail starts, if the file has one.
-    pub torn_at: Option<u64>,
-}
-
-/// Replays `data` as a whole small-log file (header included); `newest` lets the file be
-/// shorter than its header.
-pub fn decode_wal_chunk(data: &[u8], newest: bool) -> Result<WalChunk> {
+/// Replays `data` as a whole small-log file (header included) as recovery does; `newest`
+/// lets the file be shorter than its header.
+pub fn decode_wal_chunk(data: &[u8], newest: bool) -> Result<WalReplay> {
     let name = small::file_name(1);
     let (_fs, io) = sim_with_file(&name, data)?;
-    let r = small::replay_file(&io, &Path::new(DIR).join(name), newest)?;
-    Ok(WalChunk {
-        records: r
-            .records
-            .into_iter()
-            .map(|r| WalRecord {
-                offset: r.offset,
-                first_lsn: r.first_lsn,
-                count: r.count,
-                payload: r.payload,
-            })
-            .collect(),
-        torn_at: r.torn_at,
-    })
+    small::replay_file(&io, &Path::new(DIR).join(name), newest)
 }
 
 /// Writes a small-log file holding `(first_lsn, count, payload)` records with the real
@@ -216,89 +168,46 @@ pub fn encode_wal(records: &[(u64, u32, Vec<u8>)]) -> Result<Vec<u8>> {
 // ---------------------------------------------------------------------------------------
 // Large-log and transient-log segments.
 
-/// One segment record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SegmentEntry {
-    /// Where the record is (segment id 1).
-    pub ptr: Ptr,
-    /// Key.
-    pub key: Vec<u8>,
-    /// Value.
-    pub value: Vec<u8>,
-    /// LSN.
-    pub lsn: u64,
+/// The path the segment decoders name in their errors (large-log segment 1).
+fn segment_path() -> PathBuf {
+    Path::new(DIR).join(SegmentKind::Large.file_name(1))
 }
 
-/// Decodes every record of a whole segment file (`tolerate_tail`: a damaged tail ends the
-/// scan instead of being an error), as GC and `check` do.
-pub fn decode_segment(data: &[u8], tolerate_tail: bool) -> Result<Vec<SegmentEntry>> {
-    let recs = large::parse_segment(data, Path::new("00000001.vlog"), 1, tolerate_tail)?;
-    Ok(recs
-        .into_iter()
-        .map(|(p, r)| SegmentEntry {
-            ptr: p.into(),
-            key: r.key,
-            value: r.value,
-            lsn: r.lsn,
-        })
-        .collect())
-}
-
-/// What recovery's tail scan of the newest large-log segment found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Tail {
-    /// Shorter than its header.
-    Headerless,
-    /// Valid records up to `end`: (offset, length, key) of each.
-    Valid {
-        /// End of the last valid record.
-        end: u64,
-        /// Offset, length and key of every valid record.
-        records: Vec<(u64, u32, Vec<u8>)>,
-    },
-    /// Damaged (not what a crash leaves).
-    Damaged,
+/// Decodes every record of a whole segment file (id 1; `tolerate_tail`: a damaged tail
+/// ends the scan instead of being an error), as GC and `check` do.
+pub fn decode_segment(data: &[u8], tolerate_tail: bool) -> Result<Vec<(LogPtr, LargeRecord)>> {
+    large::parse_segment(data, &segment_path(), 1, tolerate_tail)
 }
 
 /// Runs recovery's tail scan over a whole segment file.
-pub fn scan_segment_tail(data: &[u8]) -> Tail {
-    match large::scan_tail(data) {
-        SegmentTail::Headerless => Tail::Headerless,
-        SegmentTail::Valid { end, records } => Tail::Valid {
-            end,
-            records: records
-                .into_iter()
-                .map(|(off, (len, key))| (off, len, key))
-                .collect(),
-        },
-        SegmentTail::Damaged { .. } => Tail::Damaged,
-    }
+pub fn scan_segment_tail(data: &[u8]) -> SegmentTail {
+    large::scan_tail(data)
 }
 
 /// Decodes the record `ptr` points at from exactly its bytes (`buf` is `ptr.len` bytes),
 /// checking that it holds `key`, as a read through a pointer does.
-pub fn decode_segment_record(buf: &[u8], ptr: Ptr, key: &[u8]) -> Result<Vec<u8>> {
-    large::decode_checked(buf, ptr.into(), key, Path::new("00000001.vlog"))
+pub fn decode_segment_record(buf: &[u8], ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
+    large::decode_checked(buf, ptr, key, &segment_path())
 }
 
 /// Reads the value `ptr` points at from segment file `data` (id `ptr.segment`) as a get
 /// does: the read itself, then the record checks.
-pub fn read_segment_value(data: &[u8], ptr: Ptr, key: &[u8]) -> Result<Vec<u8>> {
+pub fn read_segment_value(data: &[u8], ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
     let kind = SegmentKind::Large;
     let (_fs, io) = sim_with_file(&kind.file_name(ptr.segment), data)?;
     let seg = large::SegmentFile::open(&io, Path::new(DIR), kind, ptr.segment)?;
-    seg.read(ptr.into(), key)
+    seg.read(ptr, key)
 }
 
 /// Writes a segment (id 1) holding `(key, value, lsn)` records with the real writer;
 /// returns its bytes and each record's pointer.
-pub fn encode_segment(records: &[(Vec<u8>, Vec<u8>, u64)]) -> Result<(Vec<u8>, Vec<Ptr>)> {
+pub fn encode_segment(records: &[(Vec<u8>, Vec<u8>, u64)]) -> Result<(Vec<u8>, Vec<LogPtr>)> {
     let (fs, io) = sim_io();
     let kind = SegmentKind::Large;
     let mut w = SegmentWriter::create(&io, Path::new(DIR), kind, 1)?;
     let mut ptrs = Vec::with_capacity(records.len());
     for (k, v, lsn) in records {
-        ptrs.push(w.append(k, v, *lsn)?.into());
+        ptrs.push(w.append(k, v, *lsn)?);
     }
     w.commit(true)?;
     Ok((sim_read(&fs, &kind.file_name(1)), ptrs))
@@ -306,63 +215,6 @@ pub fn encode_segment(records: &[(Vec<u8>, Vec<u8>, u64)]) -> Result<(Vec<u8>, V
 
 // ---------------------------------------------------------------------------------------
 // Level files: nodes, footer, whole files.
-
-/// A leaf entry's value, owned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeafValue {
-    /// Kind 0: the value bytes.
-    Inline(Vec<u8>),
-    /// Kind 1: an overflow blob of the same file.
-    Overflow {
-        /// Blob offset.
-        offset: u64,
-        /// Value length.
-        len: u32,
-        /// Value CRC32C.
-        crc: u32,
-    },
-    /// Kind 2: a medium pair in the transient log.
-    Medium(Ptr),
-    /// Kind 3: a large pair in the large log.
-    Large(Ptr),
-    /// Kind 4: a tombstone.
-    Tombstone,
-}
-
-impl From<ValueRef<'_>> for LeafValue {
-    fn from(v: ValueRef<'_>) -> Self {
-        match v {
-            ValueRef::Inline(b) => LeafValue::Inline(b.to_vec()),
-            ValueRef::Overflow { offset, len, crc } => LeafValue::Overflow { offset, len, crc },
-            ValueRef::Medium(p) => LeafValue::Medium(p.into()),
-            ValueRef::Large(p) => LeafValue::Large(p.into()),
-            ValueRef::Tombstone => LeafValue::Tombstone,
-        }
-    }
-}
-
-impl From<LevelValue> for LeafValue {
-    fn from(v: LevelValue) -> Self {
-        match v {
-            LevelValue::Inline(b) => LeafValue::Inline(b),
-            LevelValue::Overflow { offset, len, crc } => LeafValue::Overflow { offset, len, crc },
-            LevelValue::Medium(p) => LeafValue::Medium(p.into()),
-            LevelValue::Large(p) => LeafValue::Large(p.into()),
-            LevelValue::Tombstone => LeafValue::Tombstone,
-        }
-    }
-}
-
-/// One leaf entry, owned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeafEntry {
-    /// Key.
-    pub key: Vec<u8>,
-    /// LSN.
-    pub lsn: u64,
-    /// Value.
-    pub value: LeafValue,
-}
 
 /// Writes the node checksum of `node` (so structural checks can be fuzzed past it).
 pub fn seal_node(node: &mut [u8]) {
@@ -380,8 +232,8 @@ fn view(buf: &[u8], kind: u8, verify: bool) -> Result<NodeView<'_>> {
 }
 
 /// Decodes every entry of a leaf (`verify`: check the checksum first, as a node read from
-/// disk is), and runs a lookup of each key.
-pub fn decode_leaf(buf: &[u8], verify: bool) -> Result<Vec<LeafEntry>> {
+/// disk is), and runs a lookup of each key. Overflow values stay references.
+pub fn decode_leaf(buf: &[u8], verify: bool) -> Result<Vec<LevelEntry>> {
     let v = view(buf, NODE_LEAF, verify)?;
     let mut out = Vec::new();
     for i in 0..v.count() {
@@ -391,16 +243,12 @@ pub fn decode_leaf(buf: &[u8], verify: bool) -> Result<Vec<LeafEntry>> {
         if v.key(i) != Some(e.key) {
             return Err(corrupt("leaf key accessor disagrees with the entry"));
         }
-        out.push(LeafEntry {
-            key: e.key.to_vec(),
-            lsn: e.lsn,
-            value: e.value.into(),
-        });
+        out.push((e.key.to_vec(), e.lsn, LevelValue::from(e.value)));
     }
-    for e in &out {
-        v.lower_bound(&e.key, false)
+    for (key, _, _) in &out {
+        v.lower_bound(key, false)
             .ok_or_else(|| corrupt("undecodable leaf key"))?;
-        v.lower_bound(&e.key, true)
+        v.lower_bound(key, true)
             .ok_or_else(|| corrupt("undecodable leaf key"))?;
     }
     Ok(out)
@@ -427,27 +275,26 @@ pub fn decode_index(buf: &[u8], verify: bool) -> Result<Vec<(Vec<u8>, u64)>> {
 
 /// Builds a leaf of `size` bytes from `entries` (in the given order) with the real node
 /// writer; `None` if they do not fit. Overflow entries are written as given.
-pub fn encode_leaf(size: usize, entries: &[LeafEntry]) -> Option<Vec<u8>> {
+pub fn encode_leaf(size: usize, entries: &[LevelEntry]) -> Option<Vec<u8>> {
     let mut n = NodeBuf::new(size, NODE_LEAF);
-    for e in entries {
-        let (k, lsn) = (e.key.as_slice(), e.lsn);
-        let need = match &e.value {
-            LeafValue::Inline(v) => node::INLINE_FIXED + k.len() + v.len(),
-            LeafValue::Overflow { .. } => node::OVERFLOW_FIXED + k.len(),
-            LeafValue::Medium(_) | LeafValue::Large(_) => node::POINTER_FIXED + k.len(),
-            LeafValue::Tombstone => node::TOMBSTONE_FIXED + k.len(),
+    for (k, lsn, value) in entries {
+        let need = match value {
+            LevelValue::Inline(v) => node::INLINE_FIXED + k.len() + v.len(),
+            LevelValue::Overflow { .. } => node::OVERFLOW_FIXED + k.len(),
+            LevelValue::Medium(_) | LevelValue::Large(_) => node::POINTER_FIXED + k.len(),
+            LevelValue::Tombstone => node::TOMBSTONE_FIXED + k.len(),
         };
         if k.len() > usize::from(u16::MAX) || !n.fits(need) {
             return None;
         }
-        match &e.value {
-            LeafValue::Inline(v) => n.push_inline(k, lsn, v),
-            LeafValue::Overflow { offset, len, crc } => {
-                n.push_overflow(k, lsn, *len, *offset, *crc)
+        match value {
+            LevelValue::Inline(v) => n.push_inline(k, *lsn, v),
+            LevelValue::Overflow { offset, len, crc } => {
+                n.push_overflow(k, *lsn, *len, *offset, *crc)
             }
-            LeafValue::Medium(p) => n.push_pointer(KIND_MEDIUM, k, lsn, (*p).into()),
-            LeafValue::Large(p) => n.push_pointer(KIND_LARGE, k, lsn, (*p).into()),
-            LeafValue::Tombstone => n.push_tombstone(k, lsn),
+            LevelValue::Medium(p) => n.push_pointer(KIND_MEDIUM, k, *lsn, *p),
+            LevelValue::Large(p) => n.push_pointer(KIND_LARGE, k, *lsn, *p),
+            LevelValue::Tombstone => n.push_tombstone(k, *lsn),
         }
     }
     Some(n.finish().to_vec())
@@ -466,70 +313,22 @@ pub fn encode_index(size: usize, entries: &[(Vec<u8>, u64)]) -> Option<Vec<u8>> 
     Some(n.finish().to_vec())
 }
 
-/// Size of a level-file footer.
-pub const FOOTER_LEN: usize = FOOTER_SIZE;
-
-/// The fields of a level-file footer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Footer {
-    /// Tree height.
-    pub height: u32,
-    /// Root node offset.
-    pub root: u64,
-    /// Entries.
-    pub entries: u64,
-    /// Tombstones.
-    pub tombstones: u64,
-    /// Key + value bytes of live entries.
-    pub kv_bytes: u64,
-    /// Leaves.
-    pub leaves: u64,
-    /// Leaf size.
-    pub leaf_size: u32,
-    /// Index node size.
-    pub index_size: u32,
-    /// Medium value bytes held by pointer.
-    pub medium_bytes: u64,
-}
-
-/// Decodes a footer (the last [`FOOTER_LEN`] bytes of a level file).
+/// Decodes a footer (the last [`FOOTER_SIZE`] bytes of a level file).
 pub fn decode_footer(f: &[u8]) -> Result<Footer> {
-    let r = RawFooter::decode(f).map_err(|e| match e {
+    Footer::decode(f).map_err(|e| match e {
         FooterError::Corrupt(what) => corrupt(what),
         FooterError::Version(found) => Error::UnsupportedVersion {
             file: "<fuzz input>".into(),
             found,
-            supported: crate::level::footer::LEVEL_VERSION,
+            supported: LEVEL_VERSION,
         },
-    })?;
-    Ok(Footer {
-        height: r.height,
-        root: r.root,
-        entries: r.entries,
-        tombstones: r.tombstones,
-        kv_bytes: r.kv_bytes,
-        leaves: r.leaves,
-        leaf_size: r.leaf_size,
-        index_size: r.index_size,
-        medium_bytes: r.medium_bytes,
     })
 }
 
-/// Encodes a footer into [`FOOTER_LEN`] bytes.
+/// Encodes a footer into [`FOOTER_SIZE`] bytes.
 pub fn encode_footer(f: &Footer) -> Vec<u8> {
-    let raw = RawFooter {
-        height: f.height,
-        root: f.root,
-        entries: f.entries,
-        tombstones: f.tombstones,
-        kv_bytes: f.kv_bytes,
-        leaves: f.leaves,
-        leaf_size: f.leaf_size,
-        index_size: f.index_size,
-        medium_bytes: f.medium_bytes,
-    };
     let mut out = vec![0u8; FOOTER_SIZE];
-    raw.encode_into(&mut out);
+    f.encode_into(&mut out);
     out
 }
 
@@ -537,13 +336,9 @@ pub fn encode_footer(f: &Footer) -> Vec<u8> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LevelScan {
     /// Entries in key order through the index (overflow values loaded).
-    pub cursor: Vec<LeafEntry>,
+    pub cursor: Vec<LevelEntry>,
     /// Entries in file order as compaction reads them (overflow values loaded).
-    pub scanner: Vec<LeafEntry>,
-}
-
-fn level_value(lf: &LevelFile, v: LevelValue) -> Result<LeafValue> {
-    Ok(lf.load_overflow(v)?.into())
+    pub scanner: Vec<LevelEntry>,
 }
 
 /// Opens `data` as a whole level file and reads it every way the engine does: a cursor
@@ -564,26 +359,24 @@ pub fn decode_level_file(data: &[u8]) -> Result<LevelScan> {
     // A well-formed file holds at most one entry per 4 bytes of leaf (its slot).
     let limit = data.len() / 4 + 1;
     while let Some((key, lsn, v)) = c.next_entry()? {
-        let value = level_value(&lf, v)?;
-        cursor.push(LeafEntry { key, lsn, value });
+        cursor.push((key, lsn, lf.load_overflow(v)?));
         if cursor.len() > limit {
             return Err(corrupt("cursor yields more entries than the file can hold"));
         }
     }
-    for e in cursor.iter().take(64) {
-        c.seek(Bound::Included(&e.key))?;
+    for (key, _, _) in cursor.iter().take(64) {
+        c.seek(Bound::Included(key))?;
         c.next_entry()?;
-        c.seek(Bound::Excluded(&e.key))?;
+        c.seek(Bound::Excluded(key))?;
         c.next_entry()?;
-        if let Some((_, v)) = lf.get(&e.key)? {
-            level_value(&lf, v)?;
+        if let Some((_, v)) = lf.get(key)? {
+            lf.load_overflow(v)?;
         }
     }
     let mut scanner = Vec::new();
     let mut s = lf.scanner(IoComponent::Compaction)?;
     while let Some((key, lsn, v)) = s.next_entry()? {
-        let value = s.load_overflow(v)?.into();
-        scanner.push(LeafEntry { key, lsn, value });
+        scanner.push((key, lsn, s.load_overflow(v)?));
         if scanner.len() > limit {
             return Err(corrupt(
                 "scanner yields more entries than the file can hold",
@@ -593,23 +386,12 @@ pub fn decode_level_file(data: &[u8]) -> Result<LevelScan> {
     Ok(LevelScan { cursor, scanner })
 }
 
-/// A value handed to the level builder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BuildValue {
-    /// Value bytes (inline or an overflow blob, as the builder decides).
-    Bytes(Vec<u8>),
-    /// A medium pair's pointer.
-    Medium(Ptr),
-    /// A large pair's pointer.
-    Large(Ptr),
-    /// A tombstone.
-    Tombstone,
-}
-
 /// Writes a level file from entries in strictly increasing key order with the real
 /// builder (`leaf_size` and `index_size` as the options allow); returns its bytes.
+/// `Inline` values are handed over as bytes (the builder decides whether they become
+/// overflow blobs); an `Overflow` value is an invalid argument.
 pub fn encode_level_file(
-    entries: &[(Vec<u8>, u64, BuildValue)],
+    entries: &[LevelEntry],
     leaf_size: usize,
     index_size: usize,
 ) -> Result<Vec<u8>> {
@@ -619,10 +401,15 @@ pub fn encode_level_file(
     let mut b = LevelBuilder::new(f, leaf_size, index_size);
     for (k, lsn, v) in entries {
         let ev = match v {
-            BuildValue::Bytes(b) => EntryValue::Bytes(b),
-            BuildValue::Medium(p) => EntryValue::Medium((*p).into()),
-            BuildValue::Large(p) => EntryValue::Large((*p).into()),
-            BuildValue::Tombstone => EntryValue::Tombstone,
+            LevelValue::Inline(bytes) => EntryValue::Bytes(bytes),
+            LevelValue::Medium(p) => EntryValue::Medium(*p),
+            LevelValue::Large(p) => EntryValue::Large(*p),
+            LevelValue::Tombstone => EntryValue::Tombstone,
+            LevelValue::Overflow { .. } => {
+                return Err(Error::InvalidArgument(
+                    "the level builder places overflow blobs itself".into(),
+                ))
+            }
         };
         b.add(k, *lsn, ev)?;
     }
@@ -633,7 +420,8 @@ pub fn encode_level_file(
 // ---------------------------------------------------------------------------------------
 // The manifest.
 
-/// One log segment named by the manifest.
+/// One log segment named by the manifest (a copy of the engine's record; see the module
+/// documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ManifestSegment {
     /// File id.
@@ -646,7 +434,7 @@ pub struct ManifestSegment {
     pub garbage: u64,
 }
 
-/// The manifest's contents.
+/// The manifest's contents (a copy of the engine's state, as [`ManifestSegment`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Manifest {
     /// Every id below this was allocated.

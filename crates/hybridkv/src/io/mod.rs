@@ -2,9 +2,10 @@
 //!
 //! Owns: the [`FileSystem`] seam (open, read at, append, sync data, sync directory, rename,
 //! delete, punch hole, list, lock), the real implementation ([`RealFs`], with optional
-//! `O_DIRECT`), a simulated one for tests ([`SimFs`]: crash images, injected faults, a
-//! byte quota), and byte counting per component ([`IoStats`]). Never: interprets bytes or
-//! decides what is live; it moves bytes and reports errors as `Error::Io` with the path.
+//! `O_DIRECT`), a simulated one for tests (`SimFs`: crash images, injected faults, a
+//! byte quota; compiled only for this crate's tests and with the `sim` cargo feature), and
+//! byte counting per component ([`IoStats`]). Never: interprets bytes or decides what is
+//! live; it moves bytes and reports errors as `Error::Io` with the path.
 //!
 //! Every other module receives an [`Io`] handle, so tests can substitute a simulated or
 //! fault-injecting file system without touching the engine.
@@ -12,10 +13,14 @@
 mod counting;
 mod real;
 mod sealed;
+// Test machinery: unit tests see it through `cfg(test)`, integration tests and the fuzz
+// crate through the `sim` feature; a plain build of the library does not compile it.
+#[cfg(any(test, feature = "sim"))]
 mod sim;
 
 pub use counting::{IoComponent, IoStats, IoStatsSnapshot};
 pub use real::RealFs;
+#[cfg(any(test, feature = "sim"))]
 pub use sim::{CrashKind, FailMode, SimFs, SimHistory, SimReplay, SECTOR_SIZE};
 
 use crate::error::Result;

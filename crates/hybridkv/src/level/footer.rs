@@ -2,22 +2,31 @@
 
 use crate::format::{crc32c, Decoder};
 
-pub(crate) const FOOTER_SIZE: usize = 128;
+/// Size of the footer.
+pub const FOOTER_SIZE: usize = 128;
 const MAGIC: &[u8; 8] = b"HKVLEVEL";
 /// Format version of level files.
 pub(crate) const LEVEL_VERSION: u32 = 1;
 
 /// What the footer records about a level file.
+// `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Footer {
+pub struct Footer {
     /// 0 for an empty file, 1 when the root is a leaf, +1 per index level.
     pub height: u32,
+    /// Offset of the root node.
     pub root: u64,
+    /// Entries, tombstones included.
     pub entries: u64,
+    /// Tombstones.
     pub tombstones: u64,
+    /// Key and value bytes of the live entries.
     pub kv_bytes: u64,
+    /// Leaves.
     pub leaves: u64,
+    /// Size of a leaf.
     pub leaf_size: u32,
+    /// Size of an index node.
     pub index_size: u32,
     /// Value bytes of medium pairs held by pointer (read back at the merge level).
     pub medium_bytes: u64,

@@ -32,7 +32,7 @@ impl From<ValueRef<'_>> for LevelValue {
 }
 
 /// An entry read from a level: key, LSN, value.
-pub(crate) type LevelEntry = (Vec<u8>, u64, LevelValue);
+pub type LevelEntry = (Vec<u8>, u64, LevelValue);
 
 /// File name of level file `id`.
 pub(crate) fn file_name(id: u64) -> String {

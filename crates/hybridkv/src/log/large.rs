@@ -141,10 +141,14 @@ impl SegmentWriter {
 }
 
 /// One decoded record.
+// `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LargeRecord {
+pub struct LargeRecord {
+    /// The key.
     pub key: Vec<u8>,
+    /// The value.
     pub value: Vec<u8>,
+    /// The LSN the pair was written with.
     pub lsn: u64,
 }
 
@@ -301,24 +305,33 @@ pub(crate) fn scan_segment(
 }
 
 /// Offset -> (length, key) of each valid record of a segment.
-pub(crate) type RecordIndex = BTreeMap<u64, (u32, Vec<u8>)>;
+pub type RecordIndex = BTreeMap<u64, (u32, Vec<u8>)>;
 
 /// What recovery finds in the newest large-log segment, the only one that can hold records
 /// never made durable (a full segment is synced before the next one starts).
+// `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
 #[derive(Debug)]
-pub(crate) enum SegmentTail {
+pub enum SegmentTail {
     /// Shorter than its header: created by a crash-interrupted start (the header is synced
     /// before the name), so no record and no pointer into it exists.
     Headerless,
     /// Records up to `end` are valid; nothing valid starts at or after it (a torn or lost
     /// tail).
-    Valid { end: u64, records: RecordIndex },
+    Valid {
+        /// End of the last valid record.
+        end: u64,
+        /// The valid records.
+        records: RecordIndex,
+    },
     /// A damaged header, or a damaged record with a valid one after it: not what a crash
     /// of an ordered writer leaves (a page written back before an earlier one can). Left
     /// alone for reads and `check` to report; `records` holds the valid records before
     /// the first damage, so replay still stops at the first commit whose value is not
     /// among them.
-    Damaged { records: RecordIndex },
+    Damaged {
+        /// The valid records before the first damage.
+        records: RecordIndex,
+    },
 }
 
 /// Scans the newest segment's bytes after a crash (see [`SegmentTail`]).

@@ -3,13 +3,17 @@
 use crate::format::Decoder;
 
 /// Encoded size of a [`LogPtr`].
-pub(crate) const LOG_PTR_SIZE: usize = 20;
+pub const LOG_PTR_SIZE: usize = 20;
 
 /// The location of one record: segment file id, byte offset, record length.
+// `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct LogPtr {
+pub struct LogPtr {
+    /// Id of the segment file.
     pub segment: u64,
+    /// Offset of the record in the segment.
     pub offset: u64,
+    /// Length of the whole record (header, key and value).
     pub len: u32,
 }
 

@@ -111,12 +111,16 @@ impl SmallLogWriter {
 }
 
 /// One replayed record.
-#[derive(Debug)]
-pub(crate) struct Record {
+// `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
     /// Where the record starts in its file.
     pub offset: u64,
+    /// LSN of the batch's first operation.
     pub first_lsn: u64,
+    /// Operations in the batch.
     pub count: u32,
+    /// The batch payload.
     pub payload: Vec<u8>,
 }
 
@@ -156,8 +160,10 @@ fn parse_at(data: &[u8], pos: usize) -> Parsed {
 }
 
 /// What replaying one file found.
-#[derive(Debug)]
-pub(crate) struct Replay {
+// `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// The valid records, in file order.
     pub records: Vec<Record>,
     /// Offset where a torn tail starts, if one was found.
     pub torn_at: Option<u64>,
