@@ -6,15 +6,15 @@
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::filename::{self, DbFile, FileKind};
+use crate::filename;
 use crate::io::IoComponent;
 use crate::level::LevelValue;
 use crate::log::large::{self, SegmentKind};
 use crate::log::ptr::LogPtr;
 use crate::log::small;
 use crate::manifest::SEGMENT_LARGE;
+use crate::obsolete::{LiveFiles, Verdict};
 use crate::read::SuperVersion;
-use std::collections::HashSet;
 use std::fmt;
 
 /// Problems reported beyond this many are counted but not listed.
@@ -135,15 +135,15 @@ impl Engine {
                 }
             }
         }
-        let (level_ids, segments, log_min) = {
+        let (segments, log_min, live) = {
             let vs = self.versions.lock();
-            let ids: HashSet<u64> = vs.version().all_runs().map(|f| f.id()).collect();
+            let live = LiveFiles::from_state(&vs, self.versions.peek_next_file_id());
             let segs: Vec<(u64, bool)> = vs
                 .segments()
                 .iter()
                 .map(|(&id, m)| (id, m.kind == SEGMENT_LARGE))
                 .collect();
-            (ids, segs, vs.log_min_id())
+            (segs, vs.log_min_id(), live)
         };
         // Only the newest large segment (being appended to, or the one that was when a
         // crash happened: a full segment is synced before the next starts) may end in a
@@ -169,17 +169,9 @@ impl Engine {
                 report.problem(&e);
             }
         }
-        let segment_ids: HashSet<u64> = segments.iter().map(|(id, _)| *id).collect();
         for name in self.io.fs().list(&self.dir)? {
-            let orphan = match filename::parse(&name) {
-                Some(DbFile::Numbered(FileKind::Level, id)) => !level_ids.contains(&id),
-                Some(DbFile::Numbered(FileKind::LargeSegment | FileKind::TransientSegment, id)) => {
-                    !segment_ids.contains(&id)
-                }
-                Some(DbFile::Numbered(FileKind::SmallLog, id)) => id < log_min,
-                Some(DbFile::Temp) => true,
-                _ => false,
-            };
+            let orphan =
+                filename::parse(&name).is_some_and(|f| live.verdict(f) == Verdict::Obsolete);
             if orphan {
                 report.orphans.push(name);
             }

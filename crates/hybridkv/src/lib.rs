@@ -38,6 +38,7 @@ mod log;
 mod manifest;
 mod memtable;
 mod merge;
+mod obsolete;
 mod options;
 mod placement;
 mod read;

@@ -19,6 +19,7 @@ use crate::manifest::version::Version;
 use crate::manifest::ManifestState;
 use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::Memtable;
+use crate::obsolete::{LiveFiles, Verdict};
 use crate::options::Options;
 use crate::stats::Counters;
 use crate::version_set::{Recovered, SegmentMeta, SuperVersion, VersionSet};
@@ -116,7 +117,9 @@ impl Engine {
             runs.push(Arc::new(file));
         }
 
-        // Sweep what no durable manifest names: unfinished outputs, flushed logs, temp files.
+        // Sweep what no durable manifest names: unfinished outputs, flushed logs, freed
+        // segments, temp files (`obsolete` holds the rule).
+        let live = LiveFiles::from_manifest(&state);
         let mut max_id = state.next_file_id.saturating_sub(1);
         let mut segments: BTreeMap<u64, Arc<SegmentFile>> = BTreeMap::new();
         let mut segment_meta: BTreeMap<u64, SegmentMeta> = BTreeMap::new();
@@ -125,57 +128,34 @@ impl Engine {
             let Some(file) = filename::parse(&name) else {
                 continue;
             };
-            let segment_kind = match file {
-                DbFile::Numbered(FileKind::LargeSegment, _) => Some(SegmentKind::Large),
-                DbFile::Numbered(FileKind::TransientSegment, _) => Some(SegmentKind::Transient),
-                _ => None,
-            };
             if let DbFile::Numbered(_, id) = file {
                 max_id = max_id.max(id);
             }
-            if let DbFile::Numbered(FileKind::Level, id) = file {
-                if !state.levels.iter().any(|&(_, lid, _)| lid == id) {
-                    io.fs().remove(&path)?;
-                }
-            } else if let DbFile::Numbered(FileKind::SmallLog, id) = file {
-                if id < state.log_min_id {
-                    io.fs().remove(&path)?;
-                }
-            } else if let (Some(kind), DbFile::Numbered(_, id)) = (segment_kind, file) {
-                let known = state.segments.iter().find(|s| s.id == id);
-                // A large segment started after the manifest was written may hold committed
-                // values (the small log points at them). A transient segment is referenced
-                // only by the run that owns it, which only a manifest installs: one that a
-                // manifest names while its flush was still writing it (registered first,
-                // so any manifest written meanwhile lists it) is garbage if that run never
-                // made it into the manifest.
-                let live = match kind {
-                    SegmentKind::Large => known.is_some() || id >= state.next_file_id,
-                    SegmentKind::Transient => known
-                        .is_some_and(|s| state.levels.iter().any(|&(_, run, _)| run == s.owner)),
-                };
-                if live {
-                    let meta = known.map_or(
-                        SegmentMeta {
-                            kind: SEGMENT_LARGE,
-                            owner: 0,
-                            garbage: 0,
-                        },
-                        |s| SegmentMeta {
-                            kind: s.kind,
-                            owner: s.owner,
-                            garbage: s.garbage,
-                        },
-                    );
-                    segment_meta.insert(id, meta);
-                    segments.insert(id, Arc::new(SegmentFile::open(&io, dir, kind, id)?));
-                } else {
-                    // Freed (GC, merge) or never installed before a crash.
-                    io.fs().remove(&path)?;
-                }
-            } else if file == DbFile::Temp {
+            if live.verdict(file) == Verdict::Obsolete {
                 io.fs().remove(&path)?;
+                continue;
             }
+            let (kind, id) = match file {
+                DbFile::Numbered(FileKind::LargeSegment, id) => (SegmentKind::Large, id),
+                DbFile::Numbered(FileKind::TransientSegment, id) => (SegmentKind::Transient, id),
+                _ => continue,
+            };
+            // A live large segment the manifest does not name was started after it was
+            // stored: it holds no garbage anyone counted.
+            let meta = state.segments.iter().find(|s| s.id == id).map_or(
+                SegmentMeta {
+                    kind: SEGMENT_LARGE,
+                    owner: 0,
+                    garbage: 0,
+                },
+                |s| SegmentMeta {
+                    kind: s.kind,
+                    owner: s.owner,
+                    garbage: s.garbage,
+                },
+            );
+            segment_meta.insert(id, meta);
+            segments.insert(id, Arc::new(SegmentFile::open(&io, dir, kind, id)?));
         }
         // A segment registered in the manifest whose file was never created held nothing.
 

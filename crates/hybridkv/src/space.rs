@@ -9,8 +9,8 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::filename::{self, DbFile, FileKind};
 use crate::manifest::SEGMENT_LARGE;
+use crate::obsolete::{LiveFiles, Verdict};
 use crate::read::iter::{DbIterator, ValueHome};
-use std::collections::HashSet;
 use std::fmt;
 use std::ops::Bound;
 
@@ -106,28 +106,18 @@ impl Engine {
         }
         drop(it);
 
-        let (level_ids, large_ids, transient_ids, known_garbage) = {
+        let (live, known_garbage) = {
             let vs = self.versions.lock();
-            let levels: HashSet<u64> = vs.version().all_runs().map(|f| f.id()).collect();
-            let large: HashSet<u64> = vs
-                .segments()
-                .iter()
-                .filter(|(_, m)| m.kind == SEGMENT_LARGE)
-                .map(|(&id, _)| id)
-                .collect();
-            let transient: HashSet<u64> = vs
-                .segments()
-                .iter()
-                .filter(|(_, m)| m.kind != SEGMENT_LARGE)
-                .map(|(&id, _)| id)
-                .collect();
             let garbage = vs
                 .segments()
                 .values()
                 .filter(|m| m.kind == SEGMENT_LARGE)
                 .map(|m| m.garbage)
                 .sum::<u64>();
-            (levels, large, transient, garbage)
+            (
+                LiveFiles::from_state(&vs, self.versions.peek_next_file_id()),
+                garbage,
+            )
         };
         let (mut levels, mut wal, mut large, mut transient, mut pending, mut meta) =
             (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
@@ -138,21 +128,17 @@ impl Engine {
                 Err(_) => continue, // deleted while listing
             };
             report.total_on_disk += bytes;
-            match filename::parse(&name) {
-                Some(DbFile::Numbered(FileKind::Level, id)) if level_ids.contains(&id) => {
-                    levels += bytes
-                }
-                Some(DbFile::Numbered(FileKind::LargeSegment, id)) if large_ids.contains(&id) => {
-                    large += bytes
-                }
-                Some(DbFile::Numbered(FileKind::TransientSegment, id))
-                    if transient_ids.contains(&id) =>
-                {
-                    transient += bytes
-                }
-                Some(DbFile::Numbered(FileKind::SmallLog, _)) => wal += bytes,
+            let Some(file) = filename::parse(&name) else {
+                meta += bytes;
+                continue;
+            };
+            match (file, live.verdict(file)) {
+                (DbFile::Numbered(FileKind::SmallLog, _), _) => wal += bytes,
                 // Runs and segments no longer live, still held by a reader.
-                Some(DbFile::Numbered(..)) => pending += bytes,
+                (DbFile::Numbered(..), Verdict::Obsolete) => pending += bytes,
+                (DbFile::Numbered(FileKind::Level, _), _) => levels += bytes,
+                (DbFile::Numbered(FileKind::LargeSegment, _), _) => large += bytes,
+                (DbFile::Numbered(FileKind::TransientSegment, _), _) => transient += bytes,
                 _ => meta += bytes,
             }
         }

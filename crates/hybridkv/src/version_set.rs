@@ -143,6 +143,11 @@ impl VersionSet {
         (Arc::clone(&r.sv), r.visible)
     }
 
+    /// The id the next allocation will return (every file id below it is allocated).
+    pub(crate) fn peek_next_file_id(&self) -> u64 {
+        self.next_file_id.load(Ordering::SeqCst)
+    }
+
     /// A new file id (level files, log segments, small-log files).
     pub(crate) fn alloc_file_id(&self) -> u64 {
         self.next_file_id.fetch_add(1, Ordering::SeqCst)

@@ -6,6 +6,7 @@ use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSou
 use super::transient::{TransientReader, TransientSink};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::filename::{DbFile, FileKind};
 use crate::io::IoComponent;
 use crate::level::reader::LevelScanner;
 use crate::level::{LevelFile, LevelMeta};
@@ -15,6 +16,7 @@ use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::manifest::SEGMENT_TRANSIENT;
 use crate::memtable::Memtable;
+use crate::obsolete::{LiveFiles, Verdict};
 use crate::stats::Counters;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -190,12 +192,16 @@ impl Engine {
 
     /// Deletes small-log files that hold only flushed data.
     fn delete_old_logs(&self) -> Result<()> {
-        let min = self.versions.lock().log_min_id();
+        let (min, live) = {
+            let vs = self.versions.lock();
+            let live = LiveFiles::from_state(&vs, self.versions.peek_next_file_id());
+            (vs.log_min_id(), live)
+        };
         // Their writers need no sync any more; the commit leader drops them (never take
         // `log` here: a writer stalled on this flush holds it).
         self.writes.set_small_log_min(min);
         for (id, path) in small::list(&self.io, &self.dir, 0)? {
-            if id < min {
+            if live.verdict(DbFile::Numbered(FileKind::SmallLog, id)) == Verdict::Obsolete {
                 self.io.fs().remove(&path)?;
             }
         }

@@ -1,0 +1,137 @@
+//! Which files in a database directory the live state no longer names.
+//!
+//! Owns: the one rule for "is this file live", applied by open (which sweeps the files it
+//! finds obsolete), small-log deletion after a flush, `check` (which lists them as
+//! orphans) and `space` (which counts them as not yet reclaimed). Never: deletes a file or
+//! decides when (open deletes before any reader exists; a run or segment that an install
+//! made obsolete goes when its last reader drops it; small logs go after their flush).
+
+use crate::filename::{DbFile, FileKind};
+use crate::manifest::{ManifestState, SEGMENT_LARGE};
+use crate::version_set::VersionState;
+use std::collections::HashSet;
+
+/// What a state names: its runs, its segments, its replay start.
+#[derive(Debug, Default)]
+pub(crate) struct LiveFiles {
+    runs: HashSet<u64>,
+    segments: HashSet<u64>,
+    log_min_id: u64,
+    /// Large segments with an id at or above this were started after the state was
+    /// recorded: they may hold values that the small log points at, so they are live.
+    started_after: u64,
+}
+
+/// A file's standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Live,
+    Obsolete,
+}
+
+impl LiveFiles {
+    /// What a durable manifest names (at open). A transient segment counts only if the run
+    /// that owns it is in the manifest too: a flush registers its segment before its run
+    /// exists, so a manifest written meanwhile names a segment whose run may never come.
+    pub(crate) fn from_manifest(m: &ManifestState) -> LiveFiles {
+        let runs: HashSet<u64> = m.levels.iter().map(|&(_, id, _)| id).collect();
+        let segments = m
+            .segments
+            .iter()
+            .filter(|s| s.kind == SEGMENT_LARGE || runs.contains(&s.owner))
+            .map(|s| s.id)
+            .collect();
+        LiveFiles {
+            runs,
+            segments,
+            log_min_id: m.log_min_id,
+            started_after: m.next_file_id,
+        }
+    }
+
+    /// What a running engine's state names (every segment it registered is in it).
+    pub(crate) fn from_state(vs: &VersionState, next_file_id: u64) -> LiveFiles {
+        LiveFiles {
+            runs: vs.version().all_runs().map(|f| f.id()).collect(),
+            segments: vs.segments().keys().copied().collect(),
+            log_min_id: vs.log_min_id(),
+            started_after: next_file_id,
+        }
+    }
+
+    /// Whether `file` is live.
+    pub(crate) fn verdict(&self, file: DbFile) -> Verdict {
+        let live = match file {
+            DbFile::Manifest | DbFile::Lock => true,
+            DbFile::Temp => false,
+            DbFile::Numbered(FileKind::Level, id) => self.runs.contains(&id),
+            DbFile::Numbered(FileKind::SmallLog, id) => id >= self.log_min_id,
+            DbFile::Numbered(FileKind::LargeSegment, id) => {
+                self.segments.contains(&id) || id >= self.started_after
+            }
+            DbFile::Numbered(FileKind::TransientSegment, id) => self.segments.contains(&id),
+        };
+        if live {
+            Verdict::Live
+        } else {
+            Verdict::Obsolete
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{SegmentRecord, SEGMENT_TRANSIENT};
+
+    fn manifest() -> ManifestState {
+        let seg = |id, kind, owner| SegmentRecord {
+            id,
+            kind,
+            owner,
+            garbage: 0,
+        };
+        ManifestState {
+            next_file_id: 50,
+            log_min_id: 20,
+            flushed_lsn: 0,
+            levels: vec![(1, 10, 100), (2, 11, 100)],
+            segments: vec![
+                seg(30, SEGMENT_LARGE, 0),
+                seg(31, SEGMENT_TRANSIENT, 10),
+                seg(32, SEGMENT_TRANSIENT, 12), // its run never reached the manifest
+            ],
+        }
+    }
+
+    #[test]
+    fn the_manifest_decides_what_is_live() {
+        let live = LiveFiles::from_manifest(&manifest());
+        let v = |kind, id| live.verdict(DbFile::Numbered(kind, id));
+        assert_eq!(v(FileKind::Level, 10), Verdict::Live);
+        assert_eq!(
+            v(FileKind::Level, 12),
+            Verdict::Obsolete,
+            "unfinished output"
+        );
+        assert_eq!(v(FileKind::SmallLog, 19), Verdict::Obsolete, "flushed");
+        assert_eq!(v(FileKind::SmallLog, 20), Verdict::Live);
+        assert_eq!(v(FileKind::LargeSegment, 30), Verdict::Live);
+        assert_eq!(
+            v(FileKind::LargeSegment, 29),
+            Verdict::Obsolete,
+            "freed by GC"
+        );
+        assert_eq!(
+            v(FileKind::LargeSegment, 55),
+            Verdict::Live,
+            "started later"
+        );
+        assert_eq!(v(FileKind::TransientSegment, 31), Verdict::Live);
+        assert_eq!(v(FileKind::TransientSegment, 32), Verdict::Obsolete);
+        assert_eq!(v(FileKind::TransientSegment, 55), Verdict::Obsolete);
+        assert_eq!(live.verdict(DbFile::Temp), Verdict::Obsolete);
+        assert_eq!(live.verdict(DbFile::Manifest), Verdict::Live);
+        assert_eq!(live.verdict(DbFile::Lock), Verdict::Live);
+    }
+}
