@@ -12,7 +12,6 @@ use crate::level::LevelValue;
 use crate::log::large::{self, SegmentKind};
 use crate::log::ptr::LogPtr;
 use crate::log::small;
-use crate::manifest::SEGMENT_LARGE;
 use crate::obsolete::{LiveFiles, Verdict};
 use crate::read::SuperVersion;
 use std::fmt;
@@ -141,7 +140,7 @@ impl Engine {
             let segs: Vec<(u64, bool)> = vs
                 .segments()
                 .iter()
-                .map(|(&id, m)| (id, m.kind == SEGMENT_LARGE))
+                .map(|(&id, m)| (id, m.kind == SegmentKind::Large))
                 .collect();
             (segs, vs.log_min_id(), live)
         };

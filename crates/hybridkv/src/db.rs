@@ -320,7 +320,7 @@ impl Db {
         {
             let vs = e.versions.lock();
             for (&id, m) in vs.segments() {
-                if m.kind == crate::manifest::SEGMENT_LARGE {
+                if m.kind == SegmentKind::Large {
                     s.large_log_segments += 1;
                     s.large_log_garbage_bytes += m.garbage;
                     let path = e.dir.join(SegmentKind::Large.file_name(id));

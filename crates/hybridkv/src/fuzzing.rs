@@ -462,7 +462,7 @@ pub fn decode_manifest(data: &[u8]) -> Result<Manifest> {
             .into_iter()
             .map(|r| ManifestSegment {
                 id: r.id,
-                kind: r.kind,
+                kind: crate::manifest::kind_code(r.kind),
                 owner: r.owner,
                 garbage: r.garbage,
             })
@@ -482,7 +482,8 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
             .iter()
             .map(|r| SegmentRecord {
                 id: r.id,
-                kind: r.kind,
+                // A code the manifest cannot hold is written as a large segment.
+                kind: crate::manifest::kind_of(r.kind).unwrap_or(SegmentKind::Large),
                 owner: r.owner,
                 garbage: r.garbage,
             })

@@ -7,7 +7,8 @@
 //! made obsolete goes when its last reader drops it; small logs go after their flush).
 
 use crate::filename::{DbFile, FileKind};
-use crate::manifest::{ManifestState, SEGMENT_LARGE};
+use crate::log::large::SegmentKind;
+use crate::manifest::ManifestState;
 use crate::version_set::VersionState;
 use std::collections::HashSet;
 
@@ -38,7 +39,7 @@ impl LiveFiles {
         let segments = m
             .segments
             .iter()
-            .filter(|s| s.kind == SEGMENT_LARGE || runs.contains(&s.owner))
+            .filter(|s| s.kind == SegmentKind::Large || runs.contains(&s.owner))
             .map(|s| s.id)
             .collect();
         LiveFiles {
@@ -82,7 +83,7 @@ impl LiveFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{SegmentRecord, SEGMENT_TRANSIENT};
+    use crate::manifest::SegmentRecord;
 
     fn manifest() -> ManifestState {
         let seg = |id, kind, owner| SegmentRecord {
@@ -97,9 +98,9 @@ mod tests {
             flushed_lsn: 0,
             levels: vec![(1, 10, 100), (2, 11, 100)],
             segments: vec![
-                seg(30, SEGMENT_LARGE, 0),
-                seg(31, SEGMENT_TRANSIENT, 10),
-                seg(32, SEGMENT_TRANSIENT, 12), // its run never reached the manifest
+                seg(30, SegmentKind::Large, 0),
+                seg(31, SegmentKind::Transient, 10),
+                seg(32, SegmentKind::Transient, 12), // its run never reached the manifest
             ],
         }
     }

@@ -17,7 +17,6 @@ use crate::log::small::{self, SmallLogWriter};
 use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::manifest::ManifestState;
-use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::Memtable;
 use crate::obsolete::{LiveFiles, Verdict};
 use crate::options::Options;
@@ -144,7 +143,7 @@ impl Engine {
             // stored: it holds no garbage anyone counted.
             let meta = state.segments.iter().find(|s| s.id == id).map_or(
                 SegmentMeta {
-                    kind: SEGMENT_LARGE,
+                    kind: SegmentKind::Large,
                     owner: 0,
                     garbage: 0,
                 },
@@ -167,7 +166,7 @@ impl Engine {
         let mut large_tail: Option<(u64, RecordIndex)> = None;
         let newest_large = segment_meta
             .iter()
-            .filter(|(_, m)| m.kind == SEGMENT_LARGE)
+            .filter(|(_, m)| m.kind == SegmentKind::Large)
             .map(|(&id, _)| id)
             .max();
         if let Some(id) = newest_large {

@@ -8,7 +8,7 @@
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::filename::{self, DbFile, FileKind};
-use crate::manifest::SEGMENT_LARGE;
+use crate::log::large::SegmentKind;
 use crate::obsolete::{LiveFiles, Verdict};
 use crate::read::iter::{DbIterator, ValueHome};
 use std::fmt;
@@ -111,7 +111,7 @@ impl Engine {
             let garbage = vs
                 .segments()
                 .values()
-                .filter(|m| m.kind == SEGMENT_LARGE)
+                .filter(|m| m.kind == SegmentKind::Large)
                 .map(|m| m.garbage)
                 .sum::<u64>();
             (

@@ -15,11 +15,12 @@
 use crate::error::Result;
 use crate::io::Io;
 use crate::level::LevelFile;
+use crate::log::large::SegmentKind;
 use crate::log::large::{SegmentFile, SegmentSet};
 pub(crate) use crate::manifest::edit::SegmentMeta;
 use crate::manifest::edit::{Installed, SegmentTable, VersionEdit};
 use crate::manifest::version::Version;
-use crate::manifest::{ManifestState, SEGMENT_LARGE};
+use crate::manifest::ManifestState;
 use crate::memtable::Memtable;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::path::PathBuf;
@@ -77,7 +78,7 @@ impl VersionState {
     pub(crate) fn transient_of(&self, runs: &[u64]) -> Vec<u64> {
         self.segments
             .iter()
-            .filter(|(_, m)| m.kind != SEGMENT_LARGE && runs.contains(&m.owner))
+            .filter(|(_, m)| m.kind != SegmentKind::Large && runs.contains(&m.owner))
             .map(|(&id, _)| id)
             .collect()
     }
@@ -216,7 +217,7 @@ impl VersionSet {
     /// Allocates an id for a new log segment and registers it, before its file exists, so
     /// that no manifest written from now on can forget a segment that may hold data (a
     /// transient segment whose owning run never reaches a manifest is dropped at open).
-    pub(crate) fn register_segment(&self, kind: u8, owner: u64) -> u64 {
+    pub(crate) fn register_segment(&self, kind: SegmentKind, owner: u64) -> u64 {
         let mut vs = self.state.lock();
         let id = self.alloc_file_id();
         vs.segments.insert(
@@ -290,7 +291,6 @@ mod tests {
     use crate::io::{FailMode, IoComponent, SimFs};
     use crate::level::builder::{EntryValue, LevelBuilder};
     use crate::log::large::{SegmentKind, SegmentWriter};
-    use crate::manifest::SEGMENT_TRANSIENT;
     use std::path::Path;
 
     const DIR: &str = "/db";
@@ -333,8 +333,8 @@ mod tests {
             owner,
             garbage: 0,
         };
-        segments.insert(10, meta(SEGMENT_LARGE, 0));
-        segments.insert(11, meta(SEGMENT_TRANSIENT, 1));
+        segments.insert(10, meta(SegmentKind::Large, 0));
+        segments.insert(11, meta(SegmentKind::Transient, 1));
         let mut files = SegmentSet::new();
         files.insert(10, segment(io, SegmentKind::Large, 10));
         files.insert(11, segment(io, SegmentKind::Transient, 11));
@@ -451,7 +451,7 @@ mod tests {
         let fs = SimFs::new();
         let io = io(&fs);
         let vset = set(&io);
-        let id = vset.register_segment(SEGMENT_LARGE, 0);
+        let id = vset.register_segment(SegmentKind::Large, 0);
         assert_eq!(id, 20);
         let mut vs = vset.lock();
         vset.log_and_apply(&mut vs, &VersionEdit::default(), None)

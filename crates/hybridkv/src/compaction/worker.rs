@@ -14,7 +14,6 @@ use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::small;
 use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
-use crate::manifest::SEGMENT_TRANSIENT;
 use crate::memtable::Memtable;
 use crate::obsolete::{LiveFiles, Verdict};
 use crate::stats::Counters;
@@ -81,7 +80,9 @@ impl Engine {
     /// Registers a new transient segment used by run `owner` (before its file exists, so
     /// no manifest written meanwhile can forget it) and creates it.
     fn new_transient_segment(&self, owner: u64) -> Result<SegmentWriter> {
-        let id = self.versions.register_segment(SEGMENT_TRANSIENT, owner);
+        let id = self
+            .versions
+            .register_segment(SegmentKind::Transient, owner);
         Counters::add(&self.counters.transient_segments_created, 1);
         SegmentWriter::create(&self.io, &self.dir, SegmentKind::Transient, id)
     }

@@ -4,10 +4,10 @@ use super::planner::{pick_victims, SegmentUsage};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::level::LevelValue;
+use crate::log::large::SegmentKind;
 use crate::log::large::{self, LargeRecord, SEGMENT_HEADER};
 use crate::log::ptr::LogPtr;
 use crate::manifest::edit::VersionEdit;
-use crate::manifest::SEGMENT_LARGE;
 use crate::stats::Counters;
 use crate::write::batch::BatchOp;
 use crate::write::CommitRecord;
@@ -68,7 +68,7 @@ impl Engine {
             let vs = self.versions.lock();
             vs.segments()
                 .iter()
-                .filter(|(_, m)| m.kind == SEGMENT_LARGE)
+                .filter(|(_, m)| m.kind == SegmentKind::Large)
                 .map(|(&id, m)| SegmentUsage {
                     id,
                     bytes: self

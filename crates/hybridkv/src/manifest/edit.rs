@@ -9,14 +9,15 @@
 use super::version::Version;
 use super::{ManifestState, SegmentRecord};
 use crate::level::LevelFile;
+use crate::log::large::SegmentKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What the engine tracks of one log segment (the manifest's [`SegmentRecord`] in memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentMeta {
-    /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
-    pub kind: u8,
+    /// Large-log or transient segment.
+    pub kind: SegmentKind,
     /// Transient segments: the level file (run) whose pointers use it.
     pub owner: u64,
     /// Bytes of records known to be garbage (large segments).
@@ -119,14 +120,13 @@ impl Installed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{SEGMENT_LARGE, SEGMENT_TRANSIENT};
 
     fn base() -> Installed {
         let mut segments = SegmentTable::new();
         segments.insert(
             3,
             SegmentMeta {
-                kind: SEGMENT_LARGE,
+                kind: SegmentKind::Large,
                 owner: 0,
                 garbage: 10,
             },
@@ -134,7 +134,7 @@ mod tests {
         segments.insert(
             4,
             SegmentMeta {
-                kind: SEGMENT_TRANSIENT,
+                kind: SegmentKind::Transient,
                 owner: 7,
                 garbage: 0,
             },
@@ -142,7 +142,7 @@ mod tests {
         segments.insert(
             5,
             SegmentMeta {
-                kind: SEGMENT_TRANSIENT,
+                kind: SegmentKind::Transient,
                 owner: 8,
                 garbage: 0,
             },

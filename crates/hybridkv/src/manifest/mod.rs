@@ -12,6 +12,7 @@ pub(crate) mod version;
 use crate::error::{Error, Result};
 use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent};
+use crate::log::large::SegmentKind;
 use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"HKVMANIF";
@@ -35,16 +36,31 @@ pub(crate) struct ManifestState {
     pub segments: Vec<SegmentRecord>,
 }
 
-/// Kinds of log segments the manifest tracks.
-pub(crate) const SEGMENT_LARGE: u8 = 1;
-pub(crate) const SEGMENT_TRANSIENT: u8 = 2;
+/// How a segment's kind is written in the manifest (FORMAT.md, "Manifest").
+const KIND_LARGE: u8 = 1;
+const KIND_TRANSIENT: u8 = 2;
+
+pub(crate) fn kind_code(kind: SegmentKind) -> u8 {
+    match kind {
+        SegmentKind::Large => KIND_LARGE,
+        SegmentKind::Transient => KIND_TRANSIENT,
+    }
+}
+
+pub(crate) fn kind_of(code: u8) -> Option<SegmentKind> {
+    match code {
+        KIND_LARGE => Some(SegmentKind::Large),
+        KIND_TRANSIENT => Some(SegmentKind::Transient),
+        _ => None,
+    }
+}
 
 /// One live log segment as the manifest records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentRecord {
     pub id: u64,
-    /// `SEGMENT_LARGE` or `SEGMENT_TRANSIENT`.
-    pub kind: u8,
+    /// Large-log or transient segment.
+    pub kind: SegmentKind,
     /// Transient segments: id of the level file (run) whose pointers use it (0 for large).
     pub owner: u64,
     /// Large segments: bytes of records known to be garbage.
@@ -66,7 +82,7 @@ impl ManifestState {
         p.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
         for s in &self.segments {
             p.extend_from_slice(&s.id.to_le_bytes());
-            p.push(s.kind);
+            p.push(kind_code(s.kind));
             p.extend_from_slice(&s.owner.to_le_bytes());
             p.extend_from_slice(&s.garbage.to_le_bytes());
         }
@@ -146,11 +162,12 @@ impl ManifestState {
             let kind = p.u8().ok_or_else(short)?;
             let owner = p.u64().ok_or_else(short)?;
             let garbage = p.u64().ok_or_else(short)?;
-            let kind_ok = kind == SEGMENT_LARGE || kind == SEGMENT_TRANSIENT;
-            if !kind_ok || id >= next_file_id || segments.iter().any(|s: &SegmentRecord| s.id == id)
-            {
+            let kind = kind_of(kind);
+            let Some(kind) = kind.filter(|_| {
+                id < next_file_id && !segments.iter().any(|s: &SegmentRecord| s.id == id)
+            }) else {
                 return Err(bad(HEADER as u64, "manifest segment entry out of range"));
-            }
+            };
             segments.push(SegmentRecord {
                 id,
                 kind,
@@ -205,13 +222,13 @@ mod tests {
             segments: vec![
                 SegmentRecord {
                     id: 2,
-                    kind: SEGMENT_LARGE,
+                    kind: SegmentKind::Large,
                     owner: 0,
                     garbage: 777,
                 },
                 SegmentRecord {
                     id: 9,
-                    kind: SEGMENT_TRANSIENT,
+                    kind: SegmentKind::Transient,
                     owner: 5,
                     garbage: 0,
                 },

@@ -22,7 +22,6 @@ use crate::io::Io;
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::ptr::LogPtr;
 use crate::log::small::SmallLogWriter;
-use crate::manifest::SEGMENT_LARGE;
 use crate::memtable::{MemValue, Memtable};
 use crate::options::Options;
 use crate::placement::Category;
@@ -429,7 +428,7 @@ impl WritePath {
 /// created, then made readable.
 fn new_large_segment(env: &dyn WriteEnv) -> Result<SegmentWriter> {
     let versions = env.versions();
-    let id = versions.register_segment(SEGMENT_LARGE, 0);
+    let id = versions.register_segment(SegmentKind::Large, 0);
     let writer = SegmentWriter::create(env.io(), env.dir(), SegmentKind::Large, id)?;
     let reader = Arc::new(SegmentFile::open(
         env.io(),
