@@ -71,7 +71,10 @@ impl CommitQueue {
             self.cv.wait(&mut st);
         }
         st.leader_active = true;
-        let group = std::mem::take(&mut st.pending);
+        // Hand the queue's buffer to this group and keep one of the same capacity for the
+        // next (no reallocation per group as the queue refills).
+        let cap = st.pending.capacity();
+        let group = std::mem::replace(&mut st.pending, Vec::with_capacity(cap));
         drop(st);
 
         let result = commit_group(&group);
