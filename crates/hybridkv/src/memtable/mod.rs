@@ -20,25 +20,49 @@ const ENTRY_OVERHEAD: usize = 48;
 /// that most comparisons of a skip-list search are one integer compare on the node itself
 /// instead of a pointer chase to the key's heap bytes (a cache miss per node). Equal
 /// prefixes fall back to the full keys, so zero padding never decides an order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The key's heap bytes are followed by the value's (for a small or medium value): one
+/// allocation per version instead of one for the key and one for the value.
+#[derive(Debug, Clone)]
 pub(crate) struct MemKey {
     prefix: u128,
-    pub key: Box<[u8]>,
     pub lsn: u64,
+    /// The key, then (for `Slot::Inline`) the value.
+    bytes: Box<[u8]>,
+    key_len: usize,
 }
 
 impl MemKey {
+    /// A key to search with (no value bytes).
     pub(crate) fn new(key: &[u8], lsn: u64) -> Self {
+        Self::with_value(key, lsn, &[])
+    }
+
+    fn with_value(key: &[u8], lsn: u64, value: &[u8]) -> Self {
         let mut head = [0u8; 16];
         let n = key.len().min(16);
         if let (Some(dst), Some(src)) = (head.get_mut(..n), key.get(..n)) {
             dst.copy_from_slice(src);
         }
+        let mut bytes = Vec::with_capacity(key.len() + value.len());
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(value);
         MemKey {
             prefix: u128::from_be_bytes(head),
-            key: key.into(),
             lsn,
+            bytes: bytes.into_boxed_slice(),
+            key_len: key.len(),
         }
+    }
+
+    /// The user key.
+    pub(crate) fn key(&self) -> &[u8] {
+        self.bytes.get(..self.key_len).unwrap_or_default()
+    }
+
+    /// The bytes after the key (an inline value).
+    fn tail(&self) -> &[u8] {
+        self.bytes.get(self.key_len..).unwrap_or_default()
     }
 }
 
@@ -46,27 +70,34 @@ impl Ord for MemKey {
     fn cmp(&self, other: &Self) -> Ordering {
         self.prefix
             .cmp(&other.prefix)
-            .then_with(|| self.key.cmp(&other.key))
+            .then_with(|| self.key().cmp(other.key()))
             .then(other.lsn.cmp(&self.lsn))
     }
 }
+// Equality as the order sees it (key and LSN; the value bytes do not take part).
+impl PartialEq for MemKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for MemKey {}
 impl PartialOrd for MemKey {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-/// A version's value as the memtable holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum MemValue {
+/// A version's value as a writer hands it to the memtable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemValue<'a> {
     /// Small and medium pairs are held in full.
-    Value(Box<[u8]>),
+    Value(&'a [u8]),
     /// A large pair: its value is in the large log.
     Large(LogPtr),
     Tombstone,
 }
 
-impl MemValue {
+impl MemValue<'_> {
     fn size(&self) -> usize {
         match self {
             MemValue::Value(v) => v.len(),
@@ -74,20 +105,30 @@ impl MemValue {
             MemValue::Tombstone => 0,
         }
     }
+}
 
-    fn to_level_value(&self) -> LevelValue {
-        match self {
-            MemValue::Value(v) => LevelValue::Inline(v.to_vec()),
-            MemValue::Large(p) => LevelValue::Large(*p),
-            MemValue::Tombstone => LevelValue::Tombstone,
-        }
+/// What the memtable keeps beside a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// The value's bytes follow the key's in `MemKey`.
+    Inline,
+    Large(LogPtr),
+    Tombstone,
+}
+
+/// The stored value of a version.
+fn level_value(k: &MemKey, slot: &Slot) -> LevelValue {
+    match slot {
+        Slot::Inline => LevelValue::Inline(k.tail().to_vec()),
+        Slot::Large(p) => LevelValue::Large(*p),
+        Slot::Tombstone => LevelValue::Tombstone,
     }
 }
 
 /// One memtable generation.
 #[derive(Debug)]
 pub(crate) struct Memtable {
-    map: SkipMap<MemKey, MemValue>,
+    map: SkipMap<MemKey, Slot>,
     bytes: AtomicUsize,
     max_lsn: AtomicU64,
     /// First small-log file that holds none of this memtable's data (set when sealed):
@@ -112,9 +153,14 @@ impl Memtable {
     }
 
     /// Inserts one version. Distinct LSNs make every insert a new entry.
-    pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: MemValue) {
+    pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: MemValue<'_>) {
         let size = key.len() + value.size() + ENTRY_OVERHEAD;
-        self.map.insert(MemKey::new(key, lsn), value);
+        let (k, slot) = match value {
+            MemValue::Value(v) => (MemKey::with_value(key, lsn, v), Slot::Inline),
+            MemValue::Large(p) => (MemKey::new(key, lsn), Slot::Large(p)),
+            MemValue::Tombstone => (MemKey::new(key, lsn), Slot::Tombstone),
+        };
+        self.map.insert(k, slot);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_lsn.fetch_max(lsn, AtomicOrdering::Relaxed);
     }
@@ -137,7 +183,8 @@ impl Memtable {
     pub(crate) fn get(&self, key: &[u8], snapshot: u64) -> Option<Found> {
         let probe = MemKey::new(key, snapshot);
         let entry = self.map.lower_bound(Bound::Included(&probe))?;
-        (*entry.key().key == *key).then(|| (entry.key().lsn, entry.value().to_level_value()))
+        let k = entry.key();
+        (k.key() == key).then(|| (k.lsn, level_value(k, entry.value())))
     }
 
     /// Up to `limit` entries in key order starting after (or at, if `inclusive`) `from`,
@@ -166,13 +213,13 @@ impl Memtable {
             if k.lsn > snapshot {
                 continue;
             }
-            if out.last().is_some_and(|(last, _, _)| **last == *k.key) {
+            if out.last().is_some_and(|(last, _, _)| last.as_slice() == k.key()) {
                 continue; // an older version of a key already taken
             }
             if out.len() == limit {
                 break;
             }
-            out.push((k.key.to_vec(), k.lsn, entry.value().to_level_value()));
+            out.push((k.key().to_vec(), k.lsn, level_value(k, entry.value())));
         }
         out
     }
@@ -180,14 +227,14 @@ impl Memtable {
     /// Every version in key order, newest first per key, with whether it is the newest
     /// (used by flush; the memtable is immutable then).
     pub(crate) fn versions(&self) -> impl Iterator<Item = (MemEntry, bool)> + '_ {
-        let mut last: Option<Box<[u8]>> = None;
+        let mut last: Option<Vec<u8>> = None;
         self.map.iter().map(move |e| {
             let k = e.key();
-            let newest = last.as_deref() != Some(&*k.key);
+            let newest = last.as_deref() != Some(k.key());
             if newest {
-                last = Some(k.key.clone());
+                last = Some(k.key().to_vec());
             }
-            ((k.key.to_vec(), k.lsn, e.value().to_level_value()), newest)
+            ((k.key().to_vec(), k.lsn, level_value(k, e.value())), newest)
         })
     }
 }
@@ -228,7 +275,7 @@ mod tests {
     #[test]
     fn newest_visible_version_wins() {
         let m = Memtable::new();
-        let v = |b: &[u8]| MemValue::Value(b.into());
+        let v = |b: &'static [u8]| MemValue::Value(b);
         m.insert(b"a", 1, v(b"v1"));
         m.insert(b"a", 3, v(b"v3"));
         m.insert(b"a", 5, MemValue::Tombstone);

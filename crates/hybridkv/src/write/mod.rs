@@ -222,7 +222,7 @@ impl WritePath {
         let mut lsn = log.next_lsn;
         let mut done = Committed::default();
         let mut large_written = false;
-        let mut staged: Vec<(&[u8], u64, MemValue)> = Vec::new();
+        let mut staged: Vec<(&[u8], u64, MemValue<'_>)> = Vec::new();
         let mut encoded: Vec<(u64, u32, Cow<'_, [u8]>)> = Vec::with_capacity(records.len());
         for rec in records {
             let first = lsn;
@@ -252,7 +252,7 @@ impl WritePath {
                         if let Some(p) = payload.as_mut() {
                             encode_op(p, *op);
                         }
-                        (k, MemValue::Value(v.into()))
+                        (k, MemValue::Value(v))
                     }
                     BatchOp::Delete(k) => {
                         if let Some(p) = payload.as_mut() {
@@ -446,7 +446,7 @@ pub(crate) fn replay_ops(mem: &Memtable, first_lsn: u64, ops: Vec<BatchOp<'_>>) 
     let mut lsn = first_lsn;
     for op in ops {
         match op {
-            BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v.into())),
+            BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v)),
             BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
             BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
         }
