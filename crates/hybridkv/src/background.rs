@@ -3,8 +3,8 @@
 //! Owns: when work runs: each background thread claims the next job (the oldest immutable
 //! memtable first, then the level the picker scores highest whose levels are idle), runs
 //! it, and poisons the engine if it fails; the GC thread runs a pass every `gc_interval`
-//! (or when asked); callers wait here for pending work. Never: does the work itself
-//! (`compaction::worker`, `gc::job`) or installs anything.
+//! (`Db::gc` runs its passes in the caller's thread); callers wait here for pending work.
+//! Never: does the work itself (`compaction::worker`, `gc::job`) or installs anything.
 
 use crate::compaction::picker::{pick, LevelShape};
 use crate::engine::Engine;
@@ -139,15 +139,15 @@ impl Engine {
             {
                 let deadline = std::time::Instant::now() + self.opts.gc_interval;
                 let mut g = self.bg.lock();
-                // The condvar is shared with flushes and writers: wake for the deadline,
-                // an explicit request or shutdown, not for every notification.
-                while !g.shutdown && !g.gc_requested && std::time::Instant::now() < deadline {
+                // The condvar is shared with flushes and writers: wake for the deadline or
+                // shutdown, not for every notification (`Db::gc` runs its passes in the
+                // caller's thread).
+                while !g.shutdown && std::time::Instant::now() < deadline {
                     self.bg_cv.wait_until(&mut g, deadline);
                 }
                 if g.shutdown {
                     return;
                 }
-                g.gc_requested = false;
             }
             if self.poison.lock().is_some() {
                 continue;

@@ -1,5 +1,9 @@
-//! The public handle: `Db`. Wires the engine's components together; holds no logic of
-//! its own beyond argument checks and lifecycle (background threads, directory lock).
+//! The public handle: `Db`.
+//!
+//! Owns: the public API and the lifecycle: open (recovery, the flush of what it replayed,
+//! the background and GC threads) and close (refuse every entry point, stop the threads,
+//! seal the I/O, release the directory lock). Never: holds logic of its own beyond
+//! argument checks and lifecycle; every operation is the engine's.
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};

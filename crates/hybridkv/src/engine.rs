@@ -2,13 +2,18 @@
 //!
 //! Owns: the wiring between components: the write path (`WritePath`, which sees the
 //! engine only through the `WriteEnv` trait implemented here), the version set, the
-//! background state, poisoning and closing. Background flush/compaction
-//! (`compaction::worker`), GC (`gc::job`), recovery (`recovery`), `check` and `space` add
-//! their own `impl Engine` blocks; none of them is imported by this module.
+//! background state, poisoning and closing, and `install` (an edit through the version
+//! set, poisoning when its store fails). Never: imports the modules that add their own
+//! `impl Engine` blocks: scheduling (`background`), flush/compaction
+//! (`compaction::worker`), GC (`gc::job`), recovery (`recovery`), `check` and `space`.
 //!
-//! Lock order (never taken in the other direction): `log` -> `versions` (the version
-//! set's lock) -> the readers' state inside the version set; `bg` -> `versions` (a
-//! background thread claims work holding `bg`), so `bg` is never taken under `versions`.
+//! Lock order (code holding one of these locks takes only locks to its right):
+//! `gc_lock` -> `log` (the write path's mutex) -> `bg` -> `versions` (the version
+//! set's lock) -> the readers' state inside the version set. A commit holding `log` takes
+//! `versions` to register a large-log segment and `bg` to wake the background threads or
+//! to wait out a write stall; a background thread claims work holding `bg`, then
+//! `versions`; so `bg` is never taken under `versions`. `poison` is taken under any of
+//! them and nothing is taken under it.
 
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};
@@ -32,8 +37,6 @@ use std::time::Duration;
 pub(crate) struct BgState {
     pub shutdown: bool,
     pub running: usize,
-    /// Ask the garbage collector to run a pass now.
-    pub gc_requested: bool,
 }
 
 pub(crate) struct Engine {

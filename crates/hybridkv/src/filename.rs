@@ -2,9 +2,10 @@
 //!
 //! Owns: how each kind of file is named (`NNNNNNNN.wal`, `.lvl`, `.vlog`, `.tlog`,
 //! `MANIFEST`, `LOCK`, `*.tmp`), parsing a name back to its kind and id, and listing the
-//! numbered files of one kind in id order. Open, small-log deletion, GC, `check` and
-//! `space` all read a directory through it. Never: touches a file (callers list the
-//! directory through the I/O layer and pass the names).
+//! numbered files of one kind in id order. Open, small-log deletion, `check` and `space`
+//! classify a directory through it; every module that names a file takes the name from
+//! it. Never: touches a file (callers list the directory through the I/O layer and pass
+//! the names).
 
 /// The manifest's name (`FORMAT.md`, "Manifest").
 pub(crate) const MANIFEST: &str = "MANIFEST";

@@ -2,7 +2,7 @@
 //! encoding helpers and the CRC32C checksum.
 //!
 //! Owns: bounds-checked reading of untrusted bytes. Never: knows a file layout; each format
-//! module (`wal`, `level`, `manifest`) builds on these. A short or malformed input is a
+//! module (`log`, `level`, `manifest`, the write batch) builds on these. A short or malformed input is a
 //! `None`/error, never a panic.
 
 /// CRC32C (Castagnoli), the checksum of every on-disk record and node.

@@ -5,10 +5,13 @@
 //! `docs/FORMAT.md`, so the targets in `fuzz/` can feed it arbitrary bytes and check round
 //! trips. They take and return the engine's own types, re-exported below. Three types are
 //! declared here: [`Op`], an owned batch operation (the engine's decoded operation borrows
-//! the payload), [`Manifest`] with [`ManifestSegment`], a copy of the manifest state (its
-//! module, `manifest`, is being rebuilt around version edits and is left alone for now),
-//! and [`LevelScan`], the result of [`decode_level_file`]. Decoders that read files run on
-//! an in-memory [`SimFs`].
+//! the payload), [`Manifest`] with [`ManifestSegment`], a public copy of the manifest
+//! state with each segment's kind as its byte code (the engine's `ManifestState` and
+//! `SegmentKind` are crate-private), and [`LevelScan`], the result of
+//! [`decode_level_file`]. Decoders that read files run on an in-memory [`SimFs`].
+//!
+//! Never: a stable API, or a decoder of its own: every entry point calls the code the
+//! engine runs.
 
 use crate::cache::NodeCache;
 use crate::error::{Error, Result};

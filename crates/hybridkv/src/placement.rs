@@ -1,7 +1,8 @@
 //! Size classes (Parallax §2-3): every pair is classified by its whole size (key + value)
 //! when it is written, and each class is stored where it costs least.
 //!
-//! Owns: the classification rule and the placement modes. Never: moves data.
+//! Owns: the classification rule and the placement modes. Never: moves data, or reads
+//! `Options` (`Options::classify` passes the thresholds in).
 //!
 //! Why 120 and 1024 bytes: the paper's model compares the index entry a separated pair
 //! leaves in the tree (a fixed prefix plus a log pointer, ~20-30 bytes) with the pair

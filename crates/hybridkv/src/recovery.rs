@@ -4,7 +4,8 @@
 //!
 //! Owns: deciding, from what is on disk after any crash, the durable prefix to recover and
 //! the engine state that holds it. Never: runs after the engine is open (later installs go
-//! through `Engine::log_and_apply`), or accepts a write before what it recovered is durable.
+//! through `VersionSet::log_and_apply`, by way of `Engine::install`), or accepts a write
+//! before what it recovered is durable.
 
 use crate::cache::NodeCache;
 use crate::engine::{BgState, Engine};

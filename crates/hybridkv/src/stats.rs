@@ -1,7 +1,8 @@
 //! Engine counters and the `Stats` report.
 //!
-//! Owns: counting (user operations and bytes, flushes, compactions, stalls) and the
-//! snapshot handed to users. Never: changes behaviour; it only counts.
+//! Owns: counting (user operations and bytes, flushes, compactions, stalls, GC, the
+//! transient log) and the snapshot handed to users. Never: changes behaviour; it only
+//! counts.
 
 use crate::io::{IoComponent, IoStatsSnapshot};
 use std::fmt;

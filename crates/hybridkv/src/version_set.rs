@@ -44,8 +44,9 @@ struct ReadState {
     visible: u64,
 }
 
-/// The durable state (as the last stored manifest has it) and the claims of running
-/// background jobs, guarded together by the versions lock.
+/// The state the last stored manifest records, plus the segments registered since (the
+/// next manifest names them), and the claims of running background jobs, guarded together
+/// by the versions lock.
 pub(crate) struct VersionState {
     version: Arc<Version>,
     log_min_id: u64,

@@ -1,4 +1,4 @@
-//! Runs one merge: newer input + older input -> one new level file. The order and the
+//! Runs one merge: sorted sources (newest first) -> one new level file. The order and the
 //! shadowing come from `crate::merge`; this module decides what happens to each survivor.
 //!
 //! Values in logs are never read here: pointers are copied as they are. Every large pair

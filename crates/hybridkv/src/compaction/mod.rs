@@ -1,9 +1,14 @@
-//! Compaction: merging a level (or the immutable memtable) into the level below it.
+//! Compaction: flushing an immutable memtable into a new run of L1, and merging a level
+//! into the level below it.
 //!
-//! Owns: choosing the next merge ([`picker`], no I/O) and running it ([`job`]): a
-//! sorted two-way merge that keeps the newest version of each key, drops tombstones when
-//! the output is the bottom of the tree, and writes the output level bottom-up. Never:
-//! installs its result (the engine does, through a durable manifest) or deletes files.
+//! Owns: choosing the next merge ([`picker`], no I/O); running one merge ([`job`]: the
+//! k-way merge of `crate::merge` over its sources, newest version of each key kept,
+//! tombstones dropped when the output is the bottom of the tree, large-log garbage
+//! counted, the output written bottom-up); medium pairs to and from the transient log
+//! ([`transient`]); the flush and compaction jobs and their installs ([`worker`]),
+//! including deleting the small-log files a flush made obsolete. Never: decides when a
+//! job runs (`background` does), or changes the manifest or what readers see except
+//! through `Engine::install`.
 
 pub(crate) mod job;
 pub(crate) mod picker;

@@ -4,9 +4,10 @@
 //! I/O) and collecting them ([`job`]): read the segment once, keep the records the index
 //! still points at, re-append those through the write path (under the commit lock, only if
 //! the index still points at the old copy, so a newer write is never replaced), make the
-//! relocation durable, drop the segment from the manifest, then delete the file once no
-//! reader holds it. Never: edits level files; the old pointers stay in the levels, shadowed
-//! by the relocated versions, until compaction drops them.
+//! relocation and every other committed write durable, drop the segment from the manifest,
+//! then delete the file once no reader holds it; and the `space_amp_limit` enforcement.
+//! Never: edits level files; the old pointers stay in the levels, shadowed by the
+//! relocated versions, until compaction drops them.
 
 pub(crate) mod job;
 pub(crate) mod planner;

@@ -3,9 +3,10 @@
 //! Owns: the [`FileSystem`] seam (open, read at, append, sync data, sync directory, rename,
 //! delete, punch hole, list, lock), the real implementation ([`RealFs`], with optional
 //! `O_DIRECT`), a simulated one for tests (`SimFs`: crash images, injected faults, a
-//! byte quota; compiled only for this crate's tests and with the `sim` cargo feature), and
-//! byte counting per component ([`IoStats`]). Never: interprets bytes or decides what is
-//! live; it moves bytes and reports errors as `Error::Io` with the path.
+//! byte quota; compiled only for this crate's tests or with the `sim` cargo feature),
+//! sealing a closed database's handle ([`Io::seal`]), and byte counting per component
+//! ([`IoStats`]). Never: interprets bytes or decides what is live; it moves bytes and
+//! reports errors as `Error::Io` with the path.
 //!
 //! Every other module receives an [`Io`] handle, so tests can substitute a simulated or
 //! fault-injecting file system without touching the engine.

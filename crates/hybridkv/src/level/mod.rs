@@ -4,7 +4,8 @@
 //! Owns: the byte layout of leaves, index nodes, overflow blobs and the footer, writing a
 //! level file from sorted entries ([`builder::LevelBuilder`]) and reading it back
 //! ([`reader::LevelFile`]: point lookups, cursors, compaction scans). Never: decides which
-//! entries to keep or which files are live (compaction and the manifest do).
+//! entries to keep or which files are live (the merge, the compaction worker and the
+//! version set do; a file marked obsolete deletes itself when its last reader drops it).
 
 pub(crate) mod builder;
 pub(crate) mod footer;

@@ -1,5 +1,6 @@
 //! The large (value) log: segments `NNNNNNNN.vlog` holding large pairs, their only durable
-//! copy (Parallax §3.1; WiscKey's vLog).
+//! copy (Parallax §3.1; WiscKey's vLog). Transient segments (`NNNNNNNN.tlog`, medium pairs
+//! on their way to the merge level) use the same format ([`SegmentKind`]).
 //!
 //! Segment layout (FORMAT.md, "Large log"): a 16-byte header, then records
 //! `[key_len u32][value_len u32][lsn u64][crc u32][key][value]`, the CRC32C covering the

@@ -3,7 +3,7 @@
 //!
 //! Owns: applying a change to a copy of the current state, so that an install builds its
 //! whole result, stores it, and only then replaces what readers and the next install see
-//! (`Engine::log_and_apply`). Never: touches the disk or the engine's live state itself;
+//! (`VersionSet::log_and_apply`). Never: touches the disk or the engine's live state itself;
 //! `apply` is a pure function of its inputs.
 
 use super::version::Version;

@@ -1,10 +1,13 @@
 //! The manifest: which level files make up which level, where small-log replay starts,
 //! and the highest LSN the levels hold.
 //!
-//! Owns: the one durable description of the database's files, written whole with
-//! write-new-then-rename (`MANIFEST.tmp`, fsync, rename, fsync dir), so every change is
-//! atomic. Never: deletes files itself; callers delete what a durable manifest no longer
-//! names. FORMAT.md, "Manifest".
+//! Owns: the one durable description of the database's files (runs by level, live log
+//! segments with their owners and garbage, replay start, flushed LSN, next file id), its
+//! encoding, and its store, written whole with write-new-then-rename (`MANIFEST.tmp`,
+//! fsync, rename, fsync dir), so every change is atomic; [`version::Version`] and
+//! [`edit::VersionEdit`]. Never: deletes files itself (callers delete what a durable
+//! manifest no longer names), or is stored by any code but `VersionSet::log_and_apply`.
+//! FORMAT.md, "Manifest".
 
 pub(crate) mod edit;
 pub(crate) mod version;

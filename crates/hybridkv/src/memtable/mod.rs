@@ -213,7 +213,10 @@ impl Memtable {
             if k.lsn > snapshot {
                 continue;
             }
-            if out.last().is_some_and(|(last, _, _)| last.as_slice() == k.key()) {
+            if out
+                .last()
+                .is_some_and(|(last, _, _)| last.as_slice() == k.key())
+            {
                 continue; // an older version of a key already taken
             }
             if out.len() == limit {

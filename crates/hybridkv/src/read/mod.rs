@@ -2,8 +2,9 @@
 //!
 //! Owns: finding the newest visible version of a key (memtable, immutable memtables, then
 //! L1..Ln; the first match wins), dereferencing log pointers through the captured segment
-//! set, and merging one cursor per source in key order. Never: writes anything; it reads
-//! from a captured `SuperVersion`, so every file and segment it reads stays alive.
+//! set, and the iterators (one cursor per source, merged in key order by `crate::merge`).
+//! Never: writes anything; it reads from a captured `SuperVersion`, so every file and
+//! segment it reads stays alive.
 
 pub(crate) mod iter;
 

@@ -1,6 +1,7 @@
 //! Group commit: concurrent writers queue their batches; the first becomes the leader,
-//! takes every queued batch, and commits them with one log write (and one fsync if any
-//! asked for it). Followers sleep until the leader hands them their result.
+//! takes every queued batch, and commits them with one small-log write (synced once for
+//! the whole group if any asked for it). Followers sleep until the leader hands them their
+//! result.
 
 use super::batch::WriteBatch;
 use crate::error::{Error, Result};

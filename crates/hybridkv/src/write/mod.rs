@@ -1,10 +1,12 @@
 //! The write path: batches, group commit into the logs, and the memtable.
 //!
-//! Owns: the small log and the active memtable ([`LogState`], under the `log` mutex),
-//! assigning LSNs, classifying each put (small / medium / large), appending large values to
-//! the large log and every batch's commit record to the small log before acknowledging,
-//! inserting into the memtable, publishing the snapshot LSN, switching a full memtable to
-//! immutable, and slowing writers (never failing them) while flushes catch up. There is
+//! Owns: the small log, the active memtable and the large-log segment being appended to
+//! ([`LogState`], under the `log` mutex), assigning LSNs, classifying each put (small /
+//! medium / large), appending large values to the large log and every batch's commit
+//! record to the small log before acknowledging, inserting into the memtable, publishing
+//! the snapshot LSN, switching a full memtable to immutable, slowing writers (never
+//! failing them) while flushes catch up, and making every committed write durable on
+//! request ([`WritePath::make_durable`]). There is
 //! one commit function, [`WritePath::commit`]: user batches and GC's relocations both go
 //! through it, and recovery's replay uses the same memtable step ([`replay_ops`]).
 //! Never: reads levels or writes level files; knows the engine only through [`WriteEnv`].
@@ -219,6 +221,20 @@ impl WritePath {
             BatchOp::Put(k, v) => relocation || opts.classify(k.len(), v.len()) == Category::Large,
             _ => false,
         };
+        // Everything that can refuse the records is checked before anything is appended:
+        // an error after a large value reached the log would leave half a group behind.
+        for rec in records {
+            if u32::try_from(rec.ops.len()).is_err() {
+                return Err(Error::InvalidArgument(
+                    "too many operations in a batch".into(),
+                ));
+            }
+            if rec.ops.iter().any(|op| matches!(op, BatchOp::PutLarge(..))) {
+                return Err(Error::Internal(
+                    "a log pointer handed to the commit path (pointers are made there)".into(),
+                ));
+            }
+        }
         let mut lsn = log.next_lsn;
         let mut done = Committed::default();
         let mut large_written = false;
@@ -260,9 +276,8 @@ impl WritePath {
                         }
                         (k, MemValue::Tombstone)
                     }
-                    BatchOp::PutLarge(..) => {
-                        return Err(Error::InvalidArgument("internal op in a user batch".into()));
-                    }
+                    // Refused above, before any append.
+                    BatchOp::PutLarge(..) => continue,
                 };
                 match op {
                     BatchOp::Delete(k) => {
@@ -278,8 +293,8 @@ impl WritePath {
                 staged.push((key, lsn, value));
                 lsn += 1;
             }
-            let count = u32::try_from(rec.ops.len())
-                .map_err(|_| Error::InvalidArgument("too many operations in a batch".into()))?;
+            // Checked above.
+            let count = u32::try_from(rec.ops.len()).unwrap_or(u32::MAX);
             let body = match (payload, rec.payload) {
                 (Some(p), _) => Cow::Owned(p),
                 (None, Some(p)) => Cow::Borrowed(p),
