@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
 use crate::level::{EntryValue, LevelBuilder, LevelEntry, LevelMeta, LevelValue};
-use crate::memtable::{MemEntry, Memtable};
+use crate::memtable::{MemVersion, Memtable};
 use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use crate::options::Options;
 use crate::placement::Category;
@@ -35,21 +35,20 @@ pub(crate) struct MemSource<I> {
     dropped: Vec<LevelValue>,
 }
 
-impl<I: Iterator<Item = (MemEntry, bool)>> Source for MemSource<I> {
+impl<I: Iterator<Item = MemVersion>> Source for MemSource<I> {
     fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
-        for (entry, newest) in self.versions.by_ref() {
-            if newest {
-                return Ok(Some(entry));
-            }
-            if matches!(entry.2, LevelValue::Large(_)) {
-                self.dropped.push(entry.2);
+        for version in self.versions.by_ref() {
+            match version {
+                MemVersion::Newest(entry) => return Ok(Some(entry)),
+                MemVersion::Shadowed(Some(ptr)) => self.dropped.push(LevelValue::Large(ptr)),
+                MemVersion::Shadowed(None) => {}
             }
         }
         Ok(None)
     }
 }
 
-impl<I: Iterator<Item = (MemEntry, bool)>> MergeSource for MemSource<I> {
+impl<I: Iterator<Item = MemVersion>> MergeSource for MemSource<I> {
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         Ok(v)
     }
@@ -221,7 +220,7 @@ impl MergeJob<'_> {
 /// Convenience: the newest versions of an immutable memtable.
 pub(crate) fn memtable_source(
     mem: &Memtable,
-) -> MemSource<impl Iterator<Item = (MemEntry, bool)> + '_> {
+) -> MemSource<impl Iterator<Item = MemVersion> + '_> {
     MemSource {
         versions: mem.versions(),
         dropped: Vec::new(),

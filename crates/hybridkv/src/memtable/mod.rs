@@ -227,19 +227,35 @@ impl Memtable {
         out
     }
 
-    /// Every version in key order, newest first per key, with whether it is the newest
-    /// (used by flush; the memtable is immutable then).
-    pub(crate) fn versions(&self) -> impl Iterator<Item = (MemEntry, bool)> + '_ {
-        let mut last: Option<Vec<u8>> = None;
+    /// Every version in key order, newest first per key (used by flush; the memtable is
+    /// immutable then). Only the newest version of a key is copied out; an older one
+    /// yields just its large-log pointer, if it has one (its record becomes garbage).
+    pub(crate) fn versions(&self) -> impl Iterator<Item = MemVersion> + '_ {
+        let mut prev: Option<crossbeam_skiplist::map::Entry<'_, MemKey, Slot>> = None;
         self.map.iter().map(move |e| {
             let k = e.key();
-            let newest = last.as_deref() != Some(k.key());
-            if newest {
-                last = Some(k.key().to_vec());
-            }
-            ((k.key().to_vec(), k.lsn, level_value(k, e.value())), newest)
+            let newest = prev.as_ref().is_none_or(|p| p.key().key() != k.key());
+            let out = if newest {
+                MemVersion::Newest((k.key().to_vec(), k.lsn, level_value(k, e.value())))
+            } else {
+                MemVersion::Shadowed(match e.value() {
+                    Slot::Large(p) => Some(*p),
+                    _ => None,
+                })
+            };
+            prev = Some(e);
+            out
         })
     }
+}
+
+/// One version as a flush sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MemVersion {
+    /// The newest version of its key.
+    Newest(MemEntry),
+    /// An older version, with its large-log pointer if it has one.
+    Shadowed(Option<LogPtr>),
 }
 
 #[cfg(test)]
@@ -303,8 +319,12 @@ mod tests {
         );
         let versions: Vec<_> = m.versions().collect();
         assert_eq!(versions.len(), 4);
-        assert_eq!((versions[0].0 .1, versions[0].1), (5, true));
-        assert_eq!((versions[1].0 .1, versions[1].1), (3, false));
-        assert!(versions[3].1);
+        assert_eq!(
+            versions[0],
+            MemVersion::Newest((b"a".to_vec(), 5, LevelValue::Tombstone))
+        );
+        assert_eq!(versions[1], MemVersion::Shadowed(None));
+        assert_eq!(versions[2], MemVersion::Shadowed(None));
+        assert!(matches!(versions[3], MemVersion::Newest((ref k, 2, _)) if k == b"ab"));
     }
 }
