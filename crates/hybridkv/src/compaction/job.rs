@@ -218,9 +218,7 @@ impl MergeJob<'_> {
 }
 
 /// Convenience: the newest versions of an immutable memtable.
-pub(crate) fn memtable_source(
-    mem: &Memtable,
-) -> MemSource<impl Iterator<Item = MemVersion> + '_> {
+pub(crate) fn memtable_source(mem: &Memtable) -> MemSource<impl Iterator<Item = MemVersion> + '_> {
     MemSource {
         versions: mem.versions(),
         dropped: Vec::new(),
