@@ -36,7 +36,8 @@ enum Command {
         key: String,
         value: String,
     },
-    /// Print a value (exit status 1 if the key is absent).
+    /// Print a value (exit status 1 if the key is absent). Like every reading command,
+    /// it opens the database read-only: no lock, nothing on disk changes.
     Get {
         #[arg(long)]
         db: PathBuf,
@@ -71,7 +72,7 @@ enum Command {
         db: PathBuf,
     },
     /// Verify every checksum, every log pointer and every file the manifest names; list
-    /// orphaned files. Exit status 1 if damage is found.
+    /// orphaned files. Exit status 1 if damage is found. Read-only: it repairs nothing.
     Check {
         #[arg(long)]
         db: PathBuf,
@@ -88,6 +89,12 @@ fn open_existing(db: &PathBuf) -> hybridkv::Result<Db> {
     )
 }
 
+/// For the reading commands: no lock, nothing on disk changes, so they run beside a
+/// process that has the database open.
+fn open_reading(db: &PathBuf) -> hybridkv::Result<Db> {
+    Db::open_read_only(db, Options::default())
+}
+
 fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -102,7 +109,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             db.close()?;
         }
         Command::Get { db, key } => {
-            let db = open_existing(&db)?;
+            let db = open_reading(&db)?;
             match db.get(&key)? {
                 Some(v) => println!("{}", show(&v)),
                 None => {
@@ -117,7 +124,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             db.close()?;
         }
         Command::Scan { db, prefix, limit } => {
-            let db = open_existing(&db)?;
+            let db = open_reading(&db)?;
             let iter = match &prefix {
                 Some(p) => db.prefix(p),
                 None => db.iter(),
@@ -130,15 +137,15 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
         }
         Command::Stats { db } => {
-            let db = open_existing(&db)?;
+            let db = open_reading(&db)?;
             println!("{}", db.stats()?);
         }
         Command::Space { db } => {
-            let db = open_existing(&db)?;
+            let db = open_reading(&db)?;
             print!("{}", db.space()?);
         }
         Command::Check { db } => {
-            let db = open_existing(&db)?;
+            let db = open_reading(&db)?;
             let report = db.check()?;
             print!("{report}");
             if !report.is_ok() {

@@ -81,19 +81,27 @@ fn errors_print_a_message_and_exit_non_zero() {
 }
 
 #[test]
-fn a_second_process_opening_an_open_database_is_refused_as_locked() {
+fn a_second_process_reads_an_open_database_but_cannot_write_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let db = hybridkv::Db::open(&path, hybridkv::Options::default()).unwrap();
     db.put(b"k", b"v").unwrap();
-    // Another process (the CLI) cannot open it while this process holds it.
-    let o = hybridkv(&["get", "--db", path.to_str().unwrap(), "k"]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("locked by another open instance"), "{err}");
-    // Once it is closed, the other process can.
-    drop(db);
+    // Another process (the CLI) reads it while this process holds it: reading commands
+    // open read-only, without the lock.
     let o = hybridkv(&["get", "--db", path.to_str().unwrap(), "k"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(stdout(&o), "v\n");
+    let o = hybridkv(&["check", "--db", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A writing command is refused while this process holds the lock.
+    let o = hybridkv(&["put", "--db", path.to_str().unwrap(), "k2", "v2"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("locked by another open instance"), "{err}");
+    // Once it is closed, the other process can write.
+    drop(db);
+    let o = hybridkv(&["put", "--db", path.to_str().unwrap(), "k2", "v2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = hybridkv(&["get", "--db", path.to_str().unwrap(), "k2"]);
+    assert_eq!(stdout(&o), "v2\n");
 }

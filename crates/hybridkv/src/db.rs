@@ -28,6 +28,8 @@ use std::thread::JoinHandle;
 pub struct Db {
     engine: Arc<Engine>,
     lifecycle: Arc<Lifecycle>,
+    /// Opened by [`Db::open_read_only`]: every change is refused with `Error::ReadOnly`.
+    read_only: bool,
 }
 
 impl std::fmt::Debug for Db {
@@ -110,7 +112,82 @@ impl Db {
             .spawn(move || e.gc_loop())
             .map_err(|err| Error::io("spawn gc thread", path.as_ref(), err))?;
         lifecycle.threads.lock().push(handle);
-        Ok(Db { engine, lifecycle })
+        Ok(Db {
+            engine,
+            lifecycle,
+            read_only: false,
+        })
+    }
+
+    /// Opens an existing database for reading only, beside a process that may be writing
+    /// it: no lock is taken and nothing on disk changes. Recovery runs as usual (what the
+    /// small log holds is replayed, a torn tail is cut), but every change it makes stays
+    /// in memory. The handle reads the database as it was when it opened; files that the
+    /// writer deletes later may make a read fail with `Error::Io`, so a long-lived
+    /// reader should reopen. Writes, `flush`, `compact`, `compact_all` and `gc` fail with
+    /// `Error::ReadOnly`; no background thread runs.
+    pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Db> {
+        Self::open_read_only_with_fs(path, options, Arc::new(RealFs))
+    }
+
+    /// [`Db::open_read_only`] through a caller-supplied file system.
+    pub fn open_read_only_with_fs(
+        path: impl AsRef<Path>,
+        options: Options,
+        fs: Arc<dyn FileSystem>,
+    ) -> Result<Db> {
+        let options = Options {
+            create_if_missing: false,
+            ..options
+        };
+        let dir = path.as_ref();
+        // A writer may install a flush or compaction while this open reads: a file the
+        // manifest it loaded named can then be deleted under it. The open is taken as
+        // consistent only if the manifest is the same before and after it; else retried.
+        const ATTEMPTS: usize = 20;
+        let mut attempt = 0;
+        let engine = loop {
+            attempt += 1;
+            let before = manifest_bytes(fs.as_ref(), dir);
+            let io = Io::read_only(Arc::clone(&fs), options.direct_io);
+            let opened = Engine::open(dir, options.clone(), io);
+            let stable = before.is_some() && manifest_bytes(fs.as_ref(), dir) == before;
+            match opened {
+                Ok(engine) if stable => break engine,
+                // Nothing changed under it: the error is the database's own.
+                Err(e) if stable => return Err(e),
+                _ if attempt < ATTEMPTS => continue,
+                Err(e) => return Err(e),
+                Ok(_) => {
+                    return Err(Error::Io {
+                        op: "open read-only",
+                        path: dir.to_path_buf(),
+                        source: std::io::Error::other(
+                            "the manifest changed during every attempt (a writer is installing faster than the open reads)",
+                        ),
+                    })
+                }
+            }
+        };
+        let lifecycle = Arc::new(Lifecycle {
+            engine: Arc::clone(&engine),
+            threads: Mutex::new(Vec::new()),
+        });
+        Ok(Db {
+            engine,
+            lifecycle,
+            read_only: true,
+        })
+    }
+
+    /// `Error::ReadOnly` for a handle from [`Db::open_read_only`], `Error::Closed` once
+    /// closed.
+    fn check_writable(&self) -> Result<()> {
+        self.engine.check_open()?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
     }
 
     /// Stores `value` under `key`.
@@ -144,7 +221,7 @@ impl Db {
 
     /// Applies `batch` atomically with explicit write options.
     pub fn write_opt(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
-        self.engine.check_open()?;
+        self.check_writable()?;
         self.engine.write_batch(batch, opts.sync)
     }
 
@@ -231,7 +308,7 @@ impl Db {
 
     /// Writes the memtable to L1 and waits until it is there.
     pub fn flush(&self) -> Result<()> {
-        self.engine.check_open()?;
+        self.check_writable()?;
         self.engine.check_poison()?;
         let target = self.engine.writes.seal_memtable(&*self.engine)?;
         self.engine.wake_all();
@@ -244,7 +321,7 @@ impl Db {
 
     /// Waits until no flush or compaction is pending.
     pub fn compact(&self) -> Result<()> {
-        self.engine.check_open()?;
+        self.check_writable()?;
         self.engine.wake_all();
         let e = &self.engine;
         e.wait_background(|| !e.has_pending_work())
@@ -254,7 +331,7 @@ impl Db {
     /// reached `Options::gc_threshold` is collected. (A background thread also runs passes
     /// every `Options::gc_interval`.)
     pub fn gc(&self) -> Result<GcReport> {
-        self.engine.check_open()?;
+        self.check_writable()?;
         self.engine.check_poison()?;
         // A pass takes a bounded number of segments; keep going until one finds none.
         let mut total = GcReport::default();
@@ -283,7 +360,7 @@ impl Db {
     /// levels happen to fill up). Afterwards `gc` can reclaim the large-log space they held.
     /// Rewrites the whole database: meant for after bulk deletes or before measuring space.
     pub fn compact_all(&self) -> Result<()> {
-        self.engine.check_open()?;
+        self.check_writable()?;
         self.flush()?;
         self.compact()?;
         self.engine.compact_all()
@@ -364,6 +441,15 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// The manifest's bytes, if it can be read (a read-only open compares them before and
+/// after it reads the rest).
+fn manifest_bytes(fs: &dyn FileSystem, dir: &Path) -> Option<Vec<u8>> {
+    let file = fs.open(&dir.join(crate::filename::MANIFEST), false).ok()?;
+    let mut buf = vec![0u8; usize::try_from(file.len()).ok()?];
+    file.read_exact_at(0, &mut buf).ok()?;
+    Some(buf)
 }
 
 #[cfg(test)]

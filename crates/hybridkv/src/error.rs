@@ -60,6 +60,10 @@ pub enum Error {
     /// The database was closed.
     #[error("database is closed")]
     Closed,
+    /// The database was opened read-only (`Db::open_read_only`): it refuses writes,
+    /// flushes, compactions and GC.
+    #[error("database is open read-only")]
+    ReadOnly,
     /// An invariant of the engine itself was broken (a bug, not bad input or bad data on
     /// disk); the message says what and where. The operation stopped instead of going on
     /// with a result that could be wrong.

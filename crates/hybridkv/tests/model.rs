@@ -1,5 +1,6 @@
 //! Model-based test: random sequences of writes, reads, flushes, compactions, GC passes and
-//! reopens, every read checked against a `BTreeMap` that holds what the database must hold.
+//! reopens, and read-only opens beside the writer, every read checked against a `BTreeMap`
+//! that holds what the database must hold.
 //!
 //! Two drivers share one harness: a proptest property (shrinks a failure to a minimal
 //! sequence; `PROPTEST_CASES` raises the case count) and a deterministic long run driven by
@@ -116,6 +117,8 @@ enum Op {
     Reopen {
         close: bool,
     },
+    /// A read-only open beside the writer: it must see the model and refuse writes.
+    ReadOnly,
 }
 
 /// The database configuration of one case.
@@ -222,6 +225,7 @@ struct Totals {
     flushes: u64,
     compactions: u64,
     reopens: u64,
+    read_only_opens: u64,
     gc_segments_freed: u64,
     medium_values_merged: u64,
 }
@@ -280,7 +284,11 @@ impl Harness {
 
     /// Every pair by scan, every model key by get, and a few absent keys.
     fn full_check(&self, what: &str) -> Result<(), String> {
-        let db = self.db()?;
+        self.check_db(self.db()?, what)
+    }
+
+    /// [`Self::full_check`] on any handle of this database.
+    fn check_db(&self, db: &Db, what: &str) -> Result<(), String> {
         self.scan_check(&format!("{what}: full scan"), db.iter(), |_| true)?;
         for (k, v) in &self.model {
             let got = db
@@ -437,6 +445,16 @@ impl Harness {
                 self.db = Some(db);
                 self.full_check("after reopen")?;
             }
+            Op::ReadOnly => {
+                self.totals.read_only_opens += 1;
+                let ro = Db::open_read_only(self.dir.path(), self.opts.clone())
+                    .map_err(|e| format!("read-only open: {e}"))?;
+                self.check_db(&ro, "read-only open beside the writer")?;
+                match ro.put(b"ro", b"x") {
+                    Err(hybridkv::Error::ReadOnly) => {}
+                    other => return Err(format!("put on a read-only handle: {other:?}")),
+                }
+            }
         }
         Ok(())
     }
@@ -524,6 +542,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => Just(Op::Compact),
         2 => Just(Op::Gc),
         3 => any::<bool>().prop_map(|close| Op::Reopen { close }),
+        1 => Just(Op::ReadOnly),
     ]
 }
 
@@ -682,6 +701,7 @@ impl Rng {
             905..=944 => Op::Flush,
             945..=969 => Op::Compact,
             970..=989 => Op::Gc,
+            990..=994 => Op::ReadOnly,
             _ => Op::Reopen {
                 close: self.chance(500),
             },
@@ -700,6 +720,7 @@ fn long_run(seed: u64, config: Config, n: usize) -> Totals {
     // The run must have exercised the machinery it is meant to check.
     assert!(totals.flushes > 10, "{totals:?}");
     assert!(totals.reopens > 0, "{totals:?}");
+    assert!(totals.read_only_opens > 0, "{totals:?}");
     totals
 }
 

@@ -12,6 +12,7 @@
 //! fault-injecting file system without touching the engine.
 
 mod counting;
+mod overlay;
 mod real;
 mod sealed;
 // Test machinery: unit tests see it through `cfg(test)`, integration tests and the fuzz
@@ -117,6 +118,12 @@ impl Io {
             direct,
             sealed,
         }
+    }
+
+    /// A handle for a read-only open: reads go to `fs`, every change stays in memory (see
+    /// `io::overlay`), and no lock is taken.
+    pub(crate) fn read_only(fs: Arc<dyn FileSystem>, direct: bool) -> Self {
+        Io::new(Arc::new(overlay::ReadOnlyOverlay::new(fs)), direct)
     }
 
     /// Refuses every later change to the disk through this handle, its clones and the

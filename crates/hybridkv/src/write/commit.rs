@@ -48,6 +48,7 @@ fn share(e: &Error) -> Error {
         },
         Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
         Error::Closed => Error::Closed,
+        Error::ReadOnly => Error::ReadOnly,
         other => Error::Poisoned(other.to_string()),
     }
 }

@@ -1,0 +1,157 @@
+//! Read-only open (`Db::open_read_only`): no lock, nothing on disk changes, recovery's
+//! view of the data, every change refused with `Error::ReadOnly`; and it runs beside a
+//! process that holds the database open for writing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use hybridkv::{Db, Error, Options, WriteOptions};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn opts() -> Options {
+    Options {
+        memtable_size: 256 << 10,
+        ..Options::default()
+    }
+}
+
+/// Every file of the directory with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn value(i: usize, len: usize) -> Vec<u8> {
+    let mut v = format!("{i:06}|").into_bytes();
+    v.resize(len, (i % 251) as u8);
+    v
+}
+
+fn refused(what: &str, r: hybridkv::Result<()>) {
+    assert!(
+        matches!(r, Err(Error::ReadOnly)),
+        "{what} on a read-only handle: {r:?}"
+    );
+}
+
+#[test]
+fn a_read_only_open_sees_the_data_and_changes_nothing_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    {
+        let db = Db::open(dir.path(), opts()).unwrap();
+        // Flushed pairs of every size class, then pairs only in the small log.
+        for i in 0..600 {
+            let v = value(i, [9, 300, 3000][i % 3]);
+            db.put(format!("k{i:04}"), &v).unwrap();
+            model.insert(format!("k{i:04}").into_bytes(), v);
+        }
+        db.flush().unwrap();
+        for i in 600..700 {
+            let v = value(i, [9, 300, 3000][i % 3]);
+            db.put_opt(format!("k{i:04}"), &v, &WriteOptions { sync: true })
+                .unwrap();
+            model.insert(format!("k{i:04}").into_bytes(), v);
+        }
+        db.close().unwrap();
+    }
+    // A torn record at the end of the newest small-log file, as a crash leaves it.
+    let wal = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+        .max()
+        .unwrap();
+    let mut bytes = std::fs::read(&wal).unwrap();
+    bytes.extend_from_slice(&[0x5a; 40]);
+    std::fs::write(&wal, &bytes).unwrap();
+    let before = snapshot(dir.path());
+
+    let db = Db::open_read_only(dir.path(), opts()).unwrap();
+    for (k, v) in &model {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
+    }
+    let scanned: BTreeMap<Vec<u8>, Vec<u8>> = db.iter().map(|p| p.unwrap()).collect();
+    assert_eq!(scanned, model);
+    assert!(db.check().unwrap().is_ok());
+    db.stats().unwrap();
+    db.space().unwrap();
+    refused("put", db.put("x", "y"));
+    refused("delete", db.delete("k0001"));
+    refused("flush", db.flush());
+    refused("compact", db.compact());
+    refused("compact_all", db.compact_all());
+    refused("gc", db.gc().map(|_| ()));
+    db.close().unwrap();
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "a read-only open changed the disk"
+    );
+
+    // The writer's own open still recovers the same data (and cuts the tail itself).
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for (k, v) in &model {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
+    }
+}
+
+#[test]
+fn a_read_only_open_runs_beside_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..300 {
+        writer.put(format!("a{i:04}"), value(i, 200)).unwrap();
+    }
+    writer.flush().unwrap();
+    for i in 0..50 {
+        writer.put(format!("b{i:04}"), value(i, 2000)).unwrap(); // acknowledged, not synced
+    }
+    // A second read-write open is refused; a read-only one is not.
+    assert!(matches!(
+        Db::open(dir.path(), opts()),
+        Err(Error::Locked { .. })
+    ));
+    let reader = Db::open_read_only(dir.path(), opts()).unwrap();
+    for i in 0..300 {
+        assert_eq!(reader.get(format!("a{i:04}")).unwrap(), Some(value(i, 200)));
+    }
+    for i in 0..50 {
+        assert_eq!(
+            reader.get(format!("b{i:04}")).unwrap(),
+            Some(value(i, 2000))
+        );
+    }
+    // The writer goes on; the reader keeps the view it opened with.
+    writer.put("after", "open").unwrap();
+    writer.flush().unwrap();
+    assert_eq!(reader.get("after").unwrap(), None);
+    drop(reader);
+    assert_eq!(writer.get("after").unwrap().as_deref(), Some(&b"open"[..]));
+    writer.close().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    assert_eq!(db.get("b0049").unwrap(), Some(value(49, 2000)));
+    assert!(db.check().unwrap().is_ok());
+}
+
+#[test]
+fn a_read_only_open_of_a_missing_database_fails_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nothing-here");
+    let r = Db::open_read_only(&missing, Options::default());
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    assert!(!missing.exists());
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let r = Db::open_read_only(&empty, Options::default());
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+}
