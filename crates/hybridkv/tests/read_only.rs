@@ -155,3 +155,40 @@ fn a_read_only_open_of_a_missing_database_fails_and_creates_nothing() {
     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
 }
+
+/// Read-only opens while a writer flushes and compacts (memtables of 64 KiB): every open
+/// succeeds, and what it sees is a prefix of the writer's sequence of puts (no hole, no
+/// wrong value). Bounded by counts, not time; nothing assumes a thread gets scheduled.
+#[test]
+fn read_only_opens_while_the_writer_installs_see_a_prefix() {
+    const PUTS: usize = 6000;
+    let dir = tempfile::tempdir().unwrap();
+    let small = Options {
+        memtable_size: 64 << 10,
+        growth_factor: 2,
+        large_segment_size: 64 << 10,
+        ..Options::default()
+    };
+    let writer = Db::open(dir.path(), small.clone()).unwrap();
+    let key = |i: usize| format!("w{i:06}");
+    let val = |i: usize| value(i, [9, 300, 1500][i % 3]);
+    std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            for i in 0..PUTS {
+                writer.put(key(i), val(i)).unwrap();
+            }
+        });
+        for round in 0..15 {
+            let ro = Db::open_read_only(dir.path(), small.clone())
+                .unwrap_or_else(|e| panic!("read-only open {round}: {e}"));
+            let seen: Vec<(Vec<u8>, Vec<u8>)> = ro.iter().map(|p| p.unwrap()).collect();
+            for (j, (k, v)) in seen.iter().enumerate() {
+                assert_eq!(k, key(j).as_bytes(), "open {round}: a hole before {j}");
+                assert_eq!(v, &val(j), "open {round}: wrong value for {j}");
+            }
+        }
+        w.join().unwrap();
+    });
+    let ro = Db::open_read_only(dir.path(), small).unwrap();
+    assert_eq!(ro.iter().count(), PUTS);
+}
