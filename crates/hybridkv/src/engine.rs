@@ -66,10 +66,6 @@ impl Engine {
         self.versions.snapshot()
     }
 
-    pub(crate) fn alloc_file_id(&self) -> u64 {
-        self.versions.alloc_file_id()
-    }
-
     /// Refuses writes from now on, and wakes everyone waiting for background work.
     pub(crate) fn set_poison(&self, why: &Error) {
         self.record_poison(why);

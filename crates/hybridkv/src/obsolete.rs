@@ -50,10 +50,16 @@ impl LiveFiles {
         }
     }
 
-    /// What a running engine's state names (every segment it registered is in it).
+    /// What a running engine's state names (every segment it registered is in it, and the
+    /// level files its running jobs are writing).
     pub(crate) fn from_state(vs: &VersionState, next_file_id: u64) -> LiveFiles {
         LiveFiles {
-            runs: vs.version().all_runs().map(|f| f.id()).collect(),
+            runs: vs
+                .version()
+                .all_runs()
+                .map(|f| f.id())
+                .chain(vs.pending_outputs().iter().copied())
+                .collect(),
             segments: vs.segments().keys().copied().collect(),
             log_min_id: vs.log_min_id(),
             started_after: next_file_id,

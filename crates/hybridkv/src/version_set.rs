@@ -57,6 +57,9 @@ pub(crate) struct VersionState {
     /// A flush is running (flushes go one at a time, oldest memtable first; they add a run
     /// to L1 and so never conflict with a compaction of L1).
     pub flushing: bool,
+    /// Ids of level files that running flushes and compactions are writing: live, though no
+    /// version names them yet (`check` must not call them orphans).
+    pending_outputs: std::collections::BTreeSet<u64>,
 }
 
 impl VersionState {
@@ -73,6 +76,11 @@ impl VersionState {
     /// The live log segments.
     pub(crate) fn segments(&self) -> &SegmentTable {
         &self.segments
+    }
+
+    /// Level files being written by running jobs.
+    pub(crate) fn pending_outputs(&self) -> &std::collections::BTreeSet<u64> {
+        &self.pending_outputs
     }
 
     /// Ids of the transient segments owned by any of `runs`.
@@ -124,6 +132,7 @@ impl VersionSet {
                 segments: r.segments,
                 busy,
                 flushing: false,
+                pending_outputs: Default::default(),
             }),
             read: RwLock::new(ReadState {
                 sv: Arc::new(r.sv),
@@ -148,6 +157,14 @@ impl VersionSet {
     /// The id the next allocation will return (every file id below it is allocated).
     pub(crate) fn peek_next_file_id(&self) -> u64 {
         self.next_file_id.load(Ordering::SeqCst)
+    }
+
+    /// A new file id for the level file a flush or compaction is about to write: live until
+    /// the guard drops (after the install that names it, or after the job failed).
+    pub(crate) fn begin_output(&self) -> PendingOutput<'_> {
+        let id = self.alloc_file_id();
+        self.state.lock().pending_outputs.insert(id);
+        PendingOutput { set: self, id }
     }
 
     /// A new file id (level files, log segments, small-log files).
@@ -263,6 +280,18 @@ impl VersionSet {
     /// The oldest immutable memtable (the next to flush).
     pub(crate) fn oldest_imm(&self) -> Option<Arc<Memtable>> {
         self.read.read().sv.imms.last().cloned()
+    }
+}
+
+/// A level file a running job is writing (see [`VersionSet::begin_output`]).
+pub(crate) struct PendingOutput<'a> {
+    set: &'a VersionSet,
+    pub id: u64,
+}
+
+impl Drop for PendingOutput<'_> {
+    fn drop(&mut self) {
+        self.set.state.lock().pending_outputs.remove(&self.id);
     }
 }
 
@@ -445,6 +474,30 @@ mod tests {
         // Nothing was marked obsolete: run 1 is still on disk with its last holder gone.
         let run1 = Path::new(DIR).join(crate::level::reader::file_name(1));
         assert!(fs.read_file(&run1).is_some());
+    }
+
+    #[test]
+    fn a_running_job_s_output_is_live_until_its_guard_drops() {
+        use crate::filename::{DbFile, FileKind};
+        use crate::obsolete::{LiveFiles, Verdict};
+        let fs = SimFs::new();
+        let io = io(&fs);
+        let vset = set(&io);
+        let verdict = |id| {
+            let vs = vset.lock();
+            LiveFiles::from_state(&vs, vset.peek_next_file_id())
+                .verdict(DbFile::Numbered(FileKind::Level, id))
+        };
+        let output = vset.begin_output();
+        let id = output.id;
+        assert_eq!(
+            verdict(id),
+            Verdict::Live,
+            "an output being written is no orphan"
+        );
+        drop(output);
+        assert_eq!(verdict(id), Verdict::Obsolete, "never installed: an orphan");
+        assert_eq!(verdict(1), Verdict::Live);
     }
 
     #[test]

@@ -120,7 +120,8 @@ impl Engine {
         let version = Arc::clone(self.versions.lock().version());
         // With no deeper level L1 is the merge level: medium pairs stay in place.
         let in_place = version.is_merge_level(1, self.opts.medium_merge_level);
-        let id = self.alloc_file_id();
+        let output = self.versions.begin_output();
+        let id = output.id;
         // Older runs of L1 may hold the key: a flush never drops tombstones.
         let job = self.merge_job(id, IoComponent::Flush, false);
         let segments = Arc::clone(&self.snapshot().0.segments);
@@ -233,7 +234,8 @@ impl Engine {
             return Ok(());
         }
         let merge_here = version.is_merge_level(level + 1, self.opts.medium_merge_level);
-        let id = self.alloc_file_id();
+        let output = self.versions.begin_output();
+        let id = output.id;
         let job = self.merge_job(id, IoComponent::Compaction, version.is_bottom(level + 1));
         let segments = Arc::clone(&self.snapshot().0.segments);
         let mut reader = TransientReader::new(&segments);
