@@ -98,6 +98,7 @@ impl Engine {
                     } else {
                         0
                     },
+                    dead_bytes: if l == 1 { vs.l1_dead_estimate } else { 0 },
                 }
             })
             .collect()

@@ -13,7 +13,15 @@ pub(crate) struct LevelShape {
     pub runs: usize,
     /// Runs that make the level due for a merge on their own (0: no limit).
     pub run_limit: usize,
+    /// Estimated bytes of older versions, in this level or the next, that this level's
+    /// runs shadow (a merge into the next level drops them).
+    pub dead_bytes: u64,
 }
+
+/// A level is due for a merge once the estimated dead share of what the merge rewrites (it
+/// and the next level) reaches this, so that data that is overwritten but never fills the
+/// level keeps space within about 1.5x.
+const DEAD_SHARE_DUE: f64 = 1.0 / 3.0;
 
 /// Picks the level `i` (1-based) to merge into `i + 1`: the one most over its target, among
 /// those whose source and destination are idle. The last level is never a source.
@@ -27,6 +35,10 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
         let mut score = src.bytes as f64 / src.target as f64;
         if src.run_limit > 0 {
             score = score.max(src.runs as f64 / src.run_limit as f64);
+        }
+        if src.dead_bytes > 0 {
+            let dead_share = src.dead_bytes as f64 / (src.bytes + dst.bytes) as f64;
+            score = score.max(dead_share / DEAD_SHARE_DUE);
         }
         if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
             best = Some((i + 1, score));
@@ -46,7 +58,21 @@ mod tests {
             busy: false,
             runs: 1,
             run_limit: 0,
+            dead_bytes: 0,
         }
+    }
+
+    #[test]
+    fn a_level_that_shadows_a_third_of_what_its_merge_rewrites_is_due() {
+        let mut v = vec![shape(600, 10_000), shape(300, 80_000)];
+        v[0].runs = 3;
+        v[0].run_limit = 8;
+        v[0].dead_bytes = 200; // 22% of the 900 bytes a merge rewrites: not yet
+        assert_eq!(pick(&v), None);
+        v[0].dead_bytes = 300; // a third
+        assert_eq!(pick(&v), Some(1));
+        v[1].bytes = 30_000; // the same dead bytes are little beside a large next level
+        assert_eq!(pick(&v), None);
     }
 
     #[test]

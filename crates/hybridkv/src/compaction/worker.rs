@@ -11,12 +11,14 @@ use crate::io::IoComponent;
 use crate::level::reader::LevelScanner;
 use crate::level::{LevelFile, LevelMeta};
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
+use crate::log::ptr::LOG_PTR_SIZE;
 use crate::log::small;
 use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::memtable::Memtable;
 use crate::obsolete::{LiveFiles, Verdict};
 use crate::stats::Counters;
+use crate::value::LevelValue;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -138,6 +140,15 @@ impl Engine {
         self.count_merge(&out, &reader, sink.values);
         self.finish_transient(sink)?;
         let new_file = self.open_output(id, meta)?;
+        let shadowed = new_file.as_ref().map_or(0, |f| {
+            let below: Vec<Arc<LevelFile>> = version
+                .runs(1)
+                .iter()
+                .chain(version.runs(2))
+                .cloned()
+                .collect();
+            Self::estimate_shadowed(mem, &below, f.entries())
+        });
 
         let next_log = mem.next_log_id.load(Ordering::SeqCst);
         let freed = {
@@ -156,11 +167,47 @@ impl Engine {
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, Some(mem))?;
+            vs.l1_dead_estimate = vs.l1_dead_estimate.saturating_add(shadowed);
             freed
         };
         self.count_transient_freed(&freed);
         Counters::add(&self.counters.flushes, 1);
         self.delete_old_logs()
+    }
+
+    /// Bytes of older versions (in L1's runs and L2) that a flushed memtable shadows,
+    /// estimated from a sample of its keys looked up there: the mean size of the version
+    /// each sampled key shadows (0 if none), times the new run's entries. The picker merges
+    /// L1 into L2 once a third of what that merge would rewrite is dead this way, so a
+    /// database that is overwritten but never fills L1 does not keep every old version (a
+    /// failed lookup counts as a miss: the estimate only schedules work).
+    fn estimate_shadowed(mem: &Memtable, older: &[Arc<LevelFile>], new_entries: u64) -> u64 {
+        const SAMPLE: usize = 32;
+        if older.is_empty() {
+            return 0;
+        }
+        let keys = mem.sample_keys(SAMPLE);
+        if keys.is_empty() {
+            return 0;
+        }
+        let shadowed: u64 = keys
+            .iter()
+            .map(|k| {
+                older
+                    .iter()
+                    .find_map(|run| run.get(k).ok().flatten())
+                    .map_or(0, |(_, v)| {
+                        let value = match v {
+                            LevelValue::Inline(b) => b.len() as u64,
+                            LevelValue::Overflow { len, .. } => u64::from(len),
+                            LevelValue::Medium(_) | LevelValue::Large(_) => LOG_PTR_SIZE as u64,
+                            LevelValue::Tombstone => 0,
+                        };
+                        k.len() as u64 + value
+                    })
+            })
+            .sum();
+        shadowed.saturating_mul(new_entries) / keys.len() as u64
     }
 
     /// Right after recovery: writes what the small log replayed into L1, so the files it
@@ -279,6 +326,11 @@ impl Engine {
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, None)?;
+            if level <= 2 {
+                // The shadowed versions went with the merge (L1 into L2), or moved below
+                // L2 where an L1 merge no longer reaches them (L2 into L3).
+                vs.l1_dead_estimate = 0;
+            }
             freed
         };
         self.count_transient_freed(&freed);

@@ -174,6 +174,17 @@ impl Memtable {
         self.map.is_empty()
     }
 
+    /// About `n` keys spread over the memtable (every `len / n`-th version's key).
+    pub(crate) fn sample_keys(&self, n: usize) -> Vec<Vec<u8>> {
+        let step = (self.map.len() / n.max(1)).max(1);
+        self.map
+            .iter()
+            .step_by(step)
+            .take(n)
+            .map(|e| e.key().key().to_vec())
+            .collect()
+    }
+
     /// Highest LSN inserted.
     pub(crate) fn max_lsn(&self) -> u64 {
         self.max_lsn.load(AtomicOrdering::Relaxed)
