@@ -29,17 +29,34 @@ pub(crate) trait MergeSource: Source {
 }
 
 /// The newest version of each key of an immutable memtable; older versions are reported
-/// through `take_dropped`.
+/// through `take_dropped`. Keeps every `sample_every`-th key it yields (a flush estimates
+/// from them what the new run shadows).
 pub(crate) struct MemSource<I> {
     versions: I,
     dropped: Vec<LevelValue>,
+    sample_every: usize,
+    yielded: usize,
+    samples: Vec<Vec<u8>>,
+}
+
+impl<I> MemSource<I> {
+    /// The keys kept as a sample.
+    pub(crate) fn samples(&self) -> &[Vec<u8>] {
+        &self.samples
+    }
 }
 
 impl<I: Iterator<Item = MemVersion>> Source for MemSource<I> {
     fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         for version in self.versions.by_ref() {
             match version {
-                MemVersion::Newest(entry) => return Ok(Some(entry)),
+                MemVersion::Newest(entry) => {
+                    if self.yielded.is_multiple_of(self.sample_every) {
+                        self.samples.push(entry.0.clone());
+                    }
+                    self.yielded += 1;
+                    return Ok(Some(entry));
+                }
                 MemVersion::Shadowed(Some(ptr)) => self.dropped.push(LevelValue::Large(ptr)),
                 MemVersion::Shadowed(None) => {}
             }
@@ -218,9 +235,16 @@ impl MergeJob<'_> {
 }
 
 /// Convenience: the newest versions of an immutable memtable.
-pub(crate) fn memtable_source(mem: &Memtable) -> MemSource<impl Iterator<Item = MemVersion> + '_> {
+/// About `samples` of its keys are kept (see [`MemSource::samples`]).
+pub(crate) fn memtable_source(
+    mem: &Memtable,
+    samples: usize,
+) -> MemSource<impl Iterator<Item = MemVersion> + '_> {
     MemSource {
         versions: mem.versions(),
         dropped: Vec::new(),
+        sample_every: (mem.len() / samples.max(1)).max(1),
+        yielded: 0,
+        samples: Vec::with_capacity(samples + 1),
     }
 }

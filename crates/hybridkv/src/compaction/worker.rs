@@ -38,6 +38,9 @@ fn contain_panic(job: impl FnOnce() -> Result<()>) -> Result<()> {
     }
 }
 
+/// Keys of a flush looked up in L1 and L2 to estimate what the new run shadows.
+const SHADOW_SAMPLE: usize = 32;
+
 impl Engine {
     fn open_output(&self, id: u64, meta: Option<LevelMeta>) -> Result<Option<Arc<LevelFile>>> {
         match meta {
@@ -135,7 +138,7 @@ impl Engine {
         } else {
             MediumPolicy::ToLog(&mut sink)
         };
-        let mut source = memtable_source(mem);
+        let mut source = memtable_source(mem, SHADOW_SAMPLE);
         let (meta, out) = job.run(&mut [&mut source as &mut dyn MergeSource], policy)?;
         self.count_merge(&out, &reader, sink.values);
         self.finish_transient(sink)?;
@@ -147,7 +150,7 @@ impl Engine {
                 .chain(version.runs(2))
                 .cloned()
                 .collect();
-            Self::estimate_shadowed(mem, &below, f.entries())
+            Self::estimate_shadowed(source.samples(), &below, f.entries())
         });
 
         let next_log = mem.next_log_id.load(Ordering::SeqCst);
@@ -176,18 +179,14 @@ impl Engine {
     }
 
     /// Bytes of older versions (in L1's runs and L2) that a flushed memtable shadows,
-    /// estimated from a sample of its keys looked up there: the mean size of the version
+    /// estimated from a sample of its keys (`SHADOW_SAMPLE`, kept while the flush read
+    /// them) looked up there: the mean size of the version
     /// each sampled key shadows (0 if none), times the new run's entries. The picker merges
     /// L1 into L2 once a third of what that merge would rewrite is dead this way, so a
     /// database that is overwritten but never fills L1 does not keep every old version (a
     /// failed lookup counts as a miss: the estimate only schedules work).
-    fn estimate_shadowed(mem: &Memtable, older: &[Arc<LevelFile>], new_entries: u64) -> u64 {
-        const SAMPLE: usize = 32;
-        if older.is_empty() {
-            return 0;
-        }
-        let keys = mem.sample_keys(SAMPLE);
-        if keys.is_empty() {
+    fn estimate_shadowed(keys: &[Vec<u8>], older: &[Arc<LevelFile>], new_entries: u64) -> u64 {
+        if older.is_empty() || keys.is_empty() {
             return 0;
         }
         let shadowed: u64 = keys
