@@ -112,6 +112,50 @@ mod tests {
     }
 
     #[test]
+    fn a_running_job_s_output_is_live_until_its_guard_drops() {
+        use crate::io::{Io, SimFs};
+        use crate::manifest::version::Version;
+        use crate::memtable::Memtable;
+        use crate::version_set::{Recovered, SuperVersion, VersionSet};
+        use std::sync::Arc;
+        let io = Io::new(Arc::new(SimFs::new()), false);
+        let version = Arc::new(Version::empty(3));
+        let vset = VersionSet::new(
+            io,
+            "/db".into(),
+            Recovered {
+                version: Arc::clone(&version),
+                log_min_id: 0,
+                flushed_lsn: 0,
+                segments: Default::default(),
+                levels: 5,
+                sv: SuperVersion {
+                    mem: Arc::new(Memtable::new()),
+                    imms: Vec::new(),
+                    version,
+                    segments: Default::default(),
+                },
+                visible: 0,
+                next_file_id: 7,
+            },
+        );
+        let verdict = |id| {
+            let vs = vset.lock();
+            LiveFiles::from_state(&vs, vset.peek_next_file_id())
+                .verdict(DbFile::Numbered(FileKind::Level, id))
+        };
+        let output = vset.begin_output();
+        let id = output.id;
+        assert_eq!(
+            verdict(id),
+            Verdict::Live,
+            "an output being written is no orphan"
+        );
+        drop(output);
+        assert_eq!(verdict(id), Verdict::Obsolete, "never installed: an orphan");
+    }
+
+    #[test]
     fn the_manifest_decides_what_is_live() {
         let live = LiveFiles::from_manifest(&manifest());
         let v = |kind, id| live.verdict(DbFile::Numbered(kind, id));

@@ -481,30 +481,6 @@ mod tests {
     }
 
     #[test]
-    fn a_running_job_s_output_is_live_until_its_guard_drops() {
-        use crate::filename::{DbFile, FileKind};
-        use crate::obsolete::{LiveFiles, Verdict};
-        let fs = SimFs::new();
-        let io = io(&fs);
-        let vset = set(&io);
-        let verdict = |id| {
-            let vs = vset.lock();
-            LiveFiles::from_state(&vs, vset.peek_next_file_id())
-                .verdict(DbFile::Numbered(FileKind::Level, id))
-        };
-        let output = vset.begin_output();
-        let id = output.id;
-        assert_eq!(
-            verdict(id),
-            Verdict::Live,
-            "an output being written is no orphan"
-        );
-        drop(output);
-        assert_eq!(verdict(id), Verdict::Obsolete, "never installed: an orphan");
-        assert_eq!(verdict(1), Verdict::Live);
-    }
-
-    #[test]
     fn registered_segments_are_in_the_next_manifest() {
         let fs = SimFs::new();
         let io = io(&fs);
