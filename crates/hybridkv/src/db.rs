@@ -92,7 +92,7 @@ impl Db {
     ) -> Result<Db> {
         let io = Io::new(fs, options.direct_io);
         let threads = options.background_threads;
-        let engine = Engine::open(path.as_ref(), options, io)?;
+        let engine = Engine::open(path.as_ref(), options, io, false)?;
         engine.flush_replayed()?;
         let lifecycle = Arc::new(Lifecycle {
             engine: Arc::clone(&engine),
@@ -141,32 +141,33 @@ impl Db {
             ..options
         };
         let dir = path.as_ref();
-        // A writer may install a flush or compaction while this open reads: a file the
-        // manifest it loaded named can then be deleted under it. The open is taken as
-        // consistent only if the manifest is the same before and after it; else retried.
+        // A writer may install a flush, compaction or GC pass while this open reads, and
+        // delete a file the manifest it loaded names before the open reached it: the open
+        // then fails (the file is missing), and is tried again if the manifest changed
+        // meanwhile. An open that succeeds holds every file it needs open, and what it
+        // replays ends at anything it could not see (a gap in LSNs, a segment started
+        // after it listed the directory), so it sees a prefix of the writer's commits.
+        // A view is taken as of the open only if the manifest did not change while it
+        // read; else it is tried again, and after `ATTEMPTS` tries of a writer installing
+        // faster than the open reads, the last successful one is kept (a prefix of the
+        // writer's commits, possibly without its newest).
         const ATTEMPTS: usize = 20;
         let mut attempt = 0;
+        let mut last: Option<Arc<Engine>> = None;
         let engine = loop {
             attempt += 1;
             let before = manifest_bytes(fs.as_ref(), dir);
             let io = Io::read_only(Arc::clone(&fs), options.direct_io);
-            let opened = Engine::open(dir, options.clone(), io);
-            let stable = before.is_some() && manifest_bytes(fs.as_ref(), dir) == before;
+            let opened = Engine::open(dir, options.clone(), io, true);
+            let changed = manifest_bytes(fs.as_ref(), dir) != before;
             match opened {
-                Ok(engine) if stable => break engine,
-                // Nothing changed under it: the error is the database's own.
-                Err(e) if stable => return Err(e),
-                _ if attempt < ATTEMPTS => continue,
-                Err(e) => return Err(e),
-                Ok(_) => {
-                    return Err(Error::Io {
-                        op: "open read-only",
-                        path: dir.to_path_buf(),
-                        source: std::io::Error::other(
-                            "the manifest changed during every attempt (a writer is installing faster than the open reads)",
-                        ),
-                    })
-                }
+                Ok(engine) if !changed || attempt >= ATTEMPTS => break engine,
+                Ok(engine) => last = Some(engine),
+                Err(e) if !changed || attempt >= ATTEMPTS => match last.take() {
+                    Some(engine) => break engine,
+                    None => return Err(e),
+                },
+                Err(_) => {}
             }
         };
         let lifecycle = Arc::new(Lifecycle {

@@ -21,6 +21,10 @@ pub(crate) struct LiveFiles {
     /// Large segments with an id at or above this were started after the state was
     /// recorded: they may hold values that the small log points at, so they are live.
     started_after: u64,
+    /// Every numbered file at or above `started_after` is live, not only large segments:
+    /// a running engine's state cannot judge a file it did not make (a read-only handle's
+    /// state is as of its open, and the writer beside it goes on creating files).
+    newer_are_live: bool,
 }
 
 /// A file's standing.
@@ -47,6 +51,7 @@ impl LiveFiles {
             segments,
             log_min_id: m.log_min_id,
             started_after: m.next_file_id,
+            newer_are_live: false,
         }
     }
 
@@ -63,11 +68,17 @@ impl LiveFiles {
             segments: vs.segments().keys().copied().collect(),
             log_min_id: vs.log_min_id(),
             started_after: next_file_id,
+            newer_are_live: true,
         }
     }
 
     /// Whether `file` is live.
     pub(crate) fn verdict(&self, file: DbFile) -> Verdict {
+        if let DbFile::Numbered(_, id) = file {
+            if self.newer_are_live && id >= self.started_after {
+                return Verdict::Live;
+            }
+        }
         let live = match file {
             DbFile::Manifest | DbFile::Lock => true,
             DbFile::Temp => false,

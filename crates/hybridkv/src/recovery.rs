@@ -31,8 +31,22 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+/// The newest large segment as recovery found it.
+struct LargeTail {
+    id: u64,
+    /// Its valid records (before any damage).
+    records: RecordIndex,
+    /// The file's length if a damaged record was found with a valid one after it.
+    damaged_len: Option<u64>,
+}
+
 impl Engine {
-    pub(crate) fn open(dir: &Path, opts: Options, io: Io) -> Result<Arc<Engine>> {
+    /// Opens the database in `dir`. `read_only`: the caller's `Io` keeps every change in
+    /// memory, and a writer may be changing the directory while this reads it, so a commit
+    /// whose large value this open cannot see (a segment started after the directory was
+    /// listed, a value past the end of what was read) ends the replayed prefix instead of
+    /// being an error.
+    pub(crate) fn open(dir: &Path, opts: Options, io: Io, read_only: bool) -> Result<Arc<Engine>> {
         opts.validate()?;
         match io.fs().kind(dir)? {
             Some(true) => {}
@@ -164,7 +178,7 @@ impl Engine {
         // tail may be lost or torn. Cut that tail, so the file reads cleanly once it is no
         // longer the newest, and make the rest durable; replay stops at the first commit
         // record whose large value did not survive.
-        let mut large_tail: Option<(u64, RecordIndex)> = None;
+        let mut large_tail: Option<LargeTail> = None;
         let newest_large = segment_meta
             .iter()
             .filter(|(_, m)| m.kind == SegmentKind::Large)
@@ -181,12 +195,27 @@ impl Engine {
                 SegmentTail::Valid { end, records } => {
                     // `truncate` makes the kept bytes durable too.
                     io.fs().truncate(&path, end)?;
-                    large_tail = Some((id, records));
+                    large_tail = Some(LargeTail {
+                        id,
+                        records,
+                        damaged_len: None,
+                    });
                 }
-                // Not cut (the damage may be more than a lost tail: `check` reports it),
-                // but replay still stops at the first commit whose value is not among
-                // the valid records before the damage.
-                SegmentTail::Damaged { records } => large_tail = Some((id, records)),
+                // A bad record with a valid one after it is not what losing an unsynced
+                // tail leaves: it may be media damage inside synced data. Not cut, and
+                // replay does not stop at a commit whose value sits in the damaged part
+                // (cutting there would silently drop every later write, synced ones
+                // included): reading that value reports the corruption, as `check` does.
+                // Replay stops only at a commit whose value lies past the end of the file
+                // (never written).
+                SegmentTail::Damaged { records } => {
+                    let len = io.fs().file_len(&path)?;
+                    large_tail = Some(LargeTail {
+                        id,
+                        records,
+                        damaged_len: Some(len),
+                    });
+                }
             }
         }
 
@@ -244,14 +273,29 @@ impl Engine {
                     cut = Some(rec.offset);
                     break;
                 }
-                let value_lost = large_tail.as_ref().is_some_and(|(seg, records)| {
+                let value_lost = large_tail.as_ref().is_some_and(|tail| {
                     ops.iter().any(|op| match op {
-                        BatchOp::PutLarge(k, p) if p.segment == *seg => records
-                            .get(&p.offset)
-                            .is_none_or(|(len, key)| *len != p.len || key.as_slice() != *k),
+                        BatchOp::PutLarge(k, p) if p.segment == tail.id => match tail.damaged_len {
+                            Some(len) => p.offset.saturating_add(u64::from(p.len)) > len,
+                            None => tail
+                                .records
+                                .get(&p.offset)
+                                .is_none_or(|(len, key)| *len != p.len || key.as_slice() != *k),
+                        },
                         _ => false,
                     })
                 });
+                // A read-only open beside a writer: a segment started after the directory
+                // was listed holds values this open cannot read, so its first commit ends
+                // the prefix this open sees.
+                let unseen_segment = read_only
+                    && ops.iter().any(|op| {
+                        matches!(op, BatchOp::PutLarge(_, p) if !segments.contains_key(&p.segment))
+                    });
+                if unseen_segment || (read_only && value_lost) {
+                    cut = Some(rec.offset);
+                    break;
+                }
                 if value_lost {
                     // Written without sync and lost with the large log's tail: this
                     // commit, and everything after it, never became durable.

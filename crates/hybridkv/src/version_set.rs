@@ -57,8 +57,9 @@ pub(crate) struct VersionState {
     /// A flush is running (flushes go one at a time, oldest memtable first; they add a run
     /// to L1 and so never conflict with a compaction of L1).
     pub flushing: bool,
-    /// Estimated bytes of L1's runs that newer L1 runs shadow (sampled by each flush, reset
-    /// when L1 is merged down). A scheduling hint kept in memory, never in the manifest.
+    /// Estimated bytes of older versions (in L1 and L2) that L1's runs shadow (sampled by
+    /// each flush, reset when L1 is merged down). A scheduling hint kept in memory, never
+    /// in the manifest.
     pub l1_dead_estimate: u64,
     /// Ids of level files that running flushes and compactions are writing: live, though no
     /// version names them yet (`check` must not call them orphans).

@@ -434,20 +434,25 @@ fn regression_an_lsn_gap_between_logs_ends_the_replay() {
     assert_check_clean(&db);
 }
 
-/// Review suspicion, confirmed: when recovery classed the newest large segment as damaged
-/// (a bad record with a valid one after it, which out-of-order write-back of unsynced
-/// pages can leave), it skipped the cut at the first commit whose value did not survive,
-/// so replay installed pointers to the damaged record and reads failed. Fix: replay stops
-/// at the first commit whose value is not among the valid records before the damage.
+/// Review suspicion (the newest large segment, classed as damaged, skipped the cut at the
+/// first lost value): confirmed that the cut was skipped, and kept that way for damage
+/// *inside* the file, on purpose. A bad record with a valid one after it is not what a lost
+/// unsynced tail leaves; it may be media damage inside synced data, and cutting replay
+/// there would silently drop every later write, synced ones included (a first version of
+/// the fix did). So: the damaged value reads as `Error::Corruption` (never wrong bytes),
+/// every other write, before and after it, survives; only a commit whose value lies past
+/// the end of the file (never written) ends the replay.
 #[test]
-fn regression_a_damaged_newest_segment_still_cuts_at_the_first_lost_value() {
+fn regression_damage_in_the_newest_segment_loses_no_other_write() {
     let opts = base_opts();
     let fs = SimFs::new();
     let db = open_sim(&fs, opts.clone());
+    let sync = hybridkv::WriteOptions { sync: true };
     for i in 0..6 {
-        db.put(key(i), large(i, 1)).unwrap(); // unsynced
+        db.put_opt(key(i), large(i, 1), &sync).unwrap();
     }
-    let img = fs.crash_image(CrashKind::ProcessCrash);
+    db.put_opt("small", "after the damage", &sync).unwrap();
+    let img = fs.crash_image(CrashKind::DropUnsynced);
     drop(db);
     let dir = Path::new(DIR);
     let segment = files(&img, dir, ".vlog")
@@ -470,13 +475,71 @@ fn regression_a_damaged_newest_segment_still_cuts_at_the_first_lost_value() {
 
     let db = open_sim(&img, opts);
     for i in 0..6 {
-        let got = db
-            .get(key(i))
-            .unwrap_or_else(|e| panic!("get of put {i} failed: {e}"));
-        if i < 2 {
-            assert_eq!(got, Some(large(i, 1)), "put {i}, before the damage");
+        let got = db.get(key(i));
+        if i == 2 {
+            assert!(
+                matches!(got, Err(Error::Corruption { .. })),
+                "the damaged value: {got:?}"
+            );
         } else {
-            assert_eq!(got, None, "put {i} is at or after the lost value");
+            assert_eq!(got.unwrap(), Some(large(i, 1)), "put {i}");
         }
+    }
+    assert_eq!(
+        db.get("small").unwrap().as_deref(),
+        Some(&b"after the damage"[..]),
+        "a synced write after the damage was lost"
+    );
+    assert!(!db.check().unwrap().is_ok(), "check must name the damage");
+}
+
+/// The other half of the rule: with damage in the newest segment, a commit whose value
+/// lies past the end of the file (its bytes never reached the disk) ends the replay, so
+/// no read fails on a write that was never durable.
+#[test]
+fn regression_damaged_newest_segment_cuts_at_a_value_past_its_end() {
+    let opts = base_opts();
+    let fs = SimFs::new();
+    let db = open_sim(&fs, opts.clone());
+    for i in 0..6 {
+        db.put(key(i), large(i, 1)).unwrap(); // unsynced
+    }
+    let img = fs.crash_image(CrashKind::ProcessCrash);
+    drop(db);
+    let dir = Path::new(DIR);
+    let segment = files(&img, dir, ".vlog")
+        .pop()
+        .expect("a large-log segment");
+    let mut data = img.read_file(&segment).unwrap();
+    // Damage value 1, and lose everything from value 4 on (a write-back that kept a
+    // later page but neither an earlier one nor the end).
+    let find = |data: &[u8], i: usize| {
+        let v = large(i, 1);
+        data.windows(v.len())
+            .position(|w| w == v.as_slice())
+            .unwrap()
+    };
+    let at1 = find(&data, 1);
+    for b in &mut data[at1 + 100..at1 + 200] {
+        *b ^= 0x5a;
+    }
+    let at4 = find(&data, 4);
+    data.truncate(at4);
+    let mut f = img.create(&segment, false).unwrap();
+    f.append(&data).unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+
+    let db = open_sim(&img, opts);
+    assert_eq!(db.get(key(0)).unwrap(), Some(large(0, 1)));
+    assert!(matches!(db.get(key(1)), Err(Error::Corruption { .. })));
+    assert_eq!(db.get(key(2)).unwrap(), Some(large(2, 1)));
+    assert_eq!(db.get(key(3)).unwrap(), Some(large(3, 1)));
+    for i in 4..6 {
+        assert_eq!(
+            db.get(key(i)).unwrap(),
+            None,
+            "put {i}'s value never reached the disk"
+        );
     }
 }

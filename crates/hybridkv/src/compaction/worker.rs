@@ -325,9 +325,9 @@ impl Engine {
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, None)?;
-            if level <= 2 {
-                // The shadowed versions went with the merge (L1 into L2), or moved below
-                // L2 where an L1 merge no longer reaches them (L2 into L3).
+            if level == 1 {
+                // The shadowed versions went with the merge (runs flushed meanwhile start
+                // a new estimate; what they shadow is counted low, never high).
                 vs.l1_dead_estimate = 0;
             }
             freed
