@@ -86,10 +86,12 @@ impl Engine {
         for id in pick_victims(&usage, active, threshold, MAX_SEGMENTS_PER_PASS) {
             match self.collect_segment(id, &mut report) {
                 Ok(()) => {}
-                // Nothing was relocated or freed (the segment is read whole, strictly,
-                // before anything moves): leave it, keep its live records readable where
-                // they are intact, and collect the others.
-                Err(e @ Error::Corruption { .. }) => {
+                // Damage in the victim itself: nothing was relocated or freed (the segment
+                // is read whole, strictly, before anything moves): leave it, keep its live
+                // records readable where they are intact, and collect the others. Damage
+                // met elsewhere (a level file read to check a record's liveness) fails the
+                // pass and names that file.
+                Err(e @ Error::Corruption { .. }) if corruption_in(&e, &large::file_name(id)) => {
                     report.segments_damaged += 1;
                     report.damage.push(e.to_string());
                     Counters::add(&self.counters.gc_errors, 1);
@@ -157,6 +159,8 @@ impl Engine {
     /// commit lock so no user write can slip in between check and insert.
     fn relocate(&self, chunk: &[(LogPtr, LargeRecord)], report: &mut GcReport) -> Result<()> {
         let mut log = self.writes.lock();
+        // A write failure since the pass began poisoned the engine: append nothing more.
+        self.check_poison()?;
         self.writes.make_room(self, &mut log)?;
         let mut ops = Vec::with_capacity(chunk.len());
         for (old, rec) in chunk {
@@ -178,4 +182,10 @@ impl Engine {
         report.bytes_relocated += done.large_bytes;
         Ok(())
     }
+}
+
+/// Whether `e` is corruption found in the file named `name`.
+fn corruption_in(e: &Error, name: &str) -> bool {
+    matches!(e, Error::Corruption { file, .. }
+        if file.file_name().is_some_and(|f| f == std::ffi::OsStr::new(name)))
 }
