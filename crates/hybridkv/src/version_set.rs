@@ -110,6 +110,29 @@ pub(crate) struct Recovered {
     pub next_file_id: u64,
 }
 
+#[cfg(test)]
+impl Recovered {
+    /// An empty database (three levels) whose active memtable is `mem` (tests).
+    pub(crate) fn empty(mem: Arc<Memtable>, next_file_id: u64) -> Recovered {
+        let version = Arc::new(Version::empty(3));
+        Recovered {
+            version: Arc::clone(&version),
+            log_min_id: 0,
+            flushed_lsn: 0,
+            segments: SegmentTable::new(),
+            levels: 5,
+            sv: SuperVersion {
+                mem,
+                imms: Vec::new(),
+                version,
+                segments: Arc::new(SegmentSet::new()),
+            },
+            visible: 0,
+            next_file_id,
+        }
+    }
+}
+
 /// See the module documentation.
 pub(crate) struct VersionSet {
     io: Io,

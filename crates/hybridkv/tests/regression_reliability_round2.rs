@@ -454,24 +454,8 @@ fn regression_damage_in_the_newest_segment_loses_no_other_write() {
     db.put_opt("small", "after the damage", &sync).unwrap();
     let img = fs.crash_image(CrashKind::DropUnsynced);
     drop(db);
-    let dir = Path::new(DIR);
-    let segment = files(&img, dir, ".vlog")
-        .pop()
-        .expect("a large-log segment");
-    let mut data = img.read_file(&segment).unwrap();
     // Damage the value of put 2 (its record fails its checksum; 3..5 stay valid).
-    let v2 = large(2, 1);
-    let at = data
-        .windows(v2.len())
-        .position(|w| w == v2.as_slice())
-        .expect("value 2 in the segment");
-    for b in &mut data[at + 100..at + 200] {
-        *b ^= 0x5a;
-    }
-    let mut f = img.create(&segment, false).unwrap();
-    f.append(&data).unwrap();
-    f.sync_data().unwrap();
-    drop(f);
+    rewrite_newest_segment(&img, |data| damage_value(data, 2));
 
     let db = open_sim(&img, opts);
     for i in 0..6 {
@@ -506,29 +490,13 @@ fn regression_damaged_newest_segment_cuts_at_a_value_past_its_end() {
     }
     let img = fs.crash_image(CrashKind::ProcessCrash);
     drop(db);
-    let dir = Path::new(DIR);
-    let segment = files(&img, dir, ".vlog")
-        .pop()
-        .expect("a large-log segment");
-    let mut data = img.read_file(&segment).unwrap();
     // Damage value 1, and lose everything from value 4 on (a write-back that kept a
     // later page but neither an earlier one nor the end).
-    let find = |data: &[u8], i: usize| {
-        let v = large(i, 1);
-        data.windows(v.len())
-            .position(|w| w == v.as_slice())
-            .unwrap()
-    };
-    let at1 = find(&data, 1);
-    for b in &mut data[at1 + 100..at1 + 200] {
-        *b ^= 0x5a;
-    }
-    let at4 = find(&data, 4);
-    data.truncate(at4);
-    let mut f = img.create(&segment, false).unwrap();
-    f.append(&data).unwrap();
-    f.sync_data().unwrap();
-    drop(f);
+    rewrite_newest_segment(&img, |data| {
+        damage_value(data, 1);
+        let at4 = value_at(data, 4);
+        data.truncate(at4);
+    });
 
     let db = open_sim(&img, opts);
     assert_eq!(db.get(key(0)).unwrap(), Some(large(0, 1)));
@@ -542,4 +510,32 @@ fn regression_damaged_newest_segment_cuts_at_a_value_past_its_end() {
             "put {i}'s value never reached the disk"
         );
     }
+}
+
+/// Where version 1 of put `i`'s large value starts in `data`.
+fn value_at(data: &[u8], i: usize) -> usize {
+    let v = large(i, 1);
+    data.windows(v.len())
+        .position(|w| w == v.as_slice())
+        .expect("the value in the segment")
+}
+
+/// Flips 100 bytes inside version 1 of put `i`'s value (its record fails its checksum).
+fn damage_value(data: &mut [u8], i: usize) {
+    let at = value_at(data, i);
+    for b in &mut data[at + 100..at + 200] {
+        *b ^= 0x5a;
+    }
+}
+
+/// Replaces the newest large-log segment of `img` with `change` applied to its bytes.
+fn rewrite_newest_segment(img: &SimFs, change: impl FnOnce(&mut Vec<u8>)) {
+    let segment = files(img, Path::new(DIR), ".vlog")
+        .pop()
+        .expect("a large-log segment");
+    let mut data = img.read_file(&segment).unwrap();
+    change(&mut data);
+    let mut f = img.create(&segment, false).unwrap();
+    f.append(&data).unwrap();
+    f.sync_data().unwrap();
 }

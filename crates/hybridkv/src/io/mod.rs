@@ -96,6 +96,28 @@ pub trait FileSystem: Send + Sync + Debug {
     fn lock(&self, path: &Path) -> Result<Box<dyn DirLock>>;
 }
 
+/// Fills `buf` from the bytes at `offset` of `data` (an in-memory file or a bounce
+/// buffer); past the end is an `UnexpectedEof` I/O error naming `path`.
+pub(crate) fn read_from(data: &[u8], offset: u64, buf: &mut [u8], path: &Path) -> Result<()> {
+    let src = usize::try_from(offset)
+        .ok()
+        .and_then(|s| data.get(s..s.checked_add(buf.len())?));
+    match src {
+        Some(src) => {
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+        None => Err(crate::error::Error::io(
+            "read",
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "read past the end of the file",
+            ),
+        )),
+    }
+}
+
 /// The handle every component uses: a file system, its byte counters, and the I/O mode.
 #[derive(Debug, Clone)]
 pub struct Io {

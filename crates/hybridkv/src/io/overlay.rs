@@ -105,21 +105,7 @@ struct OverlayReader {
 
 impl ReadableFile for OverlayReader {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let data = self.data.lock();
-        let src = usize::try_from(offset)
-            .ok()
-            .and_then(|start| data.get(start..start.checked_add(buf.len())?));
-        match src {
-            Some(src) => {
-                buf.copy_from_slice(src);
-                Ok(())
-            }
-            None => Err(Error::io(
-                "read",
-                &self.path,
-                std::io::ErrorKind::UnexpectedEof.into(),
-            )),
-        }
+        super::read_from(&self.data.lock(), offset, buf, &self.path)
     }
     fn len(&self) -> u64 {
         self.data.lock().len() as u64

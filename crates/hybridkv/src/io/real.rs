@@ -230,21 +230,9 @@ impl ReadableFile for RealReader {
             self.file.read_at(dst, at)
         })
         .map_err(|e| Error::io("read", &self.path, e))?;
-        let src = bounce
-            .full_mut()
-            .get(skip..skip + buf.len())
-            .filter(|_| done >= skip + buf.len());
-        match src {
-            Some(src) => {
-                buf.copy_from_slice(src);
-                Ok(())
-            }
-            None => Err(Error::io(
-                "read",
-                &self.path,
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short direct read"),
-            )),
-        }
+        // Only the `done` bytes read count; past them is the end of the file.
+        let read = bounce.full_mut().get(..done).unwrap_or_default();
+        super::read_from(read, skip as u64, buf, &self.path)
     }
     fn len(&self) -> u64 {
         self.len

@@ -825,20 +825,7 @@ impl ReadableFile for SimReader {
             .get(&self.node)
             .map(|n| n.data.as_slice())
             .unwrap_or_default();
-        let src = usize::try_from(offset)
-            .ok()
-            .and_then(|s| data.get(s..s.checked_add(buf.len())?));
-        match src {
-            Some(src) => {
-                buf.copy_from_slice(src);
-                Ok(())
-            }
-            None => Err(Error::io(
-                "read",
-                &self.path,
-                std::io::Error::new(ErrorKind::UnexpectedEof, "read past the end of the file"),
-            )),
-        }
+        super::read_from(data, offset, buf, &self.path)
     }
 
     fn len(&self) -> u64 {

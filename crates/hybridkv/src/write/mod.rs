@@ -475,8 +475,7 @@ mod tests {
     use super::*;
     use crate::io::{FailMode, SimFs};
     use crate::log::small;
-    use crate::manifest::version::Version;
-    use crate::version_set::{Recovered, SuperVersion};
+    use crate::version_set::Recovered;
     use std::path::PathBuf;
 
     const DIR: &str = "/db";
@@ -530,25 +529,10 @@ mod tests {
         let dir = PathBuf::from(DIR);
         io.fs().create_dir_all(&dir).unwrap();
         let mem = Arc::new(Memtable::new());
-        let version = Arc::new(Version::empty(3));
         let versions = VersionSet::new(
             io.clone(),
             dir.clone(),
-            Recovered {
-                version: Arc::clone(&version),
-                log_min_id: 0,
-                flushed_lsn: 0,
-                segments: Default::default(),
-                levels: 5,
-                sv: SuperVersion {
-                    mem: Arc::clone(&mem),
-                    imms: Vec::new(),
-                    version,
-                    segments: Default::default(),
-                },
-                visible: 0,
-                next_file_id: 1,
-            },
+            Recovered::empty(Arc::clone(&mem), 1),
         );
         let writer = SmallLogWriter::create(&io, &dir, versions.alloc_file_id()).unwrap();
         let env = TestEnv {
@@ -656,6 +640,36 @@ mod tests {
         assert_eq!(
             small::replay_file(&io, &path, true).unwrap().records.len(),
             1
+        );
+    }
+
+    #[test]
+    fn a_record_holding_a_log_pointer_is_refused_before_anything_is_appended() {
+        let fs = SimFs::new();
+        let (env, writes) = setup(&fs);
+        let big = vec![1u8; 3000];
+        let ptr = crate::log::ptr::LogPtr {
+            segment: 1,
+            offset: 16,
+            len: 40,
+        };
+        // A large put first: refused as a whole, its value must not reach the large log.
+        let record = CommitRecord {
+            ops: vec![BatchOp::Put(b"a", &big), BatchOp::PutLarge(b"b", ptr)],
+            payload: None,
+            relocation: false,
+        };
+        let mut log = writes.lock();
+        let r = writes.commit(&env, &mut log, &[record], false);
+        assert!(matches!(r, Err(Error::Internal(_))), "{r:?}");
+        assert_eq!(log.next_lsn, 1);
+        assert!(log.mem.is_empty());
+        assert!(log.large.is_none(), "a large-log segment was started");
+        drop(log);
+        assert!(logged(&env).is_empty());
+        assert!(
+            env.check_poison().is_ok(),
+            "nothing was written: no need to poison"
         );
     }
 
