@@ -72,6 +72,11 @@ impl LiveFiles {
         }
     }
 
+    /// The segments the state names (not those it judges live by their id alone).
+    pub(crate) fn named_segments(&self) -> impl Iterator<Item = u64> + '_ {
+        self.segments.iter().copied()
+    }
+
     /// Whether `file` is live.
     pub(crate) fn verdict(&self, file: DbFile) -> Verdict {
         if let DbFile::Numbered(_, id) = file {

@@ -172,6 +172,26 @@ impl Engine {
             segments.insert(id, Arc::new(SegmentFile::open(&io, dir, kind, id)?));
         }
         // A segment registered in the manifest whose file was never created held nothing.
+        // A read-only open beside a writer cannot tell that from a segment the writer freed
+        // (and deleted) after this open loaded the manifest, whose pointers the loaded
+        // levels may still hold: a freeing install changes the manifest, so a named segment
+        // that is missing while the manifest changed fails this open (to be tried again).
+        if read_only && !fresh {
+            if let Some(id) = live.named_segments().find(|id| !segments.contains_key(id)) {
+                if ManifestState::load(&io, dir)?.as_ref() != Some(&state) {
+                    let kind = state
+                        .segments
+                        .iter()
+                        .find(|s| s.id == id)
+                        .map_or(SegmentKind::Large, |s| s.kind);
+                    return Err(Error::io(
+                        "open log segment",
+                        dir.join(kind.file_name(id)),
+                        std::io::ErrorKind::NotFound.into(),
+                    ));
+                }
+            }
+        }
 
         // The newest large segment is the only one that can hold records never made durable
         // (a full segment is synced before the next starts), so after a power loss its
@@ -287,10 +307,15 @@ impl Engine {
                 });
                 // A read-only open beside a writer: a segment started after the directory
                 // was listed holds values this open cannot read, so its first commit ends
-                // the prefix this open sees.
+                // the prefix this open sees. Only a segment newer than the manifest counts:
+                // one older that is missing was freed by GC, and its values that the log
+                // still holds are dead, shadowed by commits further on (the relocations and
+                // newer writes GC made durable before freeing it), which must be replayed.
                 let unseen_segment = read_only
                     && ops.iter().any(|op| {
-                        matches!(op, BatchOp::PutLarge(_, p) if !segments.contains_key(&p.segment))
+                        matches!(op, BatchOp::PutLarge(_, p)
+                            if p.segment >= state.next_file_id
+                                && !segments.contains_key(&p.segment))
                     });
                 if unseen_segment || (read_only && value_lost) {
                     cut = Some(rec.offset);

@@ -4,9 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hybridkv::io::{DirLock, FileSystem, ReadableFile, RealFs, WritableFile};
 use hybridkv::{Db, Error, Options, WriteOptions};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 fn opts() -> Options {
     Options {
@@ -234,4 +237,204 @@ fn read_only_opens_beside_a_writer_of_large_values_read_without_errors() {
         done.store(true, Ordering::Release);
         w.join().unwrap();
     });
+}
+
+/// Found by CI (the model test's read-only op, one run in six): GC freed a large segment
+/// while the small log still held the commits that first wrote into it (dead values,
+/// shadowed by the overwrites further on). A read-only open took the missing segment for
+/// one the writer started after the open listed the directory and ended its replay at the
+/// first such commit, dropping the overwrites: the view showed stale level pointers into
+/// the freed segment ("pointer to a log segment that does not exist") or lost writes.
+/// Deterministic: no thread runs beside the writer.
+#[test]
+fn a_read_only_open_replays_past_commits_into_a_segment_gc_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 64 << 20, // flushed only when the test says so
+        large_segment_size: 64 << 10,
+        background_threads: 1,
+        ..Options::default()
+    };
+    let writer = Db::open(dir.path(), opts.clone()).unwrap();
+    let a = |i: usize| format!("a{i:04}");
+    let b = |i: usize| format!("b{i:04}");
+    // The first segment: A, then A overwritten; merging every level counts A's first
+    // versions as its garbage.
+    for i in 0..5 {
+        writer.put(a(i), value(i, 5000)).unwrap();
+    }
+    writer.flush().unwrap();
+    for i in 0..5 {
+        writer.put(a(i), value(i + 100, 5000)).unwrap();
+    }
+    writer.compact_all().unwrap();
+    // B fills the rest of it and the next segments, then is overwritten: these commits
+    // stay in the small log (nothing is flushed from here on).
+    for i in 0..20 {
+        writer.put(b(i), value(i + 200, 5000)).unwrap();
+    }
+    for i in 0..20 {
+        writer.put(b(i), value(i + 300, 5000)).unwrap();
+    }
+    let report = writer.gc().unwrap();
+    assert!(
+        report.segments_freed > 0 && report.entries_relocated > 0,
+        "the first segment must be collected (A relocated, B dead): {report:?}"
+    );
+    writer.put("after-gc", value(7, 4000)).unwrap();
+    let expect = |ro: &Db| {
+        for i in 0..5 {
+            assert_eq!(ro.get(a(i)).unwrap(), Some(value(i + 100, 5000)), "a{i}");
+        }
+        for i in 0..20 {
+            assert_eq!(ro.get(b(i)).unwrap(), Some(value(i + 300, 5000)), "b{i}");
+        }
+        assert_eq!(ro.get("after-gc").unwrap(), Some(value(7, 4000)));
+        let seen: Vec<(Vec<u8>, Vec<u8>)> = ro.iter().map(|p| p.unwrap()).collect();
+        assert_eq!(seen.len(), 26);
+    };
+
+    let ro = Db::open_read_only(dir.path(), opts.clone()).unwrap();
+    expect(&ro);
+    drop(ro);
+    drop(writer);
+    // The writer's own recovery agrees.
+    expect(&Db::open(dir.path(), opts).unwrap());
+}
+
+/// A file system that lets a test act between the steps of a read-only open: `on_list`
+/// runs before every directory listing, with its number (from 1), and may fail it.
+struct SteppedFs {
+    inner: Arc<dyn FileSystem>,
+    lists: AtomicUsize,
+    on_list: Box<dyn Fn(usize) -> hybridkv::Result<()> + Send + Sync>,
+}
+
+impl std::fmt::Debug for SteppedFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SteppedFs")
+    }
+}
+
+impl FileSystem for SteppedFs {
+    fn create_dir_all(&self, path: &Path) -> hybridkv::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn create(&self, path: &Path, direct: bool) -> hybridkv::Result<Box<dyn WritableFile>> {
+        self.inner.create(path, direct)
+    }
+    fn open(&self, path: &Path, direct: bool) -> hybridkv::Result<Arc<dyn ReadableFile>> {
+        self.inner.open(path, direct)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> hybridkv::Result<()> {
+        self.inner.remove(path)
+    }
+    fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
+        let n = self.lists.fetch_add(1, Ordering::SeqCst) + 1;
+        (self.on_list)(n)?;
+        self.inner.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> hybridkv::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn kind(&self, path: &Path) -> hybridkv::Result<Option<bool>> {
+        self.inner.kind(path)
+    }
+    fn file_len(&self, path: &Path) -> hybridkv::Result<u64> {
+        self.inner.file_len(path)
+    }
+    fn allocated_len(&self, path: &Path) -> hybridkv::Result<u64> {
+        self.inner.allocated_len(path)
+    }
+    fn truncate(&self, path: &Path, len: u64) -> hybridkv::Result<()> {
+        self.inner.truncate(path, len)
+    }
+    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> hybridkv::Result<()> {
+        self.inner.punch_hole(path, offset, len)
+    }
+    fn lock(&self, path: &Path) -> hybridkv::Result<Box<dyn DirLock>> {
+        self.inner.lock(path)
+    }
+}
+
+/// A read-only open loads the manifest, then lists the directory. Between the two, the
+/// writer collects a segment the loaded levels point into (GC relocates its live values,
+/// frees and deletes it) and flushes (the small logs holding the relocations go). The
+/// attempt must not take that view, whose levels point into a file that is gone: it fails
+/// (the manifest changed while it read), and when the next attempt fails on an error of
+/// its own, the open reports that error instead of handing out the broken view. Before the
+/// fix, the open returned the first view and reading it failed with "pointer to a log
+/// segment that does not exist".
+#[test]
+fn a_read_only_open_never_keeps_a_view_missing_a_segment_freed_while_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 64 << 20,
+        large_segment_size: 64 << 10,
+        background_threads: 1,
+        ..Options::default()
+    };
+    let writer = Arc::new(Db::open(dir.path(), opts.clone()).unwrap());
+    let a = |i: usize| format!("a{i:04}");
+    for i in 0..5 {
+        writer.put(a(i), value(i, 5000)).unwrap();
+    }
+    writer.flush().unwrap();
+    for i in 0..5 {
+        writer.put(a(i), value(i + 100, 5000)).unwrap();
+    }
+    writer.compact_all().unwrap();
+    for i in 0..20 {
+        writer.put(format!("b{i:04}"), value(i, 5000)).unwrap(); // the segment fills
+    }
+    writer.flush().unwrap();
+
+    // How many listings one attempt makes (an open with nothing happening beside it).
+    let quiet = Arc::new(SteppedFs {
+        inner: Arc::new(RealFs),
+        lists: AtomicUsize::new(0),
+        on_list: Box::new(|_| Ok(())),
+    });
+    drop(Db::open_read_only_with_fs(dir.path(), opts.clone(), quiet.clone()).unwrap());
+    let per_attempt = quiet.lists.load(Ordering::SeqCst);
+    assert!(
+        per_attempt >= 2,
+        "an open lists the directory, then sweeps it"
+    );
+
+    let w = Arc::clone(&writer);
+    let fs = SteppedFs {
+        inner: Arc::new(RealFs),
+        lists: AtomicUsize::new(0),
+        on_list: Box::new(move |n| {
+            if n == 2 {
+                // The first attempt loaded the manifest; its sweep's listing comes next.
+                let report = w.gc()?;
+                assert!(report.segments_freed > 0, "{report:?}");
+                w.flush()?;
+            } else if n > per_attempt {
+                // The next attempt fails on an error of its own.
+                return Err(Error::Io {
+                    op: "list",
+                    path: PathBuf::from("injected"),
+                    source: std::io::ErrorKind::PermissionDenied.into(),
+                });
+            }
+            Ok(())
+        }),
+    };
+    match Db::open_read_only_with_fs(dir.path(), opts, Arc::new(fs)) {
+        Err(Error::Io { .. }) => {}
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(ro) => {
+            // Any view handed out must read whole.
+            for i in 0..5 {
+                assert_eq!(ro.get(a(i)).unwrap(), Some(value(i + 100, 5000)), "a{i}");
+            }
+            assert!(ro.iter().all(|p| p.is_ok()));
+        }
+    }
 }
