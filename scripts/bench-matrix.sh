@@ -1,32 +1,51 @@
 #!/usr/bin/env bash
-# The benchmark matrix behind docs/BENCHMARKS.md: for the value mixes S, SD and MD, Load A
-# then Run A, B, C, D, E, F on one database per engine (hybridkv, RocksDB, BlobDB, fjall,
-# fjall with key-value separation), plus the placement ablation (all in place, all in the
-# log, Parallax-MS, -ML) on SD and MD Load A / Run A. Every engine gets a cache of a fifth of the
-# loaded data and a memtable of a sixteenth of it (1-64 MiB; `hybridkv bench` defaults).
+# The benchmark matrix behind docs/BENCHMARKS.md, at the paper's depth: for the value mixes
+# SD and MD, YCSB Load A then Run A, C and E on one database per engine (hybridkv, RocksDB,
+# BlobDB, fjall, fjall with key-value separation), in two configurations:
+#   paper  direct I/O, a fixed cache (a fifth of the data, at most 2 GiB), Bloom filters off;
+#   users  buffered I/O, Bloom filters on, the whole process under one memory limit that
+#          includes the page cache (a cgroup; needs root or a delegated cgroup);
+# then the placement ablation (hybrid, all in place, all in the log, Parallax-MS, -ML) on SD
+# and MD, Load A / Run A, paper configuration. Every engine gets the same memtable: the
+# data over 256 (at most 64 MiB), so every tree is three levels deep or more.
 # Then it draws the plots and writes docs/BENCHMARKS.md.
 #
 # usage: scripts/bench-matrix.sh [RECORDS [OPS]]
-#   RECORDS  records loaded per mix (default 4000000: several hours on a 2-core machine)
-#   OPS      operations per run phase (default RECORDS/4; Run E, whose scans read up to
+#   RECORDS  records loaded per mix (default 40000000, the paper's depth: 10 GB of SD
+#            pairs; many hours on a 2-core machine)
+#   OPS      operations per run phase (default RECORDS/10; Run E, whose scans read up to
 #            100 pairs each, runs OPS/10)
 # environment:
-#   BENCH_ENGINES      engines of the main matrix (default: `default` = all built peers)
+#   BENCH_ENGINES      engines of the main matrix, space-separated (default: hybridkv and
+#                      every built peer); one at a time, its database deleted after its
+#                      runs, so the disk holds one engine's data at a time
+#   BENCH_CONFIGS      configurations (default: "paper users")
+#   BENCH_MIXES        value mixes (default: "SD MD")
 #   BENCH_MATRIX_DIR   scratch directory for the databases (default: bench-matrix)
 #   BENCH_NO_ROCKSDB=1 build without RocksDB/BlobDB (fast build; fewer peers)
-#   BENCH_ABLATION_OPS operations of the ablation's Run A (default RECORDS)
+#   BENCH_ABLATION_OPS operations of the ablation's Run A (default OPS)
+#   BENCH_NO_ABLATION=1 skip the ablation
+#   BENCH_APPEND=1     append to the results instead of starting them anew (build the matrix
+#                      in pieces, e.g. one configuration per invocation; the report covers
+#                      every result in the file)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-records="${1:-4000000}"
-ops="${2:-$((records / 4))}"
+records="${1:-40000000}"
+ops="${2:-$((records / 10))}"
 scan_ops=$((ops / 10))
 if [ "$scan_ops" -lt 1 ]; then scan_ops=1; fi
-engines="${BENCH_ENGINES:-default}"
+if [ "${BENCH_NO_ROCKSDB:-0}" = 1 ]; then
+  engines="${BENCH_ENGINES:-hybridkv fjall fjall-kv}"
+else
+  engines="${BENCH_ENGINES:-hybridkv rocksdb blobdb fjall fjall-kv}"
+fi
+configs="${BENCH_CONFIGS:-paper users}"
+mixes="${BENCH_MIXES:-SD MD}"
 scratch="${BENCH_MATRIX_DIR:-bench-matrix}"
 docs=docs/bench
 results="$docs/results.jsonl"
-label="matrix-$records"
+label="depth-$records"
 
 if [ "${BENCH_NO_ROCKSDB:-0}" = 1 ]; then
   cargo build --release -p hybridkv-cli >&2
@@ -36,44 +55,52 @@ else
 fi
 
 mkdir -p "$scratch" "$docs"
-: >"$results"
-commands="$scratch/commands.txt"
-: >"$commands"
+commands="$docs/commands.txt"
+if [ "${BENCH_APPEND:-0}" != 1 ]; then
+  : >"$results"
+  : >"$commands"
+fi
 started=$(date +%s)
 
-# Runs `hybridkv ARGS...` and records the command (as a user would type it).
+# Runs `hybridkv ARGS...` and records the command (as a user would type it) with the time
+# it took.
 hk() {
-  echo "hybridkv $*" >>"$commands"
+  local t0=$(date +%s)
   "$bin" "$@"
+  echo "hybridkv $*   # $(( $(date +%s) - t0 )) s" >>"$commands"
 }
 
-common=(--records "$records" --results "$results" --label "$label")
-for mix in S SD MD; do
-  db="$scratch/db-$mix"
-  rm -rf "$db"
-  hk bench --phase load --workload a --mix "$mix" --engines "$engines" --db "$db" "${common[@]}"
-  for w in a b c d e f; do
-    n=$ops
-    if [ "$w" = e ]; then n=$scan_ops; fi
-    hk bench --phase run --workload "$w" --ops "$n" --mix "$mix" --engines "$engines" --db "$db" "${common[@]}"
+for config in $configs; do
+  for mix in $mixes; do
+    for engine in $engines; do
+      db="$scratch/db-$config-$mix"
+      rm -rf "$db"
+      common=(--config "$config" --records "$records" --mix "$mix" --engines "$engine" --db "$db"
+        --results "$results" --label "$label-$config")
+      hk bench --phase load --workload a "${common[@]}"
+      for w in a c e; do
+        n=$ops
+        if [ "$w" = e ]; then n=$scan_ops; fi
+        hk bench --phase run --workload "$w" --ops "$n" "${common[@]}"
+      done
+      rm -rf "$db"
+    done
   done
-  rm -rf "$db"
 done
 
-# Placement ablation (issue #5; paper Figure 26): hybrid placement against all-in-place,
-# all-in-log, Parallax-MS and Parallax-ML, Load A / Run A on SD and MD, in one run, under
-# its own label. As in the paper, Run A lasts long enough for the garbage collector to work
-# through most of the logs (here: as many operations as records); a shorter run ends before
-# the log-heavy modes pay for the garbage they leave.
-ablation_ops="${BENCH_ABLATION_OPS:-$records}"
-for mix in SD MD; do
-  db="$scratch/db-ablation-$mix"
-  rm -rf "$db"
-  hk bench --phase all --workload a --ops "$ablation_ops" --mix "$mix" \
-    --engines hybridkv,hybridkv-inplace,hybridkv-alllog,hybridkv-ms,hybridkv-ml --db "$db" \
-    --records "$records" --results "$results" --label "ablation-$records"
-  rm -rf "$db"
-done
+# Placement ablation (paper Figure 26): hybrid placement against all-in-place, all-in-log,
+# Parallax-MS and Parallax-ML, Load A / Run A on SD and MD, at the same depth.
+ablation_ops="${BENCH_ABLATION_OPS:-$ops}"
+if [ "${BENCH_NO_ABLATION:-0}" != 1 ]; then
+  for mix in $mixes; do
+    db="$scratch/db-ablation-$mix"
+    rm -rf "$db"
+    hk bench --phase all --workload a --ops "$ablation_ops" --mix "$mix" \
+      --engines hybridkv,hybridkv-inplace,hybridkv-alllog,hybridkv-ms,hybridkv-ml --db "$db" \
+      --records "$records" --results "$results" --label "ablation-$records"
+    rm -rf "$db"
+  done
+fi
 
 elapsed=$(( $(date +%s) - started ))
 machine="$scratch/machine.txt"
@@ -85,7 +112,7 @@ machine="$scratch/machine.txt"
   echo "\$ df -h ."; df -h . 2>/dev/null || true
 } >"$machine"
 {
-  echo "# reproduce: ./scripts/bench-matrix.sh $records $ops   (took $((elapsed / 60)) min here)"
+  echo "# reproduce: BENCH_CONFIGS='$configs' BENCH_MIXES='$mixes' BENCH_ENGINES='$engines' ./scripts/bench-matrix.sh $records $ops   (this invocation took $((elapsed / 60)) min here)"
   echo "# which runs, with hybridkv = the binary ./scripts/bench.sh builds:"
   sed -e "s|$scratch/|bench-matrix/|g" "$commands"
   echo "hybridkv bench plot --results $results --out $docs"
@@ -94,8 +121,8 @@ machine="$scratch/machine.txt"
 
 "$bin" bench plot --results "$results" --out "$docs"
 banner=""
-if [ "$records" -lt 4000000 ]; then
-  banner="Small-scale run: $records records per mix and $ops operations per run phase (the full matrix loads 4,000,000). The figures show the method and the direction of the results, not their size at scale: reproduce the full run with \`./scripts/bench-matrix.sh\` (several hours on this 2-core machine)."
+if [ "$records" -lt 40000000 ]; then
+  banner="Small-scale run: $records records per mix and $ops operations per run phase (the full matrix loads 40,000,000, the paper's depth). Reproduce the full run with \`./scripts/bench-matrix.sh\` (many hours on this 2-core machine)."
 fi
 notes=()
 if [ -f "$docs/notes.md" ]; then notes=(--notes "$docs/notes.md"); fi

@@ -3,6 +3,7 @@
 
 use crate::engine::{EngineConfig, EngineKind};
 use crate::error::{BenchError, Result};
+use crate::memlimit::{self, MemoryLimit};
 use crate::record::{self, PhaseRecord};
 use crate::report;
 use crate::runner::{self, EngineDir, Phase, PhasePlan};
@@ -10,10 +11,50 @@ use hybridkv_ycsb::{ValueMix, Workload, WorkloadSpec};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Records loaded by default.
-pub const DEFAULT_RECORDS: u64 = 500_000;
-/// Run-phase operations by default.
-pub const DEFAULT_OPS: u64 = 500_000;
+/// How big a run is when records and operations are not given: every preset keeps the
+/// data at least [`runner::DEPTH`] times the memtable (so every engine builds three levels
+/// or more) and differs only in the number of records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scale {
+    /// 300,000 records and operations: a check in a minute, at the same depth.
+    Quick,
+    /// 1,000,000 records and operations: the README's first command (a few minutes for
+    /// five engines).
+    #[default]
+    Default,
+    /// 40,000,000 records (10 GB of SD pairs), 10,000,000 operations: the paper's depth.
+    Paper,
+}
+
+impl Scale {
+    /// Records loaded.
+    pub const fn records(self) -> u64 {
+        match self {
+            Scale::Quick => 300_000,
+            Scale::Default => 1_000_000,
+            Scale::Paper => 40_000_000,
+        }
+    }
+
+    /// Run-phase operations.
+    pub const fn ops(self) -> u64 {
+        match self {
+            Scale::Quick => 300_000,
+            Scale::Default => 1_000_000,
+            Scale::Paper => 10_000_000,
+        }
+    }
+
+    /// The name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Scale::Quick => "quick",
+            Scale::Default => "default",
+            Scale::Paper => "paper",
+        }
+    }
+}
+
 /// Value mix by default (the paper's small-dominated mix).
 pub const DEFAULT_MIX: ValueMix = ValueMix::SD;
 
@@ -46,21 +87,27 @@ pub struct BenchOptions {
     pub workload: WorkloadSource,
     /// Value mix (default: the property file's `valuemix`, else SD).
     pub mix: Option<ValueMix>,
-    /// Records to load (default: the property file's `recordcount`, else 500,000).
+    /// Default records and operations (`Scale::records`, `Scale::ops`).
+    pub scale: Scale,
+    /// Records to load (default: the property file's `recordcount`, else the scale's).
     pub records: Option<u64>,
-    /// Run operations (default: the property file's `operationcount`, else 500,000).
+    /// Run operations (default: the property file's `operationcount`, else the scale's).
     pub ops: Option<u64>,
     /// Client threads.
     pub threads: usize,
-    /// Cache bytes (default: a fifth of the loaded data, or what the load used).
+    /// Cache bytes (default: a fifth of the loaded data, 4 MiB..2 GiB, or what the load
+    /// used).
     pub cache_bytes: Option<u64>,
-    /// Memtable bytes (default: a sixteenth of the loaded data, 1..64 MiB, or what the
-    /// load used).
+    /// Memtable bytes (default: the loaded data over `runner::DEPTH`, 256 KiB..64 MiB, or
+    /// what the load used).
     pub memtable_bytes: Option<u64>,
     /// Direct I/O.
     pub direct_io: bool,
     /// Bloom filters.
     pub bloom: bool,
+    /// The whole process under this memory limit, page cache included (a cgroup), and
+    /// every engine's files evicted from the page cache before each phase.
+    pub memory_limit: Option<u64>,
     /// Background threads per engine.
     pub background_threads: usize,
     /// The benchmark directory (one sub-directory per engine).
@@ -80,6 +127,7 @@ pub struct BenchOptions {
 /// The workload spec and its name for the results, from a core letter or a property file.
 pub fn resolve_workload(
     source: &WorkloadSource,
+    scale: Scale,
     mix: Option<ValueMix>,
     records: Option<u64>,
     ops: Option<u64>,
@@ -115,12 +163,12 @@ pub fn resolve_workload(
     if let Some(r) = records {
         spec.record_count = r;
     } else if !from_file || spec.record_count == 0 {
-        spec.record_count = DEFAULT_RECORDS;
+        spec.record_count = scale.records();
     }
     if let Some(o) = ops {
         spec.operation_count = o;
     } else if !from_file || spec.operation_count == 0 {
-        spec.operation_count = DEFAULT_OPS;
+        spec.operation_count = scale.ops();
     }
     spec.validate()
         .map_err(|e| BenchError::Usage(format!("workload: {e}")))?;
@@ -158,6 +206,59 @@ fn summary_line(r: &PhaseRecord) -> String {
     )
 }
 
+/// What the phase left behind, from the engine's own counters: the levels (the depth the
+/// run reached) and, for hybridkv, the medium pairs that went through the transient log.
+pub fn depth_line(r: &PhaseRecord) -> Option<String> {
+    let s = &r.engine_stats;
+    let levels = s.get("levels")?.as_array()?;
+    let mut parts: Vec<String> = levels
+        .iter()
+        .filter_map(|l| {
+            let level = l.get("level")?.as_u64()?;
+            let runs = l.get("runs").or_else(|| l.get("files"))?.as_u64()?;
+            if runs == 0 {
+                return None;
+            }
+            Some(match l.get("file_bytes").and_then(|b| b.as_u64()) {
+                Some(b) => format!("L{level} {runs} run(s) {:.1} MiB", mib(b)),
+                None => format!("L{level} {runs} file(s)"),
+            })
+        })
+        .collect();
+    if parts.is_empty() {
+        return None;
+    }
+    let mut line = format!("   levels: {}", parts.join(", "));
+    if let Some(logged) = s.get("medium_values_logged").and_then(|v| v.as_u64()) {
+        let merged = s
+            .get("medium_values_merged")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        let bytes = s
+            .pointer("/bytes_written/transient_log")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        parts.clear();
+        line.push_str(&format!(
+            "\n   transient log: {logged} medium pairs logged ({:.1} MiB written), {merged} merged in place",
+            mib(bytes)
+        ));
+        let large = s
+            .pointer("/bytes_written/large_log")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        let freed = s
+            .get("gc_segments_freed")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        line.push_str(&format!(
+            "; large log: {:.1} MiB written, {freed} segments freed by GC",
+            mib(large)
+        ));
+    }
+    Some(line)
+}
+
 /// Runs the benchmark; prints progress lines, each engine's options and the final
 /// comparison to `out`; appends every result to the results file as soon as it exists.
 pub fn run_bench(opts: &BenchOptions, out: &mut dyn Write) -> Result<Vec<PhaseRecord>> {
@@ -165,7 +266,7 @@ pub fn run_bench(opts: &BenchOptions, out: &mut dyn Write) -> Result<Vec<PhaseRe
         writeln!(out, "{text}").map_err(|e| BenchError::io("write to", "stdout", e))
     };
     let (spec, workload_name, warnings) =
-        resolve_workload(&opts.workload, opts.mix, opts.records, opts.ops)?;
+        resolve_workload(&opts.workload, opts.scale, opts.mix, opts.records, opts.ops)?;
     for warning in warnings {
         w(out, format!("note: {warning}"))?;
     }
@@ -193,10 +294,25 @@ pub fn run_bench(opts: &BenchOptions, out: &mut dyn Write) -> Result<Vec<PhaseRe
             )));
         }
     }
+    // Joined before any engine opens, so that everything the phases cache is charged to
+    // the limit; left when the invocation ends.
+    let limit = match opts.memory_limit {
+        Some(bytes) => {
+            let group = MemoryLimit::join(bytes)?;
+            w(out, format!("memory limit: {}", group.describe()))?;
+            Some(group)
+        }
+        None => None,
+    };
     let mut all = Vec::new();
     for &engine in &opts.engines {
         for &phase in phases {
             let dir = EngineDir::new(&opts.db, engine);
+            if limit.is_some() && phase == Phase::Run {
+                // Pages cached by the load (perhaps another process, another cgroup) would
+                // let the run read from memory outside the limit.
+                memlimit::evict_page_cache(&dir.db())?;
+            }
             let state = if phase == Phase::Run {
                 dir.state()?
             } else {
@@ -227,19 +343,20 @@ pub fn run_bench(opts: &BenchOptions, out: &mut dyn Write) -> Result<Vec<PhaseRe
                 bench_root: opts.db.clone(),
                 progress: opts.progress,
                 label: opts.label.clone(),
+                memory_limit: limit.as_ref().map(MemoryLimit::limit),
             };
             if phase == Phase::Load || opts.phase == PhaseChoice::Run {
                 w(
                     out,
                     format!(
-                        "== {engine}: {} (mix {}, {} records, {} ops, {} thread(s), cache {:.0} MiB, memtable {:.0} MiB) ==",
+                        "== {engine}: {} (mix {}, {} records, {} ops, {} thread(s), cache {}, memtable {}) ==",
                         plan.engine_options_line(),
                         phase_spec.value_mix.name(),
                         phase_spec.record_count,
                         phase_spec.operation_count,
                         opts.threads,
-                        mib(cache),
-                        mib(memtable)
+                        crate::engine::show_bytes(cache),
+                        crate::engine::show_bytes(memtable)
                     ),
                 )?;
             }
@@ -253,6 +370,9 @@ pub fn run_bench(opts: &BenchOptions, out: &mut dyn Write) -> Result<Vec<PhaseRe
                 w(out, format!("   options: {}", o.join("; ")))?;
             }
             w(out, summary_line(&r))?;
+            if let Some(line) = depth_line(&r) {
+                w(out, line)?;
+            }
             if let Some(path) = &opts.results {
                 record::append(path, std::slice::from_ref(&r))?;
             }

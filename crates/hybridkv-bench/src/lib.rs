@@ -12,12 +12,15 @@
 //!   documents every field).
 //! * [`report`] and [`plot`]: the comparison table, the Markdown of docs/BENCHMARKS.md and
 //!   the PNG plots.
-//! * [`bench`]: a whole invocation of `hybridkv bench`.
+//! * [`bench`]: a whole invocation of `hybridkv bench`, its scale presets.
+//! * [`memlimit`]: the users' configuration's memory budget (a cgroup, page cache
+//!   included).
 
 pub mod bench;
 pub mod engine;
 pub mod error;
 pub mod live;
+pub mod memlimit;
 pub mod plot;
 pub mod record;
 pub mod report;

@@ -90,6 +90,8 @@ pub struct PhaseRecord {
     pub live_bytes: u64,
     pub space_amplification: Option<f64>,
     pub engine_stats: serde_json::Value,
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
     pub host: Host,
 }
 
@@ -137,6 +139,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("live_bytes", "key + current value bytes of every record, tracked by the runner"),
     ("space_amplification", "disk_bytes / live_bytes"),
     ("engine_stats", "the engine's own counters after the phase (hybridkv: bytes written/read per component, flushes, compactions, GC; null if none)"),
+    ("memory_limit_bytes", "the memory limit (a cgroup; page cache included) the whole benchmark process ran under, null for none (`--config users` sets one; every engine's files are evicted from the page cache before a run phase)"),
     ("host", "{cpus, cpu_model, mem_bytes, kernel} of the machine"),
 ];
 

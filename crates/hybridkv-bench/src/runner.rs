@@ -144,6 +144,8 @@ pub struct PhasePlan {
     pub progress: bool,
     /// Free text recorded with the result.
     pub label: String,
+    /// The memory limit (page cache included) the process ran under, if any.
+    pub memory_limit: Option<u64>,
 }
 
 /// What the worker threads measured.
@@ -577,6 +579,7 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
         live_bytes,
         space_amplification: record::space_amplification(disk_bytes, live_bytes),
         engine_stats,
+        memory_limit_bytes: plan.memory_limit,
         host: Host::detect(),
     })
 }
@@ -586,21 +589,29 @@ pub fn mean_pair_bytes(mix: ValueMix) -> f64 {
     KEY_LEN as f64 + mix.mean_value_len()
 }
 
-/// The cache the matrix gives every engine when none is asked for: a fifth of the loaded
-/// data, rounded up to whole MiB, at least 4 MiB.
+/// How many times the memtable the loaded data is, at least, when no memtable is asked
+/// for: the tree is then at least three levels deep for every engine (hybridkv: L1 up to
+/// 8 memtables, L2 64, L3 512; RocksDB with its level base at 8 memtables and a multiplier
+/// of 8, which the adapter sets), as in the paper, whose data is about 350 memtables.
+pub const DEPTH: u64 = 256;
+
+/// The cache every engine gets when none is asked for: a fifth of the loaded data, rounded
+/// up to whole MiB, between 4 MiB and 2 GiB (the paper's fixed cache at 40 million pairs).
 pub fn auto_cache_bytes(records: u64, mix: ValueMix) -> u64 {
     let data = records as f64 * mean_pair_bytes(mix);
     let mib = (data / 5.0 / (1u64 << 20) as f64).ceil() as u64;
-    mib.max(4) << 20
+    mib.clamp(4, 2048) << 20
 }
 
-/// The memtable every engine gets when none is asked for: a sixteenth of the loaded data,
-/// rounded up to whole MiB, between 1 and 64 MiB. With a fixed 64 MiB a small run would
-/// fit in the memtable and never build the levels whose compaction costs are measured.
+/// The memtable every engine gets when none is asked for: the loaded data over [`DEPTH`],
+/// rounded down to 64 KiB, between 256 KiB and 64 MiB (the paper's). With a memtable that
+/// is a large share of the data, the tree has two levels, the flush writes medium pairs
+/// straight into the last one and the transient log is never used.
 pub fn auto_memtable_bytes(records: u64, mix: ValueMix) -> u64 {
     let data = records as f64 * mean_pair_bytes(mix);
-    let mib = (data / 16.0 / (1u64 << 20) as f64).ceil() as u64;
-    mib.clamp(1, 64) << 20
+    let unit = 64u64 << 10;
+    let units = (data / DEPTH as f64 / unit as f64).floor() as u64;
+    (units * unit).clamp(256 << 10, 64 << 20)
 }
 
 #[cfg(test)]
@@ -608,11 +619,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_memtable_is_a_sixteenth_of_the_data_within_bounds() {
-        assert_eq!(auto_memtable_bytes(4_000_000, ValueMix::SD), 60 << 20);
-        assert_eq!(auto_memtable_bytes(100_000_000, ValueMix::SD), 64 << 20);
-        assert_eq!(auto_memtable_bytes(500_000, ValueMix::SD), 8 << 20);
-        assert_eq!(auto_memtable_bytes(1_000, ValueMix::S), 1 << 20);
+    fn auto_memtable_keeps_the_data_at_least_depth_memtables_within_bounds() {
+        // SD: 251 bytes per pair; 40 M pairs = 10.04 GB -> 37.4 MiB, rounded down.
+        let m = auto_memtable_bytes(40_000_000, ValueMix::SD);
+        assert_eq!(m % (64 << 10), 0);
+        assert!(40_000_000 * 251 / m >= DEPTH, "{m}");
+        assert!(m > 37 << 20 && m < 38 << 20, "{m}");
+        assert_eq!(auto_memtable_bytes(1_000_000_000, ValueMix::SD), 64 << 20);
+        assert_eq!(auto_memtable_bytes(1_000, ValueMix::S), 256 << 10);
+        let quick = auto_memtable_bytes(1_000_000, ValueMix::SD);
+        assert!(1_000_000 * 251 / quick >= DEPTH, "{quick}");
     }
 
     #[test]
@@ -625,5 +641,6 @@ mod tests {
             "{c}"
         );
         assert_eq!(auto_cache_bytes(10, ValueMix::S), 4 << 20);
+        assert_eq!(auto_cache_bytes(100_000_000, ValueMix::MD), 2 << 30);
     }
 }

@@ -48,6 +48,7 @@ fn plan(
         bench_root: root.to_path_buf(),
         progress: false,
         label: "test".into(),
+        memory_limit: None,
     }
 }
 
@@ -305,9 +306,14 @@ fn property_files_are_read_and_bad_ones_rejected() {
         "recordcount=123\noperationcount=45\nreadproportion=0.2\nupdateproportion=0.8\nrequestdistribution=uniform\nvaluemix=MD\nfieldcount=3\n",
     )
     .unwrap();
-    let (spec, name, warnings) =
-        bench::resolve_workload(&bench::WorkloadSource::File(good.clone()), None, None, None)
-            .unwrap();
+    let (spec, name, warnings) = bench::resolve_workload(
+        &bench::WorkloadSource::File(good.clone()),
+        bench::Scale::Default,
+        None,
+        None,
+        None,
+    )
+    .unwrap();
     assert_eq!(spec.record_count, 123);
     assert_eq!(spec.operation_count, 45);
     assert_eq!(spec.value_mix, ValueMix::MD);
@@ -316,6 +322,7 @@ fn property_files_are_read_and_bad_ones_rejected() {
     // Flags override the file.
     let (spec, _, _) = bench::resolve_workload(
         &bench::WorkloadSource::File(good),
+        bench::Scale::Default,
         Some(ValueMix::S),
         Some(7),
         Some(8),
@@ -328,11 +335,18 @@ fn property_files_are_read_and_bad_ones_rejected() {
 
     let bad = dir.path().join("bad.properties");
     std::fs::write(&bad, "readproportion=2\n").unwrap();
-    let err =
-        bench::resolve_workload(&bench::WorkloadSource::File(bad), None, None, None).unwrap_err();
+    let err = bench::resolve_workload(
+        &bench::WorkloadSource::File(bad),
+        bench::Scale::Default,
+        None,
+        None,
+        None,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("readproportion"), "{err}");
     let missing = bench::resolve_workload(
         &bench::WorkloadSource::File(dir.path().join("nope")),
+        bench::Scale::Default,
         None,
         None,
         None,
@@ -348,6 +362,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         engines: vec![EngineKind::Hybridkv, EngineKind::Fjall],
         workload: bench::WorkloadSource::Core('a'),
         mix: Some(ValueMix::MD),
+        scale: bench::Scale::Default,
         records: Some(1000),
         ops: Some(1000),
         threads: 1,
@@ -355,6 +370,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         memtable_bytes: Some(1 << 20),
         direct_io: false,
         bloom: false,
+        memory_limit: None,
         background_threads: 2,
         db: dir.path().join("db"),
         phase: bench::PhaseChoice::All,

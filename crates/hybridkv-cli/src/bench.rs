@@ -1,6 +1,7 @@
 //! `hybridkv bench`: the YCSB benchmark (issue #6), and its `plot` and `report` tools.
 
 use clap::{Args, Subcommand, ValueEnum};
+use hybridkv_bench::bench::Scale;
 use hybridkv_bench::{
     bench, plot, record, report, BenchOptions, EngineKind, PhaseChoice, WorkloadSource,
 };
@@ -66,9 +67,44 @@ pub enum PhaseArg {
     All,
 }
 
+/// Default records and operations.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaleArg {
+    /// 300,000 records and operations.
+    Quick,
+    /// 1,000,000 records and operations.
+    Default,
+    /// 40,000,000 records, 10,000,000 operations (the paper's depth).
+    Paper,
+}
+
+/// How the engines are set up.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigArg {
+    /// The paper's: direct I/O, a fixed cache, Bloom filters off, no memory limit.
+    Paper,
+    /// What users run: buffered I/O, Bloom filters on, and the whole process under one
+    /// memory limit that includes the page cache (a cgroup the harness creates and joins).
+    Users,
+}
+
 /// Options of a benchmark run.
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// Size preset for records and operations (explicit --records / --ops win). Every
+    /// preset sizes the memtable so that the data is at least 256 memtables (three levels
+    /// or more for every engine).
+    #[arg(long, value_enum, default_value = "default")]
+    pub scale: ScaleArg,
+    /// Engine configuration: the paper's (direct I/O, Bloom off) or the users' (buffered
+    /// I/O, Bloom on, a memory limit including the page cache). --direct-io, --bloom and
+    /// --memory-limit-mib override parts of it.
+    #[arg(long, value_enum, default_value = "paper")]
+    pub config: ConfigArg,
+    /// The memory limit of the users' configuration in MiB, page cache included. Default:
+    /// twice the cache plus 8 memtables plus 512 MiB. 0: no limit.
+    #[arg(long)]
+    pub memory_limit_mib: Option<u64>,
     /// Engines, comma-separated: hybridkv, hybridkv-inplace, hybridkv-alllog, hybridkv-ms,
     /// hybridkv-ml, rocksdb, blobdb, fjall, fjall-kv; `default` = hybridkv and every built
     /// peer; `all` = every built engine.
@@ -84,26 +120,29 @@ pub struct RunArgs {
     /// Value-size mix: S, M, L, SD, MD, LD (paper Table 1). Default SD (or the file's).
     #[arg(long, value_parser = parse_mix)]
     pub mix: Option<ValueMix>,
-    /// Records to load. Default 500,000 (or the file's recordcount).
+    /// Records to load. Default: the file's recordcount, else the scale's.
     #[arg(long)]
     pub records: Option<u64>,
-    /// Operations of the run phase. Default 500,000 (or the file's operationcount).
+    /// Operations of the run phase. Default: the file's operationcount, else the scale's.
     #[arg(long)]
     pub ops: Option<u64>,
     /// Client threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Cache size in MiB for every engine. Default: a fifth of the loaded data.
+    /// Cache size in MiB for every engine. Default: a fifth of the loaded data, 4 MiB to
+    /// 2 GiB.
     #[arg(long)]
     pub cache_mib: Option<u64>,
-    /// Memtable (write buffer) size in MiB for every engine. Default: a sixteenth of the
-    /// loaded data, between 1 and 64 MiB.
+    /// Memtable (write buffer) size in MiB for every engine. Default: the loaded data over
+    /// 256, rounded down to 64 KiB, between 256 KiB and 64 MiB.
     #[arg(long)]
     pub memtable_mib: Option<u64>,
-    /// Direct I/O for reads and flush/compaction where the engine has it.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub direct_io: String,
-    /// Bloom filters on (10 bits per key) where the engine has them (off as in the paper).
+    /// Direct I/O for reads and flush/compaction where the engine has it. Default: on with
+    /// --config paper, off with --config users.
+    #[arg(long, value_parser = ["on", "off"])]
+    pub direct_io: Option<String>,
+    /// Bloom filters on (10 bits per key) where the engine has them. Default: off with
+    /// --config paper (as in the paper), on with --config users.
     #[arg(long)]
     pub bloom: bool,
     /// Background (flush/compaction) threads per engine.
@@ -216,7 +255,17 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         PhaseArg::Run => PhaseChoice::Run,
         PhaseArg::All => PhaseChoice::All,
     };
-    let direct_io = a.direct_io == "on";
+    let users = a.config == ConfigArg::Users;
+    let direct_io = match a.direct_io.as_deref() {
+        Some(v) => v == "on",
+        None => !users,
+    };
+    let bloom = a.bloom || users;
+    let scale = match a.scale {
+        ScaleArg::Quick => Scale::Quick,
+        ScaleArg::Default => Scale::Default,
+        ScaleArg::Paper => Scale::Paper,
+    };
     let tmp;
     let db = match &a.db {
         Some(d) => {
@@ -251,17 +300,35 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         Some(f) => WorkloadSource::File(f.clone()),
         None => WorkloadSource::Core(a.workload),
     };
+    let memory_limit = match (a.memory_limit_mib, users) {
+        (Some(0), _) | (None, false) => None,
+        (Some(m), _) => Some(m << 20),
+        (None, true) => {
+            let (spec, _, _) = bench::resolve_workload(&workload, scale, a.mix, a.records, a.ops)?;
+            let cache = a.cache_mib.map_or_else(
+                || hybridkv_bench::runner::auto_cache_bytes(spec.record_count, spec.value_mix),
+                |m| m << 20,
+            );
+            let memtable = a.memtable_mib.map_or_else(
+                || hybridkv_bench::runner::auto_memtable_bytes(spec.record_count, spec.value_mix),
+                |m| m << 20,
+            );
+            Some(2 * cache + 8 * memtable + (512 << 20))
+        }
+    };
     let opts = BenchOptions {
         engines,
         workload,
         mix: a.mix,
+        scale,
         records: a.records,
         ops: a.ops,
         threads: a.threads,
         cache_bytes: a.cache_mib.map(|m| m << 20),
         memtable_bytes: a.memtable_mib.map(|m| m << 20),
         direct_io,
-        bloom: a.bloom,
+        bloom,
+        memory_limit,
         background_threads: a.background_threads,
         db,
         phase,

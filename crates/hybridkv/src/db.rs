@@ -393,6 +393,7 @@ impl Db {
                 entries: runs.iter().map(|f| f.entries()).sum(),
                 tombstones: runs.iter().map(|f| f.tombstones()).sum(),
                 kv_bytes: runs.iter().map(|f| f.kv_bytes()).sum(),
+                filter_bytes: runs.iter().map(|f| f.filter_bytes()).sum(),
             })
             .collect();
         s.wal_file_bytes = crate::log::small::list(&e.io, &e.dir, 0)?

@@ -67,6 +67,8 @@ pub struct LevelStats {
     pub tombstones: u64,
     /// Logical key + value bytes of live entries.
     pub kv_bytes: u64,
+    /// Bytes of the level's Bloom filters, held in memory.
+    pub filter_bytes: u64,
 }
 
 /// A snapshot of the engine's statistics (`Db::stats`).

@@ -510,11 +510,18 @@ fn open_must_fail(kind: Kind, damage: Damage, data: &[u8]) -> Option<bool> {
     match kind {
         Kind::Manifest => Some(true),
         Kind::Level | Kind::LevelBlobs => {
-            if matches!(damage, Damage::Truncate { .. }) || b > len - 128 {
-                Some(true)
-            } else {
-                Some(false)
-            }
+            // The Bloom filter unit (its offset and length are in the footer) is read and
+            // checked whole at open; its zero padding is not read.
+            let footer = &data[len - 128..];
+            let word = |at: usize, n: usize| {
+                footer[at..at + n]
+                    .iter()
+                    .rev()
+                    .fold(0u64, |acc, &b| acc << 8 | u64::from(b)) as usize
+            };
+            let (f_at, f_len) = (word(72, 8), word(80, 4));
+            let in_filter = f_len > 0 && a < f_at + f_len && b > f_at;
+            Some(matches!(damage, Damage::Truncate { .. }) || b > len - 128 || in_filter)
         }
         Kind::Wal => {
             if matches!(damage, Damage::Truncate { .. }) {

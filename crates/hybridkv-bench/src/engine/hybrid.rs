@@ -26,6 +26,7 @@ impl HybridEngine {
             direct_io: config.direct_io,
             sync: config.sync,
             background_threads: config.background_threads,
+            bloom_bits_per_key: if config.bloom { 10 } else { 0 },
             ..Options::default()
         };
         match kind {
@@ -116,10 +117,13 @@ impl Engine for HybridEngine {
         );
         m.insert(
             "bloom".into(),
-            if self.bloom_asked {
-                "asked for, but hybridkv has no Bloom filters: none".into()
+            if o.bloom_bits_per_key > 0 {
+                format!(
+                    "on, {} bits per key (one filter per level file, in memory)",
+                    o.bloom_bits_per_key
+                )
             } else {
-                "none (hybridkv has no Bloom filters)".into()
+                "off".into()
             },
         );
         m.insert("compression".into(), "none (not implemented)".into());

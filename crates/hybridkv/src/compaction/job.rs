@@ -22,6 +22,8 @@ use std::path::Path;
 pub(crate) trait MergeSource: Source {
     /// Reads an overflow blob this source produced into `Inline`.
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue>;
+    /// At least as many entries as this source yields (sizes the output's Bloom filter).
+    fn entries_hint(&self) -> u64;
     /// Versions this source dropped itself (older versions inside a memtable).
     fn take_dropped(&mut self) -> Vec<LevelValue> {
         Vec::new()
@@ -37,6 +39,8 @@ pub(crate) struct MemSource<I> {
     sample_every: usize,
     yielded: usize,
     samples: Vec<Vec<u8>>,
+    /// Versions in the memtable (every key's newest is among them).
+    versions_held: u64,
 }
 
 impl<I> MemSource<I> {
@@ -69,6 +73,9 @@ impl<I: Iterator<Item = MemVersion>> MergeSource for MemSource<I> {
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         Ok(v)
     }
+    fn entries_hint(&self) -> u64 {
+        self.versions_held
+    }
     fn take_dropped(&mut self) -> Vec<LevelValue> {
         std::mem::take(&mut self.dropped)
     }
@@ -83,6 +90,9 @@ impl Source for crate::level::reader::LevelScanner {
 impl MergeSource for crate::level::reader::LevelScanner {
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         crate::level::reader::LevelScanner::load_overflow(self, v)
+    }
+    fn entries_hint(&self) -> u64 {
+        self.file_entries()
     }
 }
 
@@ -140,7 +150,9 @@ impl MergeJob<'_> {
     ) -> Result<(Option<LevelMeta>, MergeOutcome)> {
         let path = self.dir.join(file_name(self.file_id));
         let file = self.io.create(&path, self.component)?;
-        let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size);
+        let expected = sources.iter().map(|s| s.entries_hint()).sum();
+        let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size)
+            .with_bloom(self.opts.bloom_bits_per_key, expected);
         let mut out = MergeOutcome::default();
         let tombstones = if self.drop_tombstones {
             Tombstones::Drop
@@ -246,5 +258,6 @@ pub(crate) fn memtable_source(
         sample_every: (mem.len() / samples.max(1)).max(1),
         yielded: 0,
         samples: Vec::with_capacity(samples + 1),
+        versions_held: mem.len() as u64,
     }
 }

@@ -2,6 +2,7 @@
 //! leaves are filled completely, each full leaf adds a pivot to the index node above it,
 //! and full index nodes add pivots further up, so no node is ever rewritten.
 
+use super::filter::BloomBuilder;
 use super::footer::Footer;
 use super::node::{
     NodeBuf, INDEX_FIXED, INLINE_FIXED, KIND_LARGE, KIND_MEDIUM, NODE_BLOB, NODE_INDEX, NODE_LEAF,
@@ -63,6 +64,7 @@ pub(crate) struct LevelBuilder {
     meta: LevelMeta,
     last_key: Option<Vec<u8>>,
     zero: Vec<u8>,
+    bloom: Option<BloomBuilder>,
 }
 
 impl LevelBuilder {
@@ -80,7 +82,15 @@ impl LevelBuilder {
             meta: LevelMeta::default(),
             last_key: None,
             zero: vec![0u8; IO_ALIGN],
+            bloom: None,
         }
+    }
+
+    /// Also writes a Bloom filter of `bits_per_key` bits per key, sized for `expected`
+    /// keys (an upper bound: the entries of the merge's inputs); 0 bits: none.
+    pub(crate) fn with_bloom(mut self, bits_per_key: u32, expected: u64) -> Self {
+        self.bloom = (bits_per_key > 0).then(|| BloomBuilder::new(bits_per_key, expected));
+        self
     }
 
     /// Number of entries added so far.
@@ -119,6 +129,9 @@ impl LevelBuilder {
         if self.leaf.count() == 0 {
             self.leaf_first_key.clear();
             self.leaf_first_key.extend_from_slice(key);
+        }
+        if let Some(b) = &mut self.bloom {
+            b.add(key); // tombstones too: a lookup must find them
         }
         let value_len = match value {
             EntryValue::Tombstone => {
@@ -250,6 +263,16 @@ impl LevelBuilder {
                 level += 1;
             }
         }
+        // The filter unit (for a file with entries), aligned, then the footer.
+        let (mut filter_offset, mut filter_len) = (0, 0);
+        if let Some(b) = self.bloom.take().filter(|b| b.keys() > 0) {
+            self.pad_to_alignment()?;
+            let unit = b.encode();
+            filter_offset = self.file.len();
+            filter_len = u32::try_from(unit.len()).unwrap_or(u32::MAX);
+            self.file.append(&unit)?;
+            self.pad_to_alignment()?;
+        }
         // The footer fills the end of one aligned block, so the file stays aligned.
         let footer = Footer {
             height,
@@ -261,6 +284,8 @@ impl LevelBuilder {
             leaf_size: self.leaf_size as u32,
             index_size: self.index_size as u32,
             medium_bytes: self.meta.medium_bytes,
+            filter_offset,
+            filter_len,
         };
         let mut block = vec![0u8; IO_ALIGN];
         footer.encode_into(&mut block);

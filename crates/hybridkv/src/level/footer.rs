@@ -5,8 +5,9 @@ use crate::format::{crc32c, Decoder};
 /// Size of the footer.
 pub const FOOTER_SIZE: usize = 128;
 const MAGIC: &[u8; 8] = b"HKVLEVEL";
-/// Format version of level files.
-pub(crate) const LEVEL_VERSION: u32 = 1;
+/// Format version of level files written now (2: a Bloom filter unit may precede the
+/// footer). Version 1 files (no filter) are still read.
+pub(crate) const LEVEL_VERSION: u32 = 2;
 
 /// What the footer records about a level file.
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
@@ -30,6 +31,10 @@ pub struct Footer {
     pub index_size: u32,
     /// Value bytes of medium pairs held by pointer (read back at the merge level).
     pub medium_bytes: u64,
+    /// Offset of the Bloom filter unit (0: the file has none).
+    pub filter_offset: u64,
+    /// Bytes of the filter unit (header and bits, without padding).
+    pub filter_len: u32,
 }
 
 /// Why a footer was rejected.
@@ -53,6 +58,8 @@ impl Footer {
         f[56..60].copy_from_slice(&self.leaf_size.to_le_bytes());
         f[60..64].copy_from_slice(&self.index_size.to_le_bytes());
         f[64..72].copy_from_slice(&self.medium_bytes.to_le_bytes());
+        f[72..80].copy_from_slice(&self.filter_offset.to_le_bytes());
+        f[80..84].copy_from_slice(&self.filter_len.to_le_bytes());
         let crc = crc32c(&f[..FOOTER_SIZE - 4]);
         f[FOOTER_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         let n = block.len();
@@ -75,7 +82,7 @@ impl Footer {
             return Err(FooterError::Corrupt("footer checksum mismatch"));
         }
         let version = d.u32().unwrap_or(0);
-        if version != LEVEL_VERSION {
+        if version != 1 && version != LEVEL_VERSION {
             return Err(FooterError::Version(version));
         }
         let bad = FooterError::Corrupt("footer too short");
@@ -88,8 +95,22 @@ impl Footer {
             leaves: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
             leaf_size: d.u32().ok_or(FooterError::Corrupt("footer too short"))?,
             index_size: d.u32().ok_or(FooterError::Corrupt("footer too short"))?,
-            medium_bytes: d.u64().ok_or(bad)?,
+            medium_bytes: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
+            filter_offset: 0,
+            filter_len: 0,
         };
+        let mut footer = footer;
+        if version >= 2 {
+            footer.filter_offset = d.u64().ok_or(FooterError::Corrupt("footer too short"))?;
+            footer.filter_len = d.u32().ok_or(bad)?;
+            if (footer.filter_offset == 0) != (footer.filter_len == 0)
+                || !footer.filter_offset.is_multiple_of(4096)
+            {
+                return Err(FooterError::Corrupt(
+                    "footer filter offset or length invalid",
+                ));
+            }
+        }
         let node_ok = |s: u32| (4096..=1 << 20).contains(&s) && s.is_multiple_of(4096);
         if !node_ok(footer.leaf_size) || !node_ok(footer.index_size) || footer.height > 64 {
             return Err(FooterError::Corrupt(

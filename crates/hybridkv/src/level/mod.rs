@@ -3,11 +3,13 @@
 //!
 //! Owns: the byte layout of leaves, index nodes, overflow blobs and the footer, writing a
 //! level file from sorted entries ([`builder::LevelBuilder`]) and reading it back
-//! ([`reader::LevelFile`]: point lookups, cursors, compaction scans). Never: decides which
+//! ([`reader::LevelFile`]: point lookups, cursors, compaction scans), and the file's Bloom
+//! filter ([`filter`]). Never: decides which
 //! entries to keep or which files are live (the merge, the compaction worker and the
 //! version set do; a file marked obsolete deletes itself when its last reader drops it).
 
 pub(crate) mod builder;
+pub(crate) mod filter;
 pub(crate) mod footer;
 pub(crate) mod node;
 pub(crate) mod reader;
@@ -26,11 +28,20 @@ mod tests {
     type Entry = (Vec<u8>, u64, Option<Vec<u8>>);
 
     fn build(dir: &std::path::Path, id: u64, entries: &[Entry]) -> Arc<LevelFile> {
+        build_with_bloom(dir, id, entries, 0)
+    }
+
+    fn build_with_bloom(
+        dir: &std::path::Path,
+        id: u64,
+        entries: &[Entry],
+        bits: u32,
+    ) -> Arc<LevelFile> {
         let io = Io::new(Arc::new(RealFs), false);
         let f = io
             .create(&dir.join(reader::file_name(id)), IoComponent::Flush)
             .unwrap();
-        let mut b = LevelBuilder::new(f, 8192, 12288);
+        let mut b = LevelBuilder::new(f, 8192, 12288).with_bloom(bits, entries.len() as u64);
         for (k, lsn, v) in entries {
             let ev = v
                 .as_deref()
@@ -87,6 +98,100 @@ mod tests {
         assert!(lf.get(b"absent").unwrap().is_none());
         assert!(lf.get(b"zzzzzzzzzzzzzzzz").unwrap().is_none());
         assert!(lf.get(b"").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_bloom_filter_skips_absent_keys_without_reading_a_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        let lf = build_with_bloom(dir.path(), 5, &entries, 10);
+        assert!(
+            lf.filter_bytes() >= 20_000 * 10 / 8,
+            "{}",
+            lf.filter_bytes()
+        );
+        // Every key is still found, tombstones included.
+        for (k, lsn, v) in &entries {
+            let (got_lsn, got) = lf.get(k).unwrap().unwrap();
+            assert_eq!((got_lsn, bytes(&lf, got)), (*lsn, v.clone()));
+        }
+        // The scanner stops before the filter unit.
+        let mut s = lf.scanner(IoComponent::Compaction).unwrap();
+        let mut n = 0;
+        while s.next_entry().unwrap().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, entries.len());
+        // Absent keys: with no node cache, every lookup that passes the filter reads the
+        // root at least; about 1% pass, and without a filter all would.
+        let io = Io::new(Arc::new(RealFs), false);
+        let reads = |lf: &LevelFile| {
+            let before = io.stats().snapshot().read_by(IoComponent::LevelRead);
+            for i in 0..2_000u32 {
+                assert!(lf.get(format!("absent{i}").as_bytes()).unwrap().is_none());
+            }
+            io.stats().snapshot().read_by(IoComponent::LevelRead) - before
+        };
+        let filtered = LevelFile::open(&io, dir.path(), 5, Arc::new(NodeCache::new(0))).unwrap();
+        let plain_lf = build(dir.path(), 6, &entries);
+        drop(plain_lf);
+        let plain = LevelFile::open(&io, dir.path(), 6, Arc::new(NodeCache::new(0))).unwrap();
+        assert_eq!(plain.filter_bytes(), 0);
+        let (with, without) = (reads(&filtered), reads(&plain));
+        assert!(
+            with * 20 < without,
+            "bytes read for 2000 absent keys: {with} with the filter, {without} without"
+        );
+    }
+
+    #[test]
+    fn a_damaged_filter_fails_the_open_naming_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(3000);
+        let lf = build_with_bloom(dir.path(), 7, &entries, 10);
+        let path = lf.path().to_path_buf();
+        drop(lf);
+        let mut data = std::fs::read(&path).unwrap();
+        let n = data.len();
+        let footer = footer::Footer::decode(&data[n - footer::FOOTER_SIZE..])
+            .ok()
+            .unwrap();
+        assert!(footer.filter_offset > 0);
+        data[footer.filter_offset as usize + 40] ^= 0x10; // a bit of the filter
+        std::fs::write(&path, &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        match LevelFile::open(&io, dir.path(), 7, Arc::new(NodeCache::new(0))) {
+            Err(crate::Error::Corruption { file, offset, what }) => {
+                assert_eq!(file, path);
+                assert_eq!(offset, footer.filter_offset);
+                assert!(what.contains("filter checksum"), "{what}");
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_version_1_file_without_a_filter_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(2000);
+        let lf = build(dir.path(), 8, &entries);
+        let path = lf.path().to_path_buf();
+        drop(lf);
+        // Rewrite the footer as version 1 wrote it: version 1, bytes 72.. zero.
+        let mut data = std::fs::read(&path).unwrap();
+        let n = data.len();
+        let f = &mut data[n - footer::FOOTER_SIZE..];
+        f[8..12].copy_from_slice(&1u32.to_le_bytes());
+        f[72..124].fill(0);
+        let crc = crate::format::crc32c(&f[..124]);
+        f[124..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let lf = LevelFile::open(&io, dir.path(), 8, Arc::new(NodeCache::new(0))).unwrap();
+        assert_eq!(lf.filter_bytes(), 0);
+        for (k, lsn, _) in &entries {
+            assert_eq!(lf.get(k).unwrap().unwrap().0, *lsn);
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! aligned chunks and bypasses the cache.
 
 use super::builder::BLOB_HEADER;
+use super::filter::Bloom;
 use super::footer::{Footer, FooterError, FOOTER_SIZE};
 use super::node::{NodeView, ValueRef, NODE_BLOB, NODE_INDEX, NODE_LEAF};
 use crate::cache::{NodeBytes, NodeCache};
@@ -47,6 +48,8 @@ pub(crate) struct LevelFile {
     file: Arc<dyn ReadableFile>,
     footer: Footer,
     data_end: u64,
+    /// The file's Bloom filter, if it has one (checked at open, held in memory).
+    bloom: Option<Bloom>,
     cache: Arc<NodeCache>,
     io: Io,
     obsolete: AtomicBool,
@@ -97,12 +100,30 @@ impl LevelFile {
                 })
             }
         };
+        let data_end = len - IO_ALIGN as u64;
+        let bloom = if footer.filter_offset == 0 {
+            None
+        } else {
+            let at = footer.filter_offset;
+            let unit_len = u64::from(footer.filter_len);
+            if at.checked_add(unit_len).is_none_or(|end| end > data_end) {
+                return Err(Error::corruption(
+                    &path,
+                    foff,
+                    "the footer's filter unit lies past the data",
+                ));
+            }
+            let mut unit = vec![0u8; footer.filter_len as usize];
+            file.read_exact_at(at, &mut unit)?;
+            Some(Bloom::decode(&unit).map_err(|what| Error::corruption(&path, at, what))?)
+        };
         Ok(LevelFile {
             id,
             path,
             file,
             footer,
-            data_end: len - IO_ALIGN as u64,
+            data_end,
+            bloom,
             cache,
             io: io.clone(),
             obsolete: AtomicBool::new(false),
@@ -140,6 +161,11 @@ impl LevelFile {
     /// Value bytes of medium pairs this level holds by pointer.
     pub(crate) fn medium_bytes(&self) -> u64 {
         self.footer.medium_bytes
+    }
+
+    /// Bytes of the Bloom filter held in memory (0 without one).
+    pub(crate) fn filter_bytes(&self) -> u64 {
+        self.bloom.as_ref().map_or(0, |b| b.memory_bytes() as u64)
     }
 
     /// Schedules deletion for when the last reference is dropped.
@@ -181,6 +207,9 @@ impl LevelFile {
     /// Newest entry for `key` in this level, if any.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
         if self.footer.height == 0 {
+            return Ok(None);
+        }
+        if self.bloom.as_ref().is_some_and(|b| !b.may_contain(key)) {
             return Ok(None);
         }
         let mut offset = self.footer.root;
@@ -426,6 +455,11 @@ pub(crate) struct LevelScanner {
 }
 
 impl LevelScanner {
+    /// Entries of the file being scanned.
+    pub(crate) fn file_entries(&self) -> u64 {
+        self.file.entries()
+    }
+
     /// Makes `[pos, pos + len)` available in the window.
     fn ensure(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
         let in_window =
@@ -456,7 +490,12 @@ impl LevelScanner {
             self.file.footer.leaf_size as usize,
             self.file.footer.index_size as usize,
         );
-        while self.pos < self.file.data_end {
+        // The filter unit, if any, ends the nodes.
+        let nodes_end = match self.file.footer.filter_offset {
+            0 => self.file.data_end,
+            at => at,
+        };
+        while self.pos < nodes_end {
             let pos = self.pos;
             let head = self.ensure(pos, BLOB_HEADER)?;
             match head.first().copied() {
