@@ -211,7 +211,7 @@ fn summary_line(r: &PhaseRecord) -> String {
 pub fn depth_line(r: &PhaseRecord) -> Option<String> {
     let s = &r.engine_stats;
     let levels = s.get("levels")?.as_array()?;
-    let mut parts: Vec<String> = levels
+    let parts: Vec<String> = levels
         .iter()
         .filter_map(|l| {
             let level = l.get("level")?.as_u64()?;
@@ -238,7 +238,6 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
             .pointer("/bytes_written/transient_log")
             .and_then(|v| v.as_u64())
             .unwrap_or(0);
-        parts.clear();
         line.push_str(&format!(
             "\n   transient log: {logged} medium pairs logged ({:.1} MiB written), {merged} merged in place",
             mib(bytes)
@@ -413,4 +412,71 @@ pub fn direct_io_supported(dir: &Path) -> bool {
         .is_ok();
     let _ = std::fs::remove_file(&probe);
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn with_stats(stats: serde_json::Value) -> PhaseRecord {
+        PhaseRecord {
+            engine_stats: stats,
+            ..PhaseRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_depth_line_shows_levels_and_the_transient_log() {
+        let hybrid = with_stats(json!({
+            "levels": [
+                {"level": 1, "runs": 3, "file_bytes": 3u64 << 20},
+                {"level": 2, "runs": 0, "file_bytes": 0},
+                {"level": 3, "runs": 1, "file_bytes": 40u64 << 20},
+            ],
+            "medium_values_logged": 1234,
+            "medium_values_merged": 1000,
+            "bytes_written": {"transient_log": 2u64 << 20, "large_log": 5u64 << 20},
+            "gc_segments_freed": 7,
+        }));
+        let line = depth_line(&hybrid).unwrap();
+        assert!(
+            line.contains("L1 3 run(s) 3.0 MiB, L3 1 run(s) 40.0 MiB"),
+            "{line}"
+        );
+        assert!(!line.contains("L2"), "an empty level is left out: {line}");
+        assert!(
+            line.contains("1234 medium pairs logged (2.0 MiB written), 1000 merged"),
+            "{line}"
+        );
+        assert!(
+            line.contains("large log: 5.0 MiB written, 7 segments freed"),
+            "{line}"
+        );
+
+        let rocks =
+            with_stats(json!({"levels": [{"level": 0, "files": 2}, {"level": 6, "files": 9}]}));
+        let line = depth_line(&rocks).unwrap();
+        assert_eq!(line, "   levels: L0 2 file(s), L6 9 file(s)");
+        assert!(!line.contains("transient"));
+
+        assert!(depth_line(&with_stats(json!({"tables": 3}))).is_none());
+        assert!(depth_line(&with_stats(serde_json::Value::Null)).is_none());
+    }
+
+    #[test]
+    fn every_scale_keeps_the_data_at_least_depth_memtables() {
+        for scale in [Scale::Quick, Scale::Default, Scale::Paper] {
+            for mix in [ValueMix::SD, ValueMix::MD] {
+                let m = runner::auto_memtable_bytes(scale.records(), mix);
+                let data = scale.records() as f64 * runner::mean_pair_bytes(mix);
+                assert!(
+                    data / m as f64 >= runner::DEPTH as f64,
+                    "{} {}: data {data} over memtable {m}",
+                    scale.name(),
+                    mix.name()
+                );
+            }
+        }
+    }
 }

@@ -103,6 +103,14 @@ impl Engine {
                 };
                 report.entries_checked += 1;
                 let (key, _, value) = entry;
+                if !run.filter_admits(&key) {
+                    // A lookup would answer "absent" for a key the file holds.
+                    report.problem(&Error::corruption(
+                        run.path(),
+                        run.filter_offset(),
+                        "the file's Bloom filter rules out a key the file holds",
+                    ));
+                }
                 let result = match value {
                     LevelValue::Overflow { .. } => scanner.load_overflow(value).map(drop),
                     LevelValue::Large(p) | LevelValue::Medium(p) => {

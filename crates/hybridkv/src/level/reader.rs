@@ -163,6 +163,16 @@ impl LevelFile {
         self.footer.medium_bytes
     }
 
+    /// Whether the file's Bloom filter (if any) lets a lookup of `key` through.
+    pub(crate) fn filter_admits(&self, key: &[u8]) -> bool {
+        self.bloom.as_ref().is_none_or(|b| b.may_contain(key))
+    }
+
+    /// Offset of the filter unit (0: none).
+    pub(crate) fn filter_offset(&self) -> u64 {
+        self.footer.filter_offset
+    }
+
     /// Bytes of the Bloom filter held in memory (0 without one).
     pub(crate) fn filter_bytes(&self) -> u64 {
         self.bloom.as_ref().map_or(0, |b| b.memory_bytes() as u64)
@@ -209,7 +219,7 @@ impl LevelFile {
         if self.footer.height == 0 {
             return Ok(None);
         }
-        if self.bloom.as_ref().is_some_and(|b| !b.may_contain(key)) {
+        if !self.filter_admits(key) {
             return Ok(None);
         }
         let mut offset = self.footer.root;
