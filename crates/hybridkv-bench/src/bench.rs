@@ -229,30 +229,17 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
         return None;
     }
     let mut line = format!("   levels: {}", parts.join(", "));
-    if let Some(logged) = s.get("medium_values_logged").and_then(|v| v.as_u64()) {
-        let merged = s
-            .get("medium_values_merged")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0);
-        let bytes = s
-            .pointer("/bytes_written/transient_log")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0);
+    let num = |pointer: &str| s.pointer(pointer).and_then(serde_json::Value::as_u64);
+    if let Some(logged) = num("/medium_values_logged") {
         line.push_str(&format!(
-            "\n   transient log: {logged} medium pairs logged ({:.1} MiB written), {merged} merged in place",
-            mib(bytes)
+            "\n   transient log: {logged} medium pairs logged ({:.1} MiB written), {} merged in place",
+            mib(num("/bytes_written/transient_log").unwrap_or(0)),
+            num("/medium_values_merged").unwrap_or(0),
         ));
-        let large = s
-            .pointer("/bytes_written/large_log")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0);
-        let freed = s
-            .get("gc_segments_freed")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0);
         line.push_str(&format!(
-            "; large log: {:.1} MiB written, {freed} segments freed by GC",
-            mib(large)
+            "; large log: {:.1} MiB written, {} segments freed by GC",
+            mib(num("/bytes_written/large_log").unwrap_or(0)),
+            num("/gc_segments_freed").unwrap_or(0),
         ));
     }
     Some(line)

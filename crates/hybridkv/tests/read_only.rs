@@ -239,6 +239,34 @@ fn read_only_opens_beside_a_writer_of_large_values_read_without_errors() {
     });
 }
 
+/// Options and first steps shared by the GC regressions: large values in 64 KiB segments,
+/// memtables flushed only when a test says so; keys `a0000..a0004` written, flushed,
+/// overwritten and merged down, so that the first segment holds counted garbage (A's first
+/// versions) and live records (A's second versions, `value(i + 100, 5000)`).
+fn gc_opts() -> Options {
+    Options {
+        memtable_size: 64 << 20,
+        large_segment_size: 64 << 10,
+        background_threads: 1,
+        ..Options::default()
+    }
+}
+
+fn a_key(i: usize) -> String {
+    format!("a{i:04}")
+}
+
+fn first_segment_with_garbage(writer: &Db) {
+    for i in 0..5 {
+        writer.put(a_key(i), value(i, 5000)).unwrap();
+    }
+    writer.flush().unwrap();
+    for i in 0..5 {
+        writer.put(a_key(i), value(i + 100, 5000)).unwrap();
+    }
+    writer.compact_all().unwrap();
+}
+
 /// Found by CI (the model test's read-only op, one run in six): GC freed a large segment
 /// while the small log still held the commits that first wrote into it (dead values,
 /// shadowed by the overwrites further on). A read-only open took the missing segment for
@@ -249,25 +277,11 @@ fn read_only_opens_beside_a_writer_of_large_values_read_without_errors() {
 #[test]
 fn a_read_only_open_replays_past_commits_into_a_segment_gc_freed() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options {
-        memtable_size: 64 << 20, // flushed only when the test says so
-        large_segment_size: 64 << 10,
-        background_threads: 1,
-        ..Options::default()
-    };
+    let opts = gc_opts();
     let writer = Db::open(dir.path(), opts.clone()).unwrap();
-    let a = |i: usize| format!("a{i:04}");
+    let a = a_key;
     let b = |i: usize| format!("b{i:04}");
-    // The first segment: A, then A overwritten; merging every level counts A's first
-    // versions as its garbage.
-    for i in 0..5 {
-        writer.put(a(i), value(i, 5000)).unwrap();
-    }
-    writer.flush().unwrap();
-    for i in 0..5 {
-        writer.put(a(i), value(i + 100, 5000)).unwrap();
-    }
-    writer.compact_all().unwrap();
+    first_segment_with_garbage(&writer);
     // B fills the rest of it and the next segments, then is overwritten: these commits
     // stay in the small log (nothing is flushed from here on).
     for i in 0..20 {
@@ -371,22 +385,10 @@ impl FileSystem for SteppedFs {
 #[test]
 fn a_read_only_open_never_keeps_a_view_missing_a_segment_freed_while_it_read() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options {
-        memtable_size: 64 << 20,
-        large_segment_size: 64 << 10,
-        background_threads: 1,
-        ..Options::default()
-    };
+    let opts = gc_opts();
     let writer = Arc::new(Db::open(dir.path(), opts.clone()).unwrap());
-    let a = |i: usize| format!("a{i:04}");
-    for i in 0..5 {
-        writer.put(a(i), value(i, 5000)).unwrap();
-    }
-    writer.flush().unwrap();
-    for i in 0..5 {
-        writer.put(a(i), value(i + 100, 5000)).unwrap();
-    }
-    writer.compact_all().unwrap();
+    let a = a_key;
+    first_segment_with_garbage(&writer);
     for i in 0..20 {
         writer.put(format!("b{i:04}"), value(i, 5000)).unwrap(); // the segment fills
     }

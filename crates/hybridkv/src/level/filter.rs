@@ -7,7 +7,7 @@
 //! Never: answers "present" (only "absent" is certain), or trusts a unit it has not
 //! checked (lengths, probe count and checksum are validated before any bit is used).
 
-use crate::format::crc32c;
+use crate::format::{crc32c, crc32c_append};
 
 /// Header of a filter unit: `[kind u8 = 4][version u8 = 1][probes u8][reserved u8]
 /// [bits_len u32][crc u32][reserved u32]`, then `bits_len` bytes of bits.
@@ -75,9 +75,8 @@ impl BloomBuilder {
         out.push(self.probes as u8);
         out.push(0);
         out.extend_from_slice(&(self.bits.len() as u32).to_le_bytes());
-        let mut crc_input = out.clone();
-        crc_input.extend_from_slice(&self.bits);
-        out.extend_from_slice(&crc32c(&crc_input).to_le_bytes());
+        let crc = crc32c_append(crc32c(&out), &self.bits);
+        out.extend_from_slice(&crc.to_le_bytes());
         out.extend_from_slice(&[0u8; 4]);
         out.extend_from_slice(&self.bits);
         out
@@ -123,10 +122,8 @@ impl Bloom {
         if bits_len == 0 || !bits_len.is_multiple_of(8) || bits.len() != bits_len {
             return Err("filter bit array length does not match its header");
         }
-        let mut crc_input = Vec::with_capacity(8 + bits_len);
-        crc_input.extend_from_slice(header.get(..8).unwrap_or_default());
-        crc_input.extend_from_slice(bits);
-        if crc32c(&crc_input) != word(8) {
+        let crc = crc32c_append(crc32c(header.get(..8).unwrap_or_default()), bits);
+        if crc != word(8) {
             return Err("filter checksum mismatch");
         }
         Ok(Bloom {
