@@ -25,6 +25,9 @@
 #   BENCH_NO_ROCKSDB=1 build without RocksDB/BlobDB (fast build; fewer peers)
 #   BENCH_ABLATION_OPS operations of the ablation's Run A (default OPS)
 #   BENCH_NO_ABLATION=1 skip the ablation
+#   BENCH_NO_MATRIX=1  skip the main matrix (run only the ablation)
+#   BENCH_ABLATION_ENGINES placements of the ablation (default: hybridkv hybridkv-inplace
+#                      hybridkv-alllog hybridkv-ms hybridkv-ml)
 #   BENCH_APPEND=1     append to the results instead of starting them anew (build the matrix
 #                      in pieces, e.g. one configuration per invocation; the report covers
 #                      every result in the file)
@@ -70,6 +73,7 @@ hk() {
   echo "hybridkv $*   # $(( $(date +%s) - t0 )) s" >>"$commands"
 }
 
+if [ "${BENCH_NO_MATRIX:-0}" = 1 ]; then configs=""; fi
 for config in $configs; do
   for mix in $mixes; do
     for engine in $engines; do
@@ -93,12 +97,16 @@ done
 ablation_ops="${BENCH_ABLATION_OPS:-$ops}"
 if [ "${BENCH_NO_ABLATION:-0}" != 1 ]; then
   for mix in $mixes; do
-    db="$scratch/db-ablation-$mix"
-    rm -rf "$db"
-    hk bench --phase all --workload a --ops "$ablation_ops" --mix "$mix" \
-      --engines hybridkv,hybridkv-inplace,hybridkv-alllog,hybridkv-ms,hybridkv-ml --db "$db" \
-      --records "$records" --results "$results" --label "ablation-$records"
-    rm -rf "$db"
+    # One placement at a time, its database deleted after its runs: five databases of
+    # 40 million pairs do not fit on the disk together.
+    for variant in ${BENCH_ABLATION_ENGINES:-hybridkv hybridkv-inplace hybridkv-alllog hybridkv-ms hybridkv-ml}; do
+      db="$scratch/db-ablation-$mix"
+      rm -rf "$db"
+      hk bench --phase all --workload a --ops "$ablation_ops" --mix "$mix" \
+        --engines "$variant" --db "$db" \
+        --records "$records" --results "$results" --label "ablation-$records"
+      rm -rf "$db"
+    done
   done
 fi
 

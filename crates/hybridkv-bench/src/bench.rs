@@ -242,6 +242,23 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
             num("/gc_segments_freed").unwrap_or(0),
         ));
     }
+    if let (Some(reads), Some(hits), Some(misses)) = (
+        num("/lookup_reads"),
+        num("/cache_hits"),
+        num("/cache_misses"),
+    ) {
+        let (gets, scans) = (num("/gets").unwrap_or(0), num("/scans").unwrap_or(0));
+        if gets + scans > 0 {
+            let lookups = hits + misses;
+            line.push_str(&format!(
+                "
+   reads: {:.2} per get or scan ({gets} gets, {scans} scans); node cache {:.1}% hits; pinned indexes {:.1} MiB",
+                reads as f64 / (gets + scans) as f64,
+                if lookups == 0 { 0.0 } else { 100.0 * hits as f64 / lookups as f64 },
+                mib(num("/pinned_index_bytes").unwrap_or(0)),
+            ));
+        }
+    }
     Some(line)
 }
 

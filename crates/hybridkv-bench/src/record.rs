@@ -79,6 +79,8 @@ pub struct PhaseRecord {
     pub app_bytes_written: u64,
     pub app_bytes_read: u64,
     pub device_bytes_read: Option<u64>,
+    #[serde(default)]
+    pub device_reads: Option<u64>,
     pub device_bytes_written: Option<u64>,
     pub io_amplification: Option<f64>,
     pub cpu_user_seconds: f64,
@@ -128,6 +130,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("app_bytes_written", "key + value bytes written by the application"),
     ("app_bytes_read", "key + value bytes returned to the application (reads, scans, read-modify-writes)"),
     ("device_bytes_read", "`read_bytes` delta of /proc/self/io over open + operations + finish + close (null if unavailable)"),
+    ("device_reads", "reads completed by the block device holding the database (`/proc/diskstats`) over the same span: every process's reads of that device, so run nothing else beside the benchmark (null if unavailable)"),
     ("device_bytes_written", "`write_bytes` minus `cancelled_write_bytes` delta of /proc/self/io over the same span: bytes written to the device, less dirty page-cache bytes of files deleted before writeback (null if unavailable)"),
     ("io_amplification", "(device_bytes_read + device_bytes_written) / (app_bytes_read + app_bytes_written)"),
     ("cpu_user_seconds", "user CPU seconds of the process (all threads) over the same span (getrusage)"),

@@ -15,6 +15,17 @@ fn opt(v: Option<f64>, decimals: usize) -> String {
         .map_or_else(|| "-".to_string(), |x| format!("{x:.decimals$}"))
 }
 
+/// Device reads per operation with device KiB read per operation, or `-`.
+fn reads_per_op(r: &PhaseRecord) -> String {
+    match (r.device_reads, r.device_bytes_read) {
+        (Some(n), Some(b)) if r.operations > 0 => {
+            let ops = r.operations as f64;
+            format!("{:.2} ({:.1})", n as f64 / ops, b as f64 / 1024.0 / ops)
+        }
+        _ => "-".to_string(),
+    }
+}
+
 /// A ratio as `1.23x`, or `-` when it cannot be computed (a peer with no device bytes).
 fn times(v: Option<f64>) -> String {
     v.filter(|x| x.is_finite())
@@ -437,6 +448,7 @@ pub fn markdown(records: &[PhaseRecord], inputs: &ReportInputs) -> String {
         "- **Throughput**: operations / time from the first to the last operation, Kops/s."
     );
     let _ = writeln!(s, "- **I/O amp**: device bytes read + written (`/proc/self/io` deltas of `read_bytes` and of `write_bytes` less `cancelled_write_bytes`, over open + operations + final flush and compactions + close) / application key + value bytes written and read.");
+    let _ = writeln!(s, "- **device reads/op**: reads the device completed (`/proc/diskstats` of the database's device, nothing else running) / operations, with device KiB read / operations beside it; `-` where not recorded.");
     let _ = writeln!(s, "- **CPU us/op**: user + system CPU seconds of the process (all threads, background work included) over the same span / operations; **Kcyc/op** multiplies by the `/proc/cpuinfo` frequency.");
     let _ = writeln!(s, "- **Space amp**: allocated bytes of the database directory after the phase / live key + value bytes (the runner tracks every record's current size).");
     let _ = writeln!(s, "- **Ratios** are hybridkv / peer: above 1 is better for throughput, below 1 is better for I/O amp and CPU/op.");
@@ -498,17 +510,18 @@ pub fn markdown(records: &[PhaseRecord], inputs: &ReportInputs) -> String {
         }
         let _ = writeln!(
             s,
-            "| phase | engine | ops | Kops/s | I/O amp | CPU us/op | Kcyc/op | space amp | disk MiB | p99 latency (us) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
+            "| phase | engine | ops | Kops/s | I/O amp | device reads/op (KiB/op) | CPU us/op | Kcyc/op | space amp | disk MiB | p99 latency (us) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         );
         for r in &group {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {:.1} | {} | {:.2} | {} | {} | {:.1} | {} |",
+                "| {} | {} | {} | {:.1} | {} | {} | {:.2} | {} | {} | {:.1} | {} |",
                 r.phase_label(),
                 r.engine,
                 r.operations,
                 r.throughput_kops,
                 opt(r.io_amplification, 2),
+                reads_per_op(r),
                 r.cpu_us_per_op,
                 opt(r.kcycles_per_op, 1),
                 opt(r.space_amplification, 2),
@@ -620,6 +633,7 @@ mod tests {
             phase: phase.into(),
             workload: "a".into(),
             device_bytes_read: Some(device / 2),
+            device_reads: None,
             device_bytes_written: Some(device - device / 2),
             app_bytes_written: app,
             io_amplification: Some(device as f64 / app as f64),

@@ -463,6 +463,7 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
     };
 
     let (io0, cpu0) = (DeviceIo::now(), CpuTime::now());
+    let reads0 = sys::device_reads(&db_dir);
     let t = Instant::now();
     let engine = plan.engine.open(&db_dir, &plan.config)?;
     let open_seconds = t.elapsed().as_secs_f64();
@@ -476,6 +477,10 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
     drop(engine);
     let close_seconds = t.elapsed().as_secs_f64();
     let (io1, cpu1) = (DeviceIo::now(), CpuTime::now());
+    let device_reads = match (reads0, sys::device_reads(&db_dir)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
 
     let io = match (io0, io1) {
         (Some(a), Some(b)) => Some(b.since(&a)),
@@ -563,6 +568,7 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
         app_bytes_written: totals.app_written,
         app_bytes_read: totals.app_read,
         device_bytes_read: device_read,
+        device_reads,
         device_bytes_written: device_written,
         io_amplification: record::io_amplification(
             device_read,

@@ -71,6 +71,30 @@ impl DeviceIo {
     }
 }
 
+/// Reads completed by the block device `major:minor`, from the text of `/proc/diskstats`
+/// (its fourth column).
+pub fn parse_disk_reads(diskstats: &str, major: u64, minor: u64) -> Option<u64> {
+    diskstats.lines().find_map(|line| {
+        let mut cols = line.split_whitespace();
+        let ma = cols.next()?.parse::<u64>().ok()?;
+        let mi = cols.next()?.parse::<u64>().ok()?;
+        let _name = cols.next()?;
+        let reads = cols.next()?.parse::<u64>().ok()?;
+        (ma == major && mi == minor).then_some(reads)
+    })
+}
+
+/// Reads completed so far by the block device holding `path` (`/proc/diskstats`). Counts
+/// every process's reads of that device, not only this one's; `None` off Linux or when the
+/// device is not listed (e.g. a tmpfs or overlay directory).
+pub fn device_reads(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (major, minor) = (u64::from(libc::major(dev)), u64::from(libc::minor(dev)));
+    let text = std::fs::read_to_string("/proc/diskstats").ok()?;
+    parse_disk_reads(&text, major, minor)
+}
+
 /// User and system CPU seconds of this process, all threads included (`getrusage`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CpuTime {
@@ -200,6 +224,16 @@ impl Host {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn disk_reads_are_read_from_the_device_line() {
+        let text = " 254       0 vda 83785379 183066 1359900327 6487549 17743808\n 254       1 vda1 120 0 960 1 0\n 253       0 zram0 0 0 0 0 0\n";
+        assert_eq!(parse_disk_reads(text, 254, 0), Some(83_785_379));
+        assert_eq!(parse_disk_reads(text, 254, 1), Some(120));
+        assert_eq!(parse_disk_reads(text, 8, 0), None);
+        assert_eq!(parse_disk_reads("garbage line\n", 8, 0), None);
+    }
+
     use super::*;
 
     #[test]

@@ -269,6 +269,7 @@ impl Db {
             }
         }
         let (sv, snapshot) = self.engine.snapshot();
+        Counters::add(&self.engine.counters.scans, 1);
         DbIterator::new((*sv).clone(), snapshot, start, end)
     }
 
@@ -380,6 +381,8 @@ impl Db {
             .sum();
         s.immutable_memtables = sv.imms.len();
         s.cache_bytes = e.cache.used_bytes();
+        (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();
+        s.pinned_index_bytes = e.cache.pins().used();
         s.levels = sv
             .version
             .levels
@@ -394,6 +397,7 @@ impl Db {
                 tombstones: runs.iter().map(|f| f.tombstones()).sum(),
                 kv_bytes: runs.iter().map(|f| f.kv_bytes()).sum(),
                 filter_bytes: runs.iter().map(|f| f.filter_bytes()).sum(),
+                pinned_bytes: runs.iter().map(|f| f.pinned_bytes()).sum(),
             })
             .collect();
         s.wal_file_bytes = crate::log::small::list(&e.io, &e.dir, 0)?

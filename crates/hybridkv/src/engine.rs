@@ -15,7 +15,7 @@
 //! `versions`; so `bg` is never taken under `versions`. `poison` is taken under any of
 //! them and nothing is taken under it.
 
-use crate::cache::NodeCache;
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::io::{DirLock, Io};
 
@@ -43,7 +43,7 @@ pub(crate) struct Engine {
     pub dir: PathBuf,
     pub opts: Options,
     pub io: Io,
-    pub cache: Arc<NodeCache>,
+    pub cache: Arc<BlockCache>,
     /// The small log, the active memtable and the commit path.
     pub writes: WritePath,
     /// What is live, the manifest, and what readers see.
@@ -154,6 +154,9 @@ impl WriteEnv for Engine {
     }
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+    fn cache(&self) -> &Arc<BlockCache> {
+        &self.cache
     }
     fn check_poison(&self) -> Result<()> {
         Engine::check_poison(self)

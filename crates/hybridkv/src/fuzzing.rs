@@ -13,7 +13,7 @@
 //! Never: a stable API, or a decoder of its own: every entry point calls the code the
 //! engine runs.
 
-use crate::cache::NodeCache;
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent, SimFs};
 use crate::level::footer::{FooterError, LEVEL_VERSION};
@@ -346,7 +346,8 @@ pub struct LevelScan {
 
 /// Opens `data` as a whole level file and reads it every way the engine does: a cursor
 /// walk (with overflow values), a seek to and a point lookup of every key it found, and a
-/// compaction scan. The first error ends the walk.
+/// compaction scan. The first error ends the walk. The file's index is pinned when it
+/// decodes (so the fence walk is fuzzed too), else read through the cache.
 pub fn decode_level_file(data: &[u8]) -> Result<LevelScan> {
     let id = 1;
     let (_fs, io) = sim_with_file(&crate::level::reader::file_name(id), data)?;
@@ -354,7 +355,7 @@ pub fn decode_level_file(data: &[u8]) -> Result<LevelScan> {
         &io,
         Path::new(DIR),
         id,
-        Arc::new(NodeCache::new(1 << 20)),
+        Arc::new(BlockCache::with_pinning(1 << 20, 64 << 20)),
     )?);
     let mut cursor = Vec::new();
     let mut c = lf.cursor();

@@ -7,7 +7,7 @@
 //! through `VersionSet::log_and_apply`, by way of `Engine::install`), or accepts a write
 //! before what it recovered is durable.
 
-use crate::cache::NodeCache;
+use crate::cache::BlockCache;
 use crate::engine::{BgState, Engine};
 use crate::error::{Error, Result};
 use crate::filename::{self, DbFile, FileKind};
@@ -105,7 +105,10 @@ impl Engine {
                 true,
             ),
         };
-        let cache = Arc::new(NodeCache::new(opts.cache_bytes));
+        let cache = Arc::new(BlockCache::with_pinning(
+            opts.cache_bytes,
+            opts.pinned_index_bytes as u64,
+        ));
         let mut version = Version::empty(opts.max_levels);
         for &(level, id, len) in &state.levels {
             let runs = (level as usize)
@@ -169,7 +172,8 @@ impl Engine {
                 },
             );
             segment_meta.insert(id, meta);
-            segments.insert(id, Arc::new(SegmentFile::open(&io, dir, kind, id)?));
+            let segment = SegmentFile::open(&io, dir, kind, id)?.with_cache(Arc::clone(&cache));
+            segments.insert(id, Arc::new(segment));
         }
         // A segment registered in the manifest whose file was never created held nothing.
         // A read-only open beside a writer cannot tell that from a segment the writer freed

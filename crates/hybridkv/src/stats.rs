@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     pub puts: AtomicU64,
     pub deletes: AtomicU64,
     pub gets: AtomicU64,
+    pub scans: AtomicU64,
     pub user_bytes_written: AtomicU64,
     pub user_bytes_read: AtomicU64,
     pub commit_groups: AtomicU64,
@@ -69,6 +70,8 @@ pub struct LevelStats {
     pub kv_bytes: u64,
     /// Bytes of the level's Bloom filters, held in memory.
     pub filter_bytes: u64,
+    /// Bytes of the level's pinned indexes (leaf fences), held in memory.
+    pub pinned_bytes: u64,
 }
 
 /// A snapshot of the engine's statistics (`Db::stats`).
@@ -106,6 +109,14 @@ pub struct Stats {
     pub immutable_memtables: usize,
     /// Bytes held by the node cache.
     pub cache_bytes: u64,
+    /// Node-cache lookups that found their node.
+    pub cache_hits: u64,
+    /// Node-cache lookups that did not (the node was then read from its file).
+    pub cache_misses: u64,
+    /// Bytes of pinned level indexes (`Options::pinned_index_bytes`), beside the cache.
+    pub pinned_index_bytes: u64,
+    /// Iterators opened (`Db::iter`, `Db::scan`, ...).
+    pub scans: u64,
     /// Bytes of small-log files on disk.
     pub wal_file_bytes: u64,
     /// Bytes of large-log records appended by user writes.
@@ -157,6 +168,7 @@ impl Stats {
         self.puts = Counters::get(&c.puts);
         self.deletes = Counters::get(&c.deletes);
         self.gets = Counters::get(&c.gets);
+        self.scans = Counters::get(&c.scans);
         self.user_bytes_written = Counters::get(&c.user_bytes_written);
         self.user_bytes_read = Counters::get(&c.user_bytes_read);
         self.commit_groups = Counters::get(&c.commit_groups);
@@ -189,6 +201,30 @@ impl Stats {
             return 0.0;
         }
         self.io.total_written() as f64 / self.user_bytes_written as f64
+    }
+
+    /// Share of node-cache lookups that found their node (0 when there were none).
+    pub fn cache_hit_ratio(&self) -> f64 {
+        let all = self.cache_hits + self.cache_misses;
+        if all == 0 {
+            return 0.0;
+        }
+        self.cache_hits as f64 / all as f64
+    }
+
+    /// Reads that gets and scans issued: level nodes, overflow values, and values in the
+    /// large and transient logs (their `read_exact_at` calls; with `direct_io` each is one
+    /// device read, without it some are served by the page cache). Background work (flush,
+    /// compaction, GC, merges of the transient log) is counted elsewhere.
+    pub fn lookup_reads(&self) -> u64 {
+        [
+            IoComponent::LevelRead,
+            IoComponent::LargeLog,
+            IoComponent::TransientLog,
+        ]
+        .iter()
+        .map(|&c| self.io.read_ops_by(c))
+        .sum()
     }
 
     /// Bytes of level files on disk.
@@ -230,10 +266,24 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "memory: memtables {:.1} MiB ({} immutable), cache {:.1} MiB",
+            "memory: memtables {:.1} MiB ({} immutable), cache {:.1} MiB, pinned indexes {:.1} MiB",
             mib(self.memtable_bytes),
             self.immutable_memtables,
-            mib(self.cache_bytes)
+            mib(self.cache_bytes),
+            mib(self.pinned_index_bytes)
+        )?;
+        writeln!(
+            f,
+            "reads: {} gets, {} scans; {} lookup reads ({:.1} MiB); node cache {} hits, {} misses ({:.1}% hits)",
+            self.gets,
+            self.scans,
+            self.lookup_reads(),
+            mib(self.io.read_by(IoComponent::LevelRead)
+                + self.io.read_by(IoComponent::LargeLog)
+                + self.io.read_by(IoComponent::TransientLog)),
+            self.cache_hits,
+            self.cache_misses,
+            100.0 * self.cache_hit_ratio()
         )?;
         writeln!(f, "small log on disk: {:.1} MiB", mib(self.wal_file_bytes))?;
         writeln!(

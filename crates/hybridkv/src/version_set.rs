@@ -345,7 +345,7 @@ impl Obsolete {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::NodeCache;
+    use crate::cache::BlockCache;
     use crate::io::{FailMode, IoComponent, SimFs};
     use crate::level::builder::{EntryValue, LevelBuilder};
     use crate::log::large::{SegmentKind, SegmentWriter};
@@ -370,7 +370,7 @@ mod tests {
         let mut b = LevelBuilder::new(f, 8192, 12288);
         b.add(key, 1, EntryValue::Bytes(b"v")).unwrap();
         b.finish().unwrap();
-        Arc::new(LevelFile::open(io, dir, id, Arc::new(NodeCache::new(1 << 20))).unwrap())
+        Arc::new(LevelFile::open(io, dir, id, Arc::new(BlockCache::new(1 << 20))).unwrap())
     }
 
     fn segment(io: &Io, kind: SegmentKind, id: u64) -> Arc<SegmentFile> {

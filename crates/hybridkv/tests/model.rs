@@ -128,6 +128,8 @@ struct Config {
     merge_level: MediumMergeLevel,
     max_levels: usize,
     cache: bool,
+    /// Level indexes pinned in memory (PinK) or descended through the cache.
+    pin: bool,
     threads: usize,
 }
 
@@ -138,6 +140,7 @@ impl Config {
             growth_factor: 4,
             max_levels: self.max_levels,
             cache_bytes: if self.cache { 4 << 20 } else { 0 },
+            pinned_index_bytes: if self.pin { 16 << 20 } else { 0 },
             background_threads: self.threads,
             placement: self.placement,
             medium_merge_level: self.merge_level,
@@ -559,14 +562,16 @@ fn config() -> impl Strategy<Value = Config> {
         ],
         prop_oneof![Just(2usize), Just(3usize), Just(7usize)],
         proptest::bool::weighted(0.8),
+        proptest::bool::weighted(0.5),
         1..=2usize,
     )
         .prop_map(
-            |(placement, merge_level, max_levels, cache, threads)| Config {
+            |(placement, merge_level, max_levels, cache, pin, threads)| Config {
                 placement,
                 merge_level,
                 max_levels,
                 cache,
+                pin,
                 threads,
             },
         )
@@ -733,6 +738,7 @@ fn deterministic_long_run_hybrid() {
             merge_level: MediumMergeLevel::Last,
             max_levels: 7,
             cache: true,
+            pin: true,
             threads: 2,
         },
         2000,
@@ -750,6 +756,7 @@ fn deterministic_long_run_hybrid_second_to_last_three_levels() {
             merge_level: MediumMergeLevel::SecondToLast,
             max_levels: 3,
             cache: false,
+            pin: false,
             threads: 1,
         },
         2000,
@@ -766,6 +773,7 @@ fn deterministic_long_run_in_place() {
             merge_level: MediumMergeLevel::Last,
             max_levels: 4,
             cache: true,
+            pin: true,
             threads: 2,
         },
         1500,
@@ -784,6 +792,7 @@ fn deterministic_long_run_all_log() {
             merge_level: MediumMergeLevel::Last,
             max_levels: 4,
             cache: true,
+            pin: false,
             threads: 2,
         },
         1500,

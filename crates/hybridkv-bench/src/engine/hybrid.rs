@@ -167,6 +167,13 @@ impl Engine for HybridEngine {
         Some(json!({
             "bytes_written": per(&|c| s.io.written_by(c)),
             "bytes_read": per(&|c| s.io.read_by(c)),
+            "read_ops": per(&|c| s.io.read_ops_by(c)),
+            "gets": s.gets,
+            "scans": s.scans,
+            "lookup_reads": s.lookup_reads(),
+            "cache_hits": s.cache_hits,
+            "cache_misses": s.cache_misses,
+            "pinned_index_bytes": s.pinned_index_bytes,
             "syncs": per(&|c| s.io.syncs_by(c)),
             "user_bytes_written": s.user_bytes_written,
             "user_bytes_read": s.user_bytes_read,

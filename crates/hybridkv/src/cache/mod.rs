@@ -1,52 +1,138 @@
-//! The node cache: verified level nodes, bounded by a byte budget.
+//! The memory reads go through: the block cache (verified level nodes, and the log records
+//! gets and scans read, bounded by one byte budget) and the budget of pinned indexes (PinK's
+//! level pinning; the fences themselves live with their level file, `crate::level::pinned`).
 //!
 //! Owns: a concurrent S3-FIFO cache (`quick_cache`) keyed by (file id, offset) and weighed
-//! by node bytes. Never: the only copy of anything (every entry can be re-read from its
-//! file), and never holds an unverified node. File ids are never reused, so entries of a
-//! deleted file can never be confused with a newer file's nodes; they simply age out.
+//! by bytes, its hit and miss counts, and the pinned bytes' budget. Never: the only copy
+//! of anything (every entry can be re-read from its file), and never holds an unverified
+//! node or record. File ids (level files and log segments share one counter) are never
+//! reused, so entries of a deleted file can never be confused with a newer file's; they
+//! simply age out.
 
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A verified node's bytes.
-pub(crate) type NodeBytes = Arc<[u8]>;
+pub(crate) type BlockBytes = Arc<[u8]>;
 
 #[derive(Clone, Copy)]
 struct ByteWeighter;
 
-impl Weighter<(u64, u64), NodeBytes> for ByteWeighter {
-    fn weight(&self, _key: &(u64, u64), val: &NodeBytes) -> u64 {
+impl Weighter<(u64, u64), BlockBytes> for ByteWeighter {
+    fn weight(&self, _key: &(u64, u64), val: &BlockBytes) -> u64 {
         val.len() as u64
     }
 }
 
-/// Byte-bounded cache of level nodes shared by every level file of one database.
-pub(crate) struct NodeCache {
-    inner: Option<Cache<(u64, u64), NodeBytes, ByteWeighter>>,
+/// The memory every pinned index of one database is charged to.
+#[derive(Debug)]
+pub(crate) struct PinBudget {
+    limit: u64,
+    used: AtomicU64,
 }
 
-impl std::fmt::Debug for NodeCache {
+impl PinBudget {
+    /// A budget of `limit` bytes (`0` turns pinning off).
+    pub(crate) fn new(limit: u64) -> Self {
+        PinBudget {
+            limit,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether anything more may be pinned (checked before reading a file's index).
+    pub(crate) fn has_room(&self) -> bool {
+        self.used.load(Ordering::Relaxed) < self.limit
+    }
+
+    /// Charges `bytes` if they fit.
+    pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&n| n <= self.limit)
+            })
+            .is_ok()
+    }
+
+    pub(crate) fn release(&self, bytes: u64) {
+        // Every release matches an earlier reservation, so this never underflows; the
+        // saturating update keeps a bug from wrapping the counter.
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+
+    /// Bytes pinned now.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+/// Byte-bounded cache of level nodes shared by every level file of one database, with the
+/// budget their pinned indexes are charged to.
+pub(crate) struct BlockCache {
+    inner: Option<Cache<(u64, u64), BlockBytes, ByteWeighter>>,
+    pins: Arc<PinBudget>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for BlockCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeCache")
+        f.debug_struct("BlockCache")
             .field("bytes", &self.used_bytes())
             .finish()
     }
 }
 
-impl NodeCache {
-    /// A cache holding at most `budget` bytes of nodes (`0` disables it).
+impl BlockCache {
+    /// A cache holding at most `budget` bytes (`0` disables it); nothing pinned.
+    #[cfg(test)]
     pub(crate) fn new(budget: usize) -> Self {
+        Self::with_pinning(budget, 0)
+    }
+
+    /// A cache of `budget` bytes, and `pinned` bytes more for pinned indexes.
+    pub(crate) fn with_pinning(budget: usize, pinned: u64) -> Self {
         let inner = (budget > 0)
             .then(|| Cache::with_weighter((budget / 8192).max(16), budget as u64, ByteWeighter));
-        NodeCache { inner }
+        BlockCache {
+            inner,
+            pins: Arc::new(PinBudget::new(pinned)),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
     }
 
-    pub(crate) fn get(&self, file: u64, offset: u64) -> Option<NodeBytes> {
-        self.inner.as_ref()?.get(&(file, offset))
+    pub(crate) fn get(&self, file: u64, offset: u64) -> Option<BlockBytes> {
+        let found = self.inner.as_ref().and_then(|c| c.get(&(file, offset)));
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
     }
 
-    pub(crate) fn insert(&self, file: u64, offset: u64, node: NodeBytes) {
+    /// Lookups that found their node, and lookups that did not (the node was then read).
+    pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The budget pinned indexes are charged to.
+    pub(crate) fn pins(&self) -> &Arc<PinBudget> {
+        &self.pins
+    }
+
+    pub(crate) fn insert(&self, file: u64, offset: u64, node: BlockBytes) {
         if let Some(c) = &self.inner {
             c.insert((file, offset), node);
         }
@@ -64,13 +150,24 @@ mod tests {
 
     #[test]
     fn stays_within_budget() {
-        let c = NodeCache::new(64 << 10);
+        let c = BlockCache::new(64 << 10);
         for i in 0..100u64 {
             c.insert(1, i * 8192, Arc::from(vec![0u8; 8192]));
         }
         assert!(c.used_bytes() <= 64 << 10, "{}", c.used_bytes());
-        let off = NodeCache::new(0);
+        let off = BlockCache::new(0);
         off.insert(1, 0, Arc::from(vec![0u8; 8192]));
         assert!(off.get(1, 0).is_none());
+        assert_eq!(off.hits_and_misses(), (0, 1));
+    }
+
+    #[test]
+    fn counts_hits_and_misses() {
+        let c = BlockCache::new(64 << 10);
+        assert!(c.get(1, 0).is_none());
+        c.insert(1, 0, Arc::from(vec![0u8; 8192]));
+        assert!(c.get(1, 0).is_some());
+        assert!(c.get(1, 0).is_some());
+        assert_eq!(c.hits_and_misses(), (2, 1));
     }
 }

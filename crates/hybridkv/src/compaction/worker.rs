@@ -99,12 +99,10 @@ impl Engine {
         };
         w.commit(true)?;
         let id = w.id();
-        let reader = Arc::new(SegmentFile::open(
-            &self.io,
-            &self.dir,
-            SegmentKind::Transient,
-            id,
-        )?);
+        let reader = Arc::new(
+            SegmentFile::open(&self.io, &self.dir, SegmentKind::Transient, id)?
+                .with_cache(Arc::clone(&self.cache)),
+        );
         self.versions.publish_segment(id, reader);
         Ok(())
     }

@@ -95,6 +95,7 @@ impl IoComponent {
 pub struct IoStats {
     written: [AtomicU64; 8],
     read: [AtomicU64; 8],
+    read_ops: [AtomicU64; 8],
     syncs: [AtomicU64; 8],
 }
 
@@ -105,6 +106,8 @@ pub struct IoStatsSnapshot {
     pub written: Vec<(IoComponent, u64)>,
     /// Bytes read per component, in [`IoComponent::ALL`] order.
     pub read: Vec<(IoComponent, u64)>,
+    /// Read calls per component, in [`IoComponent::ALL`] order.
+    pub read_ops: Vec<(IoComponent, u64)>,
     /// `sync_data` calls (fdatasync) per component, in [`IoComponent::ALL`] order.
     pub syncs: Vec<(IoComponent, u64)>,
 }
@@ -120,6 +123,13 @@ impl IoStatsSnapshot {
     /// Bytes read by one component.
     pub fn read_by(&self, c: IoComponent) -> u64 {
         self.read
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, v)| *v)
+    }
+    /// Read calls made by one component.
+    pub fn read_ops_by(&self, c: IoComponent) -> u64 {
+        self.read_ops
             .iter()
             .find(|(k, _)| *k == c)
             .map_or(0, |(_, v)| *v)
@@ -151,6 +161,9 @@ impl IoStats {
         if let Some(a) = self.read.get(c.index()) {
             a.fetch_add(n, Ordering::Relaxed);
         }
+        if let Some(a) = self.read_ops.get(c.index()) {
+            a.fetch_add(1, Ordering::Relaxed);
+        }
     }
     fn add_sync(&self, c: IoComponent) {
         if let Some(a) = self.syncs.get(c.index()) {
@@ -171,6 +184,10 @@ impl IoStats {
             read: IoComponent::ALL
                 .iter()
                 .map(|&c| (c, get(&self.read, c)))
+                .collect(),
+            read_ops: IoComponent::ALL
+                .iter()
+                .map(|&c| (c, get(&self.read_ops, c)))
                 .collect(),
             syncs: IoComponent::ALL
                 .iter()

@@ -12,6 +12,7 @@ pub(crate) mod builder;
 pub(crate) mod filter;
 pub(crate) mod footer;
 pub(crate) mod node;
+pub(crate) mod pinned;
 pub(crate) mod reader;
 
 pub(crate) use builder::{EntryValue, LevelBuilder, LevelMeta};
@@ -20,7 +21,7 @@ pub(crate) use reader::{LevelCursor, LevelEntry, LevelFile, LevelValue};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::NodeCache;
+    use crate::cache::BlockCache;
     use crate::io::{Io, IoComponent, RealFs};
     use std::ops::Bound;
     use std::sync::Arc;
@@ -50,7 +51,7 @@ mod tests {
         }
         let meta = b.finish().unwrap();
         assert_eq!(meta.entries, entries.len() as u64);
-        Arc::new(LevelFile::open(&io, dir, id, Arc::new(NodeCache::new(1 << 20))).unwrap())
+        Arc::new(LevelFile::open(&io, dir, id, Arc::new(BlockCache::new(1 << 20))).unwrap())
     }
 
     fn opt(v: LevelValue) -> Option<Vec<u8>> {
@@ -132,10 +133,10 @@ mod tests {
             }
             io.stats().snapshot().read_by(IoComponent::LevelRead) - before
         };
-        let filtered = LevelFile::open(&io, dir.path(), 5, Arc::new(NodeCache::new(0))).unwrap();
+        let filtered = LevelFile::open(&io, dir.path(), 5, Arc::new(BlockCache::new(0))).unwrap();
         let plain_lf = build(dir.path(), 6, &entries);
         drop(plain_lf);
-        let plain = LevelFile::open(&io, dir.path(), 6, Arc::new(NodeCache::new(0))).unwrap();
+        let plain = LevelFile::open(&io, dir.path(), 6, Arc::new(BlockCache::new(0))).unwrap();
         assert_eq!(plain.filter_bytes(), 0);
         let (with, without) = (reads(&filtered), reads(&plain));
         assert!(
@@ -160,7 +161,7 @@ mod tests {
         data[footer.filter_offset as usize + 40] ^= 0x10; // a bit of the filter
         std::fs::write(&path, &data).unwrap();
         let io = Io::new(Arc::new(RealFs), false);
-        match LevelFile::open(&io, dir.path(), 7, Arc::new(NodeCache::new(0))) {
+        match LevelFile::open(&io, dir.path(), 7, Arc::new(BlockCache::new(0))) {
             Err(crate::Error::Corruption { file, offset, what }) => {
                 assert_eq!(file, path);
                 assert_eq!(offset, footer.filter_offset);
@@ -187,7 +188,7 @@ mod tests {
         f[124..].copy_from_slice(&crc.to_le_bytes());
         std::fs::write(&path, &data).unwrap();
         let io = Io::new(Arc::new(RealFs), false);
-        let lf = LevelFile::open(&io, dir.path(), 8, Arc::new(NodeCache::new(0))).unwrap();
+        let lf = LevelFile::open(&io, dir.path(), 8, Arc::new(BlockCache::new(0))).unwrap();
         assert_eq!(lf.filter_bytes(), 0);
         for (k, lsn, _) in &entries {
             assert_eq!(lf.get(k).unwrap().unwrap().0, *lsn);
@@ -269,7 +270,7 @@ mod tests {
         std::fs::write(&path, &data).unwrap();
         let io = Io::new(Arc::new(RealFs), false);
         let lf =
-            Arc::new(LevelFile::open(&io, dir.path(), 4, Arc::new(NodeCache::new(0))).unwrap());
+            Arc::new(LevelFile::open(&io, dir.path(), 4, Arc::new(BlockCache::new(0))).unwrap());
         let mut errors = 0;
         for (k, _, _) in &entries {
             match lf
@@ -294,5 +295,153 @@ mod tests {
             }
         }
         assert!(matches!(res, Err(crate::Error::Corruption { .. })));
+    }
+
+    fn open_pinned(dir: &std::path::Path, id: u64, io: &Io, cache: usize) -> Arc<LevelFile> {
+        let cache = Arc::new(BlockCache::with_pinning(cache, 1 << 30));
+        Arc::new(LevelFile::open(io, dir, id, cache).unwrap())
+    }
+
+    #[test]
+    fn a_pinned_file_answers_gets_and_seeks_like_an_unpinned_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(150_000);
+        let plain = build(dir.path(), 9, &entries);
+        assert_eq!(plain.pinned_bytes(), 0);
+        let io = Io::new(Arc::new(RealFs), false);
+        let pinned = open_pinned(dir.path(), 9, &io, 1 << 20);
+        let leaves = pinned.footer().leaves;
+        // Several index nodes under the root, so the fence walk crosses node boundaries.
+        assert!(
+            pinned.footer().height >= 3,
+            "{leaves} leaves, height {}",
+            pinned.footer().height
+        );
+        assert!(
+            pinned.pinned_bytes() >= leaves * 12,
+            "{}",
+            pinned.pinned_bytes()
+        );
+        for (k, lsn, v) in &entries {
+            let (got_lsn, got) = pinned.get(k).unwrap().unwrap();
+            assert_eq!((got_lsn, bytes(&pinned, got)), (*lsn, v.clone()));
+        }
+        // Absent keys, below, between and above the file's keys.
+        for probe in [&b""[..], b"a", b"user", b"user00000000x", b"user5", b"zzz"] {
+            assert_eq!(
+                pinned.get(probe).unwrap().map(|e| e.0),
+                plain.get(probe).unwrap().map(|e| e.0),
+                "{probe:?}"
+            );
+        }
+        // Seeks to every 97th key, to keys just before them, and unbounded, then a few
+        // steps: the same entries in the same order.
+        let mut targets: Vec<Vec<u8>> = entries.iter().step_by(97).map(|e| e.0.clone()).collect();
+        targets.extend(entries.iter().step_by(389).map(|e| {
+            let mut k = e.0.clone();
+            k.pop();
+            k
+        }));
+        targets.push(b"zzz".to_vec());
+        let walk = |lf: &Arc<LevelFile>, from: Bound<&[u8]>| {
+            let mut c = lf.cursor();
+            c.seek(from).unwrap();
+            (0..70)
+                .map_while(|_| c.next_entry().unwrap().map(|e| (e.0, e.1)))
+                .collect::<Vec<_>>()
+        };
+        for t in &targets {
+            for from in [Bound::Included(&t[..]), Bound::Excluded(&t[..])] {
+                assert_eq!(walk(&pinned, from), walk(&plain, from), "{from:?}");
+            }
+        }
+        let mut all = pinned.cursor();
+        all.seek(Bound::Unbounded).unwrap();
+        let mut n = 0;
+        while let Some((k, _, _)) = all.next_entry().unwrap() {
+            assert_eq!(k, entries[n].0);
+            n += 1;
+        }
+        assert_eq!(n, entries.len());
+    }
+
+    #[test]
+    fn a_pinned_lookup_reads_one_leaf_and_none_below_the_first_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        let plain = build(dir.path(), 10, &entries);
+        drop(plain);
+        let io = Io::new(Arc::new(RealFs), false);
+        let pinned = open_pinned(dir.path(), 10, &io, 0);
+        let unpinned = LevelFile::open(&io, dir.path(), 10, Arc::new(BlockCache::new(0))).unwrap();
+        let height = u64::from(pinned.footer().height);
+        assert!(height >= 2, "height {height}");
+        let read_ops = |lf: &LevelFile, keys: &[Vec<u8>]| {
+            let before = io.stats().snapshot().read_ops_by(IoComponent::LevelRead);
+            for k in keys {
+                lf.get(k).unwrap();
+            }
+            io.stats().snapshot().read_ops_by(IoComponent::LevelRead) - before
+        };
+        // Keys held in place (no overflow blob to read on top of the leaf).
+        let keys: Vec<Vec<u8>> = entries
+            .iter()
+            .filter(|e| e.2.as_ref().is_none_or(|v| v.len() < 1000))
+            .take(500)
+            .map(|e| e.0.clone())
+            .collect();
+        let n = keys.len() as u64;
+        assert_eq!(read_ops(&pinned, &keys), n, "one leaf per lookup");
+        assert_eq!(read_ops(&unpinned, &keys), n * height, "root to leaf");
+        assert_eq!(read_ops(&pinned, &[b"a".to_vec(), b"user".to_vec()]), 0);
+    }
+
+    #[test]
+    fn a_damaged_index_is_not_pinned_and_lookups_still_report_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        let lf = build(dir.path(), 11, &entries);
+        let (path, root) = (lf.path().to_path_buf(), lf.footer().root);
+        assert!(lf.footer().height >= 2);
+        drop(lf);
+        let mut data = std::fs::read(&path).unwrap();
+        data[root as usize + 100] ^= 0x01;
+        std::fs::write(&path, &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let lf = open_pinned(dir.path(), 11, &io, 1 << 20);
+        assert_eq!(lf.pinned_bytes(), 0);
+        match lf.get(&entries[10].0) {
+            Err(crate::Error::Corruption { file, offset, .. }) => {
+                assert_eq!((file, offset), (path, root));
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn files_past_the_pinning_budget_read_through_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        drop(build(dir.path(), 12, &entries));
+        drop(build(dir.path(), 13, &entries));
+        let io = Io::new(Arc::new(RealFs), false);
+        let probe = open_pinned(dir.path(), 12, &io, 0);
+        let one = probe.pinned_bytes();
+        drop(probe);
+        // Room for one file's fences, not two.
+        let cache = Arc::new(BlockCache::with_pinning(1 << 20, one + one / 2));
+        let a = LevelFile::open(&io, dir.path(), 12, Arc::clone(&cache)).unwrap();
+        let b = LevelFile::open(&io, dir.path(), 13, Arc::clone(&cache)).unwrap();
+        assert_eq!((a.pinned_bytes(), b.pinned_bytes()), (one, 0));
+        assert_eq!(cache.pins().used(), one);
+        for (k, lsn, _) in entries.iter().step_by(13) {
+            assert_eq!(b.get(k).unwrap().unwrap().0, *lsn);
+        }
+        drop(a);
+        assert_eq!(
+            cache.pins().used(),
+            0,
+            "a dropped file gives its bytes back"
+        );
     }
 }

@@ -6,7 +6,8 @@ use super::builder::BLOB_HEADER;
 use super::filter::Bloom;
 use super::footer::{Footer, FooterError, FOOTER_SIZE};
 use super::node::{NodeView, ValueRef, NODE_BLOB, NODE_INDEX, NODE_LEAF};
-use crate::cache::{NodeBytes, NodeCache};
+use super::pinned::{Fences, PinnedIndex};
+use crate::cache::{BlockBytes, BlockCache};
 use crate::error::{Error, Result};
 use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, IO_ALIGN};
@@ -50,7 +51,9 @@ pub(crate) struct LevelFile {
     data_end: u64,
     /// The file's Bloom filter, if it has one (checked at open, held in memory).
     bloom: Option<Bloom>,
-    cache: Arc<NodeCache>,
+    /// The leaves' fences, when the pinning budget had room for them at open.
+    pinned: Option<PinnedIndex>,
+    cache: Arc<BlockCache>,
     io: Io,
     obsolete: AtomicBool,
 }
@@ -75,7 +78,7 @@ impl Drop for LevelFile {
 
 impl LevelFile {
     /// Opens level file `id` in `dir`, checking its footer.
-    pub(crate) fn open(io: &Io, dir: &Path, id: u64, cache: Arc<NodeCache>) -> Result<Self> {
+    pub(crate) fn open(io: &Io, dir: &Path, id: u64, cache: Arc<BlockCache>) -> Result<Self> {
         let path = dir.join(file_name(id));
         let file = io.open(&path, IoComponent::LevelRead)?;
         let len = file.len();
@@ -117,17 +120,87 @@ impl LevelFile {
             file.read_exact_at(at, &mut unit)?;
             Some(Bloom::decode(&unit).map_err(|what| Error::corruption(&path, at, what))?)
         };
-        Ok(LevelFile {
+        let mut lf = LevelFile {
             id,
             path,
             file,
             footer,
             data_end,
             bloom,
+            pinned: None,
             cache,
             io: io.clone(),
             obsolete: AtomicBool::new(false),
-        })
+        };
+        if lf.cache.pins().has_room() {
+            // A damaged or unreadable index is not pinned: lookups then descend it through
+            // the cache and report the damage where they meet it, as without pinning.
+            if let Ok(fences) = lf.read_fences() {
+                lf.pinned = PinnedIndex::charge(fences, lf.cache.pins());
+            }
+        }
+        Ok(lf)
+    }
+
+    /// The first key and offset of every leaf, read from the index nodes (each checked
+    /// against its checksum, outside the cache). A one-leaf file gets one fence with the
+    /// empty key (its first key is in the leaf, not in an index node).
+    fn read_fences(&self) -> Result<Fences> {
+        let mut fences = Fences::default();
+        let (root, height) = (self.footer.root, self.footer.height);
+        if height == 0 {
+            return Ok(fences);
+        }
+        if height == 1 {
+            fences
+                .push(b"", root)
+                .map_err(|what| self.corrupt(root, what))?;
+            return Ok(fences);
+        }
+        // Depth-first, children in order, so the leaves' pivots arrive in key order. A
+        // damaged index whose pointers repeat could make the walk revisit nodes without
+        // end: it may read at most as many nodes as the file has blocks.
+        let mut reads_left = self.data_end / IO_ALIGN as u64;
+        let mut stack: Vec<(u64, u32)> = vec![(root, height)];
+        while let Some((offset, h)) = stack.pop() {
+            reads_left = reads_left
+                .checked_sub(1)
+                .ok_or_else(|| self.corrupt(offset, "index holds more nodes than the file"))?;
+            let node = self.read_node(offset, h)?;
+            let view = NodeView::new(&node, NODE_INDEX).map_err(|w| self.corrupt(offset, w))?;
+            if h == 2 {
+                for i in 0..view.count() {
+                    let (Some(key), Some(child)) = (view.key(i), view.child(i)) else {
+                        return Err(self.corrupt(offset, "undecodable index entry"));
+                    };
+                    fences
+                        .push(key, child)
+                        .map_err(|what| self.corrupt(offset, what))?;
+                }
+                if fences.len() as u64 > self.footer.leaves {
+                    return Err(self.corrupt(offset, "index names more leaves than the footer"));
+                }
+            } else {
+                for i in (0..view.count()).rev() {
+                    let child = view
+                        .child(i)
+                        .ok_or_else(|| self.corrupt(offset, "undecodable index entry"))?;
+                    stack.push((child, h - 1));
+                }
+            }
+        }
+        Ok(fences)
+    }
+
+    /// The file's footer (tests look at its shape).
+    #[cfg(test)]
+    pub(super) fn footer(&self) -> &Footer {
+        &self.footer
+    }
+
+    /// Bytes of this file's pinned index (0 when it is not pinned).
+    pub(crate) fn pinned_bytes(&self) -> u64 {
+        self.pinned.as_ref().map_or(0, PinnedIndex::bytes)
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -196,10 +269,17 @@ impl LevelFile {
     }
 
     /// Loads the node at `offset` whose subtree height is `height`, via the cache.
-    fn load_node(&self, offset: u64, height: u32) -> Result<NodeBytes> {
+    fn load_node(&self, offset: u64, height: u32) -> Result<BlockBytes> {
         if let Some(n) = self.cache.get(self.id, offset) {
             return Ok(n);
         }
+        let node = self.read_node(offset, height)?;
+        self.cache.insert(self.id, offset, Arc::clone(&node));
+        Ok(node)
+    }
+
+    /// Reads and verifies the node at `offset` whose subtree height is `height`.
+    fn read_node(&self, offset: u64, height: u32) -> Result<BlockBytes> {
         let (kind, size) = self.node_shape(height);
         if !offset.is_multiple_of(IO_ALIGN as u64)
             || offset.saturating_add(size as u64) > self.data_end
@@ -209,9 +289,7 @@ impl LevelFile {
         let mut buf = vec![0u8; size];
         self.file.read_exact_at(offset, &mut buf)?;
         NodeView::verify(&buf, kind).map_err(|what| self.corrupt(offset, what))?;
-        let node: NodeBytes = Arc::from(buf);
-        self.cache.insert(self.id, offset, Arc::clone(&node));
-        Ok(node)
+        Ok(Arc::from(buf))
     }
 
     /// Newest entry for `key` in this level, if any.
@@ -222,31 +300,44 @@ impl LevelFile {
         if !self.filter_admits(key) {
             return Ok(None);
         }
+        if let Some(p) = &self.pinned {
+            let fences = p.fences();
+            let Some(i) = fences.leaf_for(key) else {
+                return Ok(None); // below the file's first key
+            };
+            let offset = fences
+                .leaf_offset(i)
+                .ok_or_else(|| self.corrupt(0, "pinned fence without a leaf"))?;
+            return self.search_leaf(offset, key);
+        }
         let mut offset = self.footer.root;
         let mut height = self.footer.height;
-        loop {
+        while height > 1 {
             let node = self.load_node(offset, height)?;
-            if height == 1 {
-                let view = NodeView::new(&node, NODE_LEAF).map_err(|w| self.corrupt(offset, w))?;
-                let i = view
-                    .lower_bound(key, false)
-                    .ok_or_else(|| self.corrupt(offset, "undecodable leaf key"))?;
-                if i == view.count() {
-                    return Ok(None);
-                }
-                let e = view
-                    .leaf_entry(i)
-                    .ok_or_else(|| self.corrupt(offset, "undecodable leaf entry"))?;
-                return Ok((e.key == key).then(|| (e.lsn, e.value.into())));
-            }
             let view = NodeView::new(&node, NODE_INDEX).map_err(|w| self.corrupt(offset, w))?;
-            let child = view
+            offset = view
                 .child_for(key)
                 .and_then(|i| view.child(i))
                 .ok_or_else(|| self.corrupt(offset, "undecodable index entry"))?;
-            offset = child;
             height -= 1;
         }
+        self.search_leaf(offset, key)
+    }
+
+    /// The entry for `key` in the leaf at `offset`, if it holds one.
+    fn search_leaf(&self, offset: u64, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
+        let node = self.load_node(offset, 1)?;
+        let view = NodeView::new(&node, NODE_LEAF).map_err(|w| self.corrupt(offset, w))?;
+        let i = view
+            .lower_bound(key, false)
+            .ok_or_else(|| self.corrupt(offset, "undecodable leaf key"))?;
+        if i == view.count() {
+            return Ok(None);
+        }
+        let e = view
+            .leaf_entry(i)
+            .ok_or_else(|| self.corrupt(offset, "undecodable leaf entry"))?;
+        Ok((e.key == key).then(|| (e.lsn, e.value.into())))
     }
 
     /// Reads an overflow value through `file`, checking its header and checksum.
@@ -298,6 +389,7 @@ impl LevelFile {
         LevelCursor {
             file: Arc::clone(self),
             stack: Vec::new(),
+            leaf_pos: 0,
         }
     }
 
@@ -315,7 +407,7 @@ impl LevelFile {
 }
 
 struct Frame {
-    node: NodeBytes,
+    node: BlockBytes,
     offset: u64,
     idx: usize,
     count: usize,
@@ -324,8 +416,10 @@ struct Frame {
 /// Walks a level's leaves in key order through the index (used by iterators).
 pub(crate) struct LevelCursor {
     file: Arc<LevelFile>,
-    /// Path from the root to the current leaf.
+    /// Path from the root to the current leaf; with a pinned index, the leaf alone.
     stack: Vec<Frame>,
+    /// Position of the current leaf among the pinned fences (pinned files only).
+    leaf_pos: usize,
 }
 
 impl LevelCursor {
@@ -371,8 +465,40 @@ impl LevelCursor {
         Ok(())
     }
 
+    /// With a pinned index: makes leaf `pos` the cursor's only frame (empties the stack
+    /// past the last leaf).
+    fn enter_pinned_leaf(&mut self, pos: usize) -> Result<()> {
+        self.stack.clear();
+        self.leaf_pos = pos;
+        let Some(p) = &self.file.pinned else {
+            return Ok(());
+        };
+        let Some(offset) = p.fences().leaf_offset(pos) else {
+            return Ok(());
+        };
+        let node = self.file.load_node(offset, 1)?;
+        let count = NodeView::new(&node, NODE_LEAF)
+            .map_err(|w| self.file.corrupt(offset, w))?
+            .count();
+        self.stack.push(Frame {
+            node,
+            offset,
+            idx: 0,
+            count,
+        });
+        Ok(())
+    }
+
     /// Moves to the next leaf that has entries, or empties the stack.
     fn next_leaf(&mut self) -> Result<()> {
+        if self.file.pinned.is_some() {
+            loop {
+                self.enter_pinned_leaf(self.leaf_pos + 1)?;
+                if self.stack.last().is_none_or(|f| f.count > 0) {
+                    return Ok(());
+                }
+            }
+        }
         loop {
             self.stack.pop();
             loop {
@@ -398,8 +524,17 @@ impl LevelCursor {
         if self.file.footer.height == 0 {
             return Ok(());
         }
-        self.push(self.file.footer.root)?;
-        while self.height_of_next_frame() >= 1 {
+        if let Some(p) = &self.file.pinned {
+            let pos = match from {
+                Bound::Unbounded => 0,
+                // A key below the first fence starts at the first leaf.
+                Bound::Included(k) | Bound::Excluded(k) => p.fences().leaf_for(k).unwrap_or(0),
+            };
+            self.enter_pinned_leaf(pos)?;
+        } else {
+            self.push(self.file.footer.root)?;
+        }
+        while self.height_of_next_frame() >= 1 && self.file.pinned.is_none() {
             let Some(top) = self.stack.last_mut() else {
                 break;
             };

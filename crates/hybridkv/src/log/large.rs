@@ -8,6 +8,7 @@
 //! check, by looking the key up, whether the index still points at them.
 
 use super::ptr::LogPtr;
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filename::FileKind;
 use crate::format::{crc32c, crc32c_append, Decoder};
@@ -153,11 +154,20 @@ pub struct LargeRecord {
     pub lsn: u64,
 }
 
-/// Decodes the record at the start of `buf` (exactly `buf.len()` bytes when `exact`).
-fn decode_record(
+/// A record's parts, borrowed from the buffer it was decoded from.
+struct RecordView<'a> {
+    key: &'a [u8],
+    value: &'a [u8],
+    lsn: u64,
+}
+
+/// Decodes the record at the start of `buf` (exactly `buf.len()` bytes when `exact`),
+/// checking its CRC when `verify` (a record cached after its check is not checked again).
+fn parse_record(
     buf: &[u8],
     exact: bool,
-) -> std::result::Result<(LargeRecord, usize), &'static str> {
+    verify: bool,
+) -> std::result::Result<(RecordView<'_>, usize), &'static str> {
     let mut d = Decoder::new(buf);
     let (Some(klen), Some(vlen), Some(lsn), Some(crc)) = (d.u32(), d.u32(), d.u64(), d.u32())
     else {
@@ -172,15 +182,26 @@ fn decode_record(
     }
     let key = d.bytes(klen as usize).ok_or("record key past end")?;
     let value = d.bytes(vlen as usize).ok_or("record value past end")?;
-    let head = buf.get(..16).ok_or("truncated record header")?;
-    if crc32c_append(crc32c_append(crc32c(head), key), value) != crc {
-        return Err("record checksum mismatch");
+    if verify {
+        let head = buf.get(..16).ok_or("truncated record header")?;
+        if crc32c_append(crc32c_append(crc32c(head), key), value) != crc {
+            return Err("record checksum mismatch");
+        }
     }
+    Ok((RecordView { key, value, lsn }, total))
+}
+
+/// Decodes and checks the record at the start of `buf` into owned parts.
+fn decode_record(
+    buf: &[u8],
+    exact: bool,
+) -> std::result::Result<(LargeRecord, usize), &'static str> {
+    let (rec, total) = parse_record(buf, exact, true)?;
     Ok((
         LargeRecord {
-            key: key.to_vec(),
-            value: value.to_vec(),
-            lsn,
+            key: rec.key.to_vec(),
+            value: rec.value.to_vec(),
+            lsn: rec.lsn,
         },
         total,
     ))
@@ -194,6 +215,8 @@ pub(crate) struct SegmentFile {
     id: u64,
     path: PathBuf,
     file: Arc<dyn ReadableFile>,
+    /// Where gets and scans keep the records they read (`read_through_cache`).
+    cache: Option<Arc<BlockCache>>,
     io: Io,
     obsolete: AtomicBool,
 }
@@ -221,9 +244,16 @@ impl SegmentFile {
             id,
             path,
             file,
+            cache: None,
             io: io.clone(),
             obsolete: AtomicBool::new(false),
         })
+    }
+
+    /// Lets [`SegmentFile::read_through_cache`] keep the records it reads in `cache`.
+    pub(crate) fn with_cache(mut self, cache: Arc<BlockCache>) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -239,12 +269,33 @@ impl SegmentFile {
         self.io.fs().file_len(&self.path).unwrap_or(0)
     }
 
-    /// Reads the record `ptr` points at and checks that it holds `key`.
+    /// Reads the record `ptr` points at from the file and checks that it holds `key`.
     pub(crate) fn read(&self, ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
         check_ptr_len(ptr, &self.path)?;
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf)?;
         decode_checked(&buf, ptr, key, &self.path)
+    }
+
+    /// [`SegmentFile::read`] for gets and scans: the record comes from the block cache
+    /// when it holds it (checked when it was read, so only its key is compared), else
+    /// from the file, and is then cached. Segment ids are file ids, never reused, so a
+    /// record of a deleted segment can never answer for another file.
+    pub(crate) fn read_through_cache(&self, ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
+        let Some(cache) = &self.cache else {
+            return self.read(ptr, key);
+        };
+        if let Some(rec) = cache.get(self.id, ptr.offset) {
+            if rec.len() == ptr.len as usize {
+                return value_of(&rec, ptr, key, &self.path, false);
+            }
+        }
+        check_ptr_len(ptr, &self.path)?;
+        let mut buf = vec![0u8; ptr.len as usize];
+        self.read_into(ptr, &mut buf)?;
+        let value = decode_checked(&buf, ptr, key, &self.path)?;
+        cache.insert(self.id, ptr.offset, Arc::from(buf));
+        Ok(value)
     }
 
     /// Reads `buf.len()` bytes at `ptr.offset` (a pointer past the end is corruption).
@@ -280,9 +331,17 @@ pub(crate) fn check_ptr_len(ptr: LogPtr, path: &Path) -> Result<()> {
     }
 }
 
-/// Decodes the record `ptr` points at from exactly its bytes, checking it holds `key`.
+/// Decodes the record `ptr` points at from exactly its bytes, checking its CRC and that it
+/// holds `key`.
 pub(crate) fn decode_checked(buf: &[u8], ptr: LogPtr, key: &[u8], path: &Path) -> Result<Vec<u8>> {
-    let (rec, _) = decode_record(buf, true).map_err(|w| Error::corruption(path, ptr.offset, w))?;
+    value_of(buf, ptr, key, path, true)
+}
+
+/// The value of the record `ptr` points at, from exactly its bytes, once the record is
+/// known to hold `key` (and to pass its CRC, when `verify`).
+fn value_of(buf: &[u8], ptr: LogPtr, key: &[u8], path: &Path, verify: bool) -> Result<Vec<u8>> {
+    let (rec, _) =
+        parse_record(buf, true, verify).map_err(|w| Error::corruption(path, ptr.offset, w))?;
     if rec.key != key {
         return Err(Error::corruption(
             path,
@@ -290,7 +349,7 @@ pub(crate) fn decode_checked(buf: &[u8], ptr: LogPtr, key: &[u8], path: &Path) -
             "log record holds another key",
         ));
     }
-    Ok(rec.value)
+    Ok(rec.value.to_vec())
 }
 
 /// Reads every record of segment file `path` (for GC and checks). A damaged record ends
@@ -478,5 +537,50 @@ mod tests {
             len: 30,
         };
         assert!(seg.read(past, b"k1").unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn reads_through_the_cache_are_served_from_memory_once_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 9).unwrap();
+        let p = w.append(b"key", &[7u8; 3000], 5).unwrap();
+        w.commit(true).unwrap();
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 9)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let reads = || io.stats().snapshot().read_ops_by(IoComponent::LargeLog);
+        let r0 = reads();
+        assert_eq!(seg.read_through_cache(p, b"key").unwrap(), vec![7u8; 3000]);
+        assert_eq!(reads(), r0 + 1);
+        assert_eq!(seg.read_through_cache(p, b"key").unwrap(), vec![7u8; 3000]);
+        assert_eq!(reads(), r0 + 1, "the second read is a cache hit");
+        // A cached record still answers only for its own key and length.
+        assert!(seg
+            .read_through_cache(p, b"other")
+            .unwrap_err()
+            .is_corruption());
+        let shorter = LogPtr {
+            len: p.len - 1,
+            ..p
+        };
+        assert!(seg
+            .read_through_cache(shorter, b"key")
+            .unwrap_err()
+            .is_corruption());
+        // `read` (what `check` uses) always goes to the file: damage on disk is found
+        // even while the cache holds a good copy.
+        let path = seg.path().to_path_buf();
+        let mut data = std::fs::read(&path).unwrap();
+        data[p.offset as usize + RECORD_HEADER + 3 + 10] ^= 1;
+        std::fs::write(&path, &data).unwrap();
+        assert!(seg.read(p, b"key").unwrap_err().is_corruption());
+        // Without a cache, every read goes to the file.
+        let plain = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 9).unwrap();
+        assert!(plain
+            .read_through_cache(p, b"key")
+            .unwrap_err()
+            .is_corruption());
     }
 }

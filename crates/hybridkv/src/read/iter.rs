@@ -10,8 +10,11 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
-/// Entries fetched from a memtable per refill (one skip-list seek each).
-const MEM_BATCH: usize = 128;
+/// Entries copied from a memtable by a scan's first refill (one skip-list seek each): a
+/// short scan (YCSB E reads 1..100 pairs) must not copy more than it returns from each of
+/// the active and immutable memtables. Each later refill doubles, up to [`MEM_BATCH_MAX`].
+const MEM_BATCH_FIRST: usize = 16;
+const MEM_BATCH_MAX: usize = 256;
 
 enum Cursor {
     Mem {
@@ -19,6 +22,8 @@ enum Cursor {
         snapshot: u64,
         buf: VecDeque<LevelEntry>,
         next_from: Option<Vec<u8>>,
+        /// Entries the next refill copies.
+        batch_len: usize,
         done: bool,
     },
     Level(Box<LevelCursor>),
@@ -33,14 +38,16 @@ impl Source for Cursor {
                 snapshot,
                 buf,
                 next_from,
+                batch_len,
                 done,
             } => {
                 if buf.is_empty() && !*done {
                     let from = next_from
                         .as_deref()
                         .map_or(Bound::Unbounded, Bound::Excluded);
-                    let batch = mem.collect_from(from, *snapshot, MEM_BATCH);
-                    *done = batch.len() < MEM_BATCH;
+                    let batch = mem.collect_from(from, *snapshot, *batch_len);
+                    *done = batch.len() < *batch_len;
+                    *batch_len = (*batch_len * 2).min(MEM_BATCH_MAX);
                     *next_from = batch.last().map(|e| e.0.clone());
                     buf.extend(batch);
                 }
@@ -149,14 +156,15 @@ impl DbIterator {
         let mut cursors = Vec::with_capacity(1 + sv.imms.len() + sv.version.all_runs().count());
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             // The first batch is read from `from`; later ones continue after the last key.
-            let batch = mem.collect_from(from, self.snapshot, MEM_BATCH);
-            let done = batch.len() < MEM_BATCH;
+            let batch = mem.collect_from(from, self.snapshot, MEM_BATCH_FIRST);
+            let done = batch.len() < MEM_BATCH_FIRST;
             let next_from = batch.last().map(|e| e.0.clone());
             cursors.push(Cursor::Mem {
                 mem: Arc::clone(mem),
                 snapshot: self.snapshot,
                 buf: batch.into(),
                 next_from,
+                batch_len: MEM_BATCH_FIRST * 2,
                 done,
             });
         }

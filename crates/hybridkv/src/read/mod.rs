@@ -67,7 +67,7 @@ pub(crate) fn resolve_with(
             )),
         },
         LevelValue::Large(p) | LevelValue::Medium(p) => match segments.get(&p.segment) {
-            Some(seg) => seg.read(p, key).map(Some),
+            Some(seg) => seg.read_through_cache(p, key).map(Some),
             None => Err(Error::corruption(
                 match value {
                     LevelValue::Medium(_) => SegmentKind::Transient,

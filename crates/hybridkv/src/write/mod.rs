@@ -19,6 +19,7 @@
 pub(crate) mod batch;
 pub(crate) mod commit;
 
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::io::Io;
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
@@ -44,6 +45,8 @@ pub(crate) trait WriteEnv {
     fn dir(&self) -> &Path;
     fn versions(&self) -> &VersionSet;
     fn counters(&self) -> &Counters;
+    /// The block cache new log segments keep the records gets and scans read in.
+    fn cache(&self) -> &Arc<BlockCache>;
     /// `Error::Poisoned` once a write or background job failed.
     fn check_poison(&self) -> Result<()>;
     /// Refuses every later write.
@@ -445,12 +448,10 @@ fn new_large_segment(env: &dyn WriteEnv) -> Result<SegmentWriter> {
     let versions = env.versions();
     let id = versions.register_segment(SegmentKind::Large, 0);
     let writer = SegmentWriter::create(env.io(), env.dir(), SegmentKind::Large, id)?;
-    let reader = Arc::new(SegmentFile::open(
-        env.io(),
-        env.dir(),
-        SegmentKind::Large,
-        id,
-    )?);
+    let reader = Arc::new(
+        SegmentFile::open(env.io(), env.dir(), SegmentKind::Large, id)?
+            .with_cache(Arc::clone(env.cache())),
+    );
     versions.publish_segment(id, reader);
     Ok(writer)
 }
@@ -487,6 +488,7 @@ mod tests {
         dir: PathBuf,
         versions: VersionSet,
         counters: Counters,
+        cache: Arc<BlockCache>,
         poison: Mutex<Option<String>>,
     }
 
@@ -502,6 +504,9 @@ mod tests {
         }
         fn versions(&self) -> &VersionSet {
             &self.versions
+        }
+        fn cache(&self) -> &Arc<BlockCache> {
+            &self.cache
         }
         fn counters(&self) -> &Counters {
             &self.counters
@@ -541,6 +546,7 @@ mod tests {
             dir,
             versions,
             counters: Counters::default(),
+            cache: Arc::new(BlockCache::new(1 << 20)),
             poison: Mutex::new(None),
         };
         let log = LogState {
