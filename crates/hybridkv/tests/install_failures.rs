@@ -472,6 +472,18 @@ impl Workload {
         for c in &calls {
             let step = op_at(&outcomes, c.n).map(|i| w.step(i));
             let waiting = matches!(step, Some(Step::Flush | Step::Compact | Step::CompactAll));
+            if !(c.thread == Thread::Caller || (c.thread == Thread::Background && waiting)) {
+                // Before failing: the calls around it and the steps they fell in, and the
+                // steps' operation ranges, to tell which step let background work escape.
+                let lo = c.n.saturating_sub(25) as usize;
+                for d in calls.iter().take(c.n as usize + 5).skip(lo) {
+                    let at = op_at(&outcomes, d.n);
+                    eprintln!("call {d:?} in step {at:?} {:?}", at.map(|i| &w.ops[i]));
+                }
+                let first = outcomes.first().map(|o| (o.start, o.end));
+                let last = outcomes.last().map(|o| (o.start, o.end));
+                eprintln!("first step's range {first:?}, last step's {last:?}");
+            }
             assert!(
                 c.thread == Thread::Caller || (c.thread == Thread::Background && waiting),
                 "{c:?} ran while the caller was not waiting for it ({step:?})"

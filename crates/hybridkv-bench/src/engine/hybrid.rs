@@ -72,7 +72,13 @@ impl Engine for HybridEngine {
 
     fn scan(&self, start: &[u8], len: usize) -> Result<ScanCount> {
         let mut count = ScanCount::default();
-        for pair in self.db.range::<&[u8], _>(start..).take(len) {
+        // The scan's length is known: its large values are read in one batch.
+        for pair in self
+            .db
+            .range::<&[u8], _>(start..)
+            .expect_pairs(len)
+            .take(len)
+        {
             let (k, v) = pair.map_err(|e| self.err(e))?;
             count.pairs += 1;
             count.bytes += (k.len() + v.len()) as u64;

@@ -1,6 +1,6 @@
 //! Byte counters per component, fed by wrappers around every opened file.
 
-use super::{ReadableFile, WritableFile};
+use super::{RawReadTarget, ReadableFile, WritableFile};
 use crate::error::Result;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -264,5 +264,12 @@ impl ReadableFile for CountingReader {
     }
     fn len(&self) -> u64 {
         self.inner.len()
+    }
+    fn raw_read_target(&self) -> Option<RawReadTarget> {
+        self.inner.raw_read_target()
+    }
+    fn note_batched_read(&self, bytes: u64) {
+        self.stats.add_read(self.component, bytes);
+        self.inner.note_batched_read(bytes);
     }
 }

@@ -1,6 +1,6 @@
 //! The operating system's file system, with optional `O_DIRECT`.
 
-use super::{DirLock, FileSystem, ReadableFile, WritableFile, IO_ALIGN};
+use super::{BatchRead, DirLock, FileSystem, RawReadTarget, ReadableFile, WritableFile, IO_ALIGN};
 use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::fs::{File, OpenOptions};
@@ -237,6 +237,176 @@ impl ReadableFile for RealReader {
     fn len(&self) -> u64 {
         self.len
     }
+    fn raw_read_target(&self) -> Option<RawReadTarget> {
+        Some(RawReadTarget {
+            fd: self.file.as_raw_fd(),
+            direct: self.direct,
+            align: if self.direct { self.read_align } else { 1 },
+        })
+    }
+}
+
+/// Entries of each thread's submission ring; a larger batch goes in several rounds.
+const RING_ENTRIES: u32 = 64;
+
+/// Set when `io_uring` cannot be used in this process (kernel without it, a seccomp
+/// policy, a failed submission): every batch then reads one call at a time.
+static URING_UNAVAILABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+thread_local! {
+    /// Each thread's ring, made at its first batch.
+    static RING: std::cell::RefCell<Option<io_uring::IoUring>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// One read of a round: where it goes in the kernel, the aligned buffer it fills, and
+/// which part of that buffer the request wants.
+struct Pending {
+    request: usize,
+    buf: AlignedBuf,
+    /// Bytes the kernel must return for the request to be whole.
+    need: usize,
+    /// Where the request's bytes start in `buf`.
+    skip: usize,
+}
+
+/// Submits the reads of `reqs` whose files have a descriptor, in rounds of at most
+/// [`RING_ENTRIES`], each round one `io_uring_enter`; returns, per request, whether its
+/// buffer was filled. Anything not filled (no descriptor, an error, a short read) is left
+/// to the caller's one-by-one read.
+pub(super) fn submit_batch(reqs: &mut [BatchRead<'_>]) -> Vec<bool> {
+    let mut filled = vec![false; reqs.len()];
+    if URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        return filled;
+    }
+    let batchable: Vec<usize> = (0..reqs.len())
+        .filter(|&i| {
+            reqs.get(i)
+                .is_some_and(|r| r.file.raw_read_target().is_some())
+        })
+        .collect();
+    if batchable.len() < 2 {
+        return filled;
+    }
+    RING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            match io_uring::IoUring::new(RING_ENTRIES) {
+                Ok(ring) => *slot = Some(ring),
+                Err(_) => {
+                    URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        let Some(ring) = slot.as_mut() else { return };
+        for round in batchable.chunks(RING_ENTRIES as usize) {
+            if !submit_round(ring, reqs, round, &mut filled) {
+                // The ring may still own buffers of reads in flight: keep it (and them,
+                // see `submit_round`) out of use for good.
+                if let Some(ring) = slot.take() {
+                    std::mem::forget(ring);
+                }
+                URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+        }
+    });
+    filled
+}
+
+/// One round: prepares an aligned buffer per request, queues the reads, submits them with
+/// one system call and waits for all of them. False if the ring failed in a way that
+/// leaves reads in flight (their buffers are then leaked, never freed under the kernel).
+fn submit_round(
+    ring: &mut io_uring::IoUring,
+    reqs: &mut [BatchRead<'_>],
+    round: &[usize],
+    filled: &mut [bool],
+) -> bool {
+    use io_uring::{opcode, types};
+    let mut pending: Vec<Pending> = Vec::with_capacity(round.len());
+    for &i in round {
+        let Some(r) = reqs.get(i) else { continue };
+        let Some(t) = r.file.raw_read_target() else {
+            continue;
+        };
+        let align = t.align.max(1);
+        let start = r.offset / align * align;
+        let Some(end) = r.offset.checked_add(r.buf.len() as u64) else {
+            continue;
+        };
+        let stop = end.next_multiple_of(align);
+        let (Ok(span), Ok(skip)) = (
+            usize::try_from(stop - start),
+            usize::try_from(r.offset - start),
+        ) else {
+            continue;
+        };
+        let Ok(span32) = u32::try_from(span) else {
+            continue;
+        };
+        let mut buf = AlignedBuf::new(span);
+        let ptr = buf.full_mut().as_mut_ptr();
+        let entry = opcode::Read::new(types::Fd(t.fd), ptr, span32)
+            .offset(start)
+            .build()
+            .user_data(pending.len() as u64);
+        // SAFETY: the buffer lives in `pending` until this round's completions are all
+        // reaped below (or is leaked if they cannot be), and the descriptor belongs to a
+        // file `reqs` borrows for the whole call.
+        if unsafe { ring.submission().push(&entry) }.is_err() {
+            break; // the queue is full: the rest are read one by one
+        }
+        pending.push(Pending {
+            request: i,
+            buf,
+            need: skip + r.buf.len(),
+            skip,
+        });
+    }
+    let mut results: Vec<Option<i32>> = vec![None; pending.len()];
+    let mut reaped = 0;
+    while reaped < pending.len() {
+        match ring.submit_and_wait(pending.len() - reaped) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(_) => {
+                // Reads may be in flight: their buffers must outlive them.
+                for p in pending {
+                    std::mem::forget(p.buf);
+                }
+                return false;
+            }
+        }
+        for cqe in ring.completion() {
+            let slot = usize::try_from(cqe.user_data()).ok();
+            if let Some(r) = slot.and_then(|i| results.get_mut(i)) {
+                if r.is_none() {
+                    reaped += 1;
+                }
+                *r = Some(cqe.result());
+            }
+        }
+    }
+    for (p, res) in pending.iter_mut().zip(results) {
+        let got = res.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+        if got < p.need {
+            continue; // an error or the end of the file: read alone, for its exact error
+        }
+        let (Some(r), Some(src)) = (
+            reqs.get_mut(p.request),
+            p.buf.full_mut().get(p.skip..p.need),
+        ) else {
+            continue;
+        };
+        r.buf.copy_from_slice(src);
+        if let Some(f) = filled.get_mut(p.request) {
+            *f = true;
+        }
+    }
+    true
 }
 
 #[derive(Debug)]
@@ -541,5 +711,110 @@ mod tests {
         assert!(matches!(RealFs.lock(&p), Err(Error::Locked { .. })));
         drop(l);
         assert!(RealFs.lock(&p).is_ok());
+    }
+
+    #[test]
+    fn a_batch_reads_what_single_reads_read_and_the_same_errors() {
+        use crate::io::{BatchRead, Io, IoComponent};
+        let dir = tempfile::tempdir().unwrap();
+        let a: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let b: Vec<u8> = (0..70_000u32).map(|i| (i % 13) as u8 ^ 0x5a).collect();
+        std::fs::write(dir.path().join("a"), &a).unwrap();
+        std::fs::write(dir.path().join("b"), &b).unwrap();
+        for direct in [false, true] {
+            let io = Io::new(Arc::new(RealFs), direct);
+            let fa = io
+                .open(&dir.path().join("a"), IoComponent::LargeLog)
+                .unwrap();
+            let fb = io
+                .open(&dir.path().join("b"), IoComponent::LargeLog)
+                .unwrap();
+            // Unaligned offsets and lengths, both files, one read past the end of b.
+            let wants: Vec<(bool, u64, usize)> = vec![
+                (true, 0, 10),
+                (false, 1, 4097),
+                (true, 123_457, 3000),
+                (false, 69_990, 10),
+                (true, 299_000, 1000),
+                (false, 69_995, 10), // 5 bytes past the end
+                (true, 4096, 8192),
+            ];
+            let mut bufs: Vec<Vec<u8>> = wants.iter().map(|w| vec![0u8; w.2]).collect();
+            let before = io.stats().snapshot();
+            let mut reqs: Vec<BatchRead<'_>> = wants
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&(in_a, offset, _), buf)| BatchRead {
+                    file: if in_a { fa.as_ref() } else { fb.as_ref() },
+                    offset,
+                    buf: buf.as_mut_slice(),
+                })
+                .collect();
+            let results = io.read_batch(&mut reqs);
+            drop(reqs);
+            let after = io.stats().snapshot();
+            for (k, ((in_a, offset, len), res)) in wants.iter().zip(&results).enumerate() {
+                let data = if *in_a { &a } else { &b };
+                let (o, l) = (*offset as usize, *len);
+                if o + l <= data.len() {
+                    assert!(res.is_ok(), "direct {direct}, read {k}: {res:?}");
+                    assert_eq!(&bufs[k][..], &data[o..o + l], "direct {direct}, read {k}");
+                } else {
+                    match res {
+                        Err(crate::Error::Io { source, .. }) => {
+                            assert_eq!(source.kind(), std::io::ErrorKind::UnexpectedEof)
+                        }
+                        other => panic!("read {k} past the end: {other:?}"),
+                    }
+                }
+            }
+            // Every successful read is counted once, with its bytes.
+            let ok: Vec<usize> = wants
+                .iter()
+                .zip(&results)
+                .filter(|(_, r)| r.is_ok())
+                .map(|(w, _)| w.2)
+                .collect();
+            assert_eq!(
+                after.read_ops_by(IoComponent::LargeLog)
+                    - before.read_ops_by(IoComponent::LargeLog),
+                ok.len() as u64
+            );
+            assert_eq!(
+                after.read_by(IoComponent::LargeLog) - before.read_by(IoComponent::LargeLog),
+                ok.iter().sum::<usize>() as u64
+            );
+        }
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_ring_is_read_in_rounds() {
+        use crate::io::{BatchRead, Io, IoComponent};
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), true);
+        let f = io
+            .open(&dir.path().join("f"), IoComponent::LevelRead)
+            .unwrap();
+        let n = RING_ENTRIES as usize * 2 + 5;
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![0u8; 100 + i]).collect();
+        let mut reqs: Vec<BatchRead<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, buf)| BatchRead {
+                file: f.as_ref(),
+                offset: (i * 7919 % 900_000) as u64,
+                buf: buf.as_mut_slice(),
+            })
+            .collect();
+        for (i, r) in io.read_batch(&mut reqs).iter().enumerate() {
+            assert!(r.is_ok(), "read {i}: {r:?}");
+        }
+        drop(reqs);
+        for (i, buf) in bufs.iter().enumerate() {
+            let o = i * 7919 % 900_000;
+            assert_eq!(&buf[..], &data[o..o + buf.len()], "read {i}");
+        }
     }
 }

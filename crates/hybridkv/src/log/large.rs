@@ -302,16 +302,82 @@ impl SegmentFile {
     pub(crate) fn read_into(&self, ptr: LogPtr, buf: &mut [u8]) -> Result<()> {
         self.file
             .read_exact_at(ptr.offset, buf)
-            .map_err(|e| match e {
-                Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    Error::corruption(
-                        &self.path,
-                        ptr.offset,
-                        "log pointer past the end of the segment",
-                    )
+            .map_err(|e| self.read_error(ptr, e))
+    }
+
+    /// A read's error as the reader reports it: past the end of the segment is corruption.
+    fn read_error(&self, ptr: LogPtr, e: Error) -> Error {
+        match e {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Error::corruption(
+                    &self.path,
+                    ptr.offset,
+                    "log pointer past the end of the segment",
+                )
+            }
+            other => other,
+        }
+    }
+
+    /// [`SegmentFile::read_through_cache`] for several records at once (a scan's large
+    /// values): those the cache holds come from it, the others are read in one batch
+    /// (`Io::read_batch`: one submission for all of them where the file system allows).
+    /// One result per item, in order.
+    pub(crate) fn read_many_through_cache(
+        items: &[(&SegmentFile, LogPtr, &[u8])],
+    ) -> Vec<Result<Vec<u8>>> {
+        let mut out: Vec<Option<Result<Vec<u8>>>> = Vec::with_capacity(items.len());
+        let mut to_read: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, &(seg, ptr, key)) in items.iter().enumerate() {
+            if let Err(e) = check_ptr_len(ptr, &seg.path) {
+                out.push(Some(Err(e)));
+                continue;
+            }
+            let cached = seg
+                .cache
+                .as_ref()
+                .and_then(|c| c.get(seg.id, ptr.offset))
+                .filter(|rec| rec.len() == ptr.len as usize);
+            match cached {
+                Some(rec) => out.push(Some(value_of(&rec, ptr, key, &seg.path, false))),
+                None => {
+                    out.push(None);
+                    to_read.push((i, vec![0u8; ptr.len as usize]));
                 }
-                other => other,
-            })
+            }
+        }
+        if let Some(&(first, _, _)) = to_read.first().and_then(|(i, _)| items.get(*i)) {
+            let mut reqs: Vec<crate::io::BatchRead<'_>> = to_read
+                .iter_mut()
+                .filter_map(|(i, buf)| {
+                    let (seg, ptr, _) = items.get(*i)?;
+                    Some(crate::io::BatchRead {
+                        file: seg.file.as_ref(),
+                        offset: ptr.offset,
+                        buf: buf.as_mut_slice(),
+                    })
+                })
+                .collect();
+            let results = first.io.read_batch(&mut reqs);
+            drop(reqs);
+            for ((i, buf), res) in to_read.into_iter().zip(results) {
+                let Some(&(seg, ptr, key)) = items.get(i) else {
+                    continue;
+                };
+                let value = res
+                    .map_err(|e| seg.read_error(ptr, e))
+                    .and_then(|()| decode_checked(&buf, ptr, key, &seg.path));
+                if let (Ok(_), Some(cache)) = (&value, &seg.cache) {
+                    cache.insert(seg.id, ptr.offset, Arc::from(buf));
+                }
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = Some(value);
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("unread batch item".into()))))
+            .collect()
     }
 }
 

@@ -3,6 +3,8 @@
 use super::SuperVersion;
 use crate::error::{Error, Result};
 use crate::level::{LevelCursor, LevelEntry, LevelValue};
+use crate::log::large::SegmentFile;
+use crate::log::ptr::LogPtr;
 use crate::log::readahead::SegmentReadahead;
 use crate::memtable::Memtable;
 use crate::merge::{Merge, MergeEntry, Source, Tombstones};
@@ -15,6 +17,19 @@ use std::sync::Arc;
 /// the active and immutable memtables. Each later refill doubles, up to [`MEM_BATCH_MAX`].
 const MEM_BATCH_FIRST: usize = 16;
 const MEM_BATCH_MAX: usize = 256;
+
+/// Pairs a scan resolves ahead of the caller, at first: their large values are read in one
+/// batch (`SegmentFile::read_many_through_cache`). Each later batch doubles, up to
+/// [`PREFETCH_MAX`], so a short scan reads few values it will not return and a long one
+/// submits many reads at once.
+const PREFETCH_FIRST: usize = 8;
+const PREFETCH_MAX: usize = 64;
+/// A batch also stops once its large values reach this many bytes (values run to 16 MiB).
+const PREFETCH_BYTES: u64 = 4 << 20;
+
+/// A pair resolved ahead: its key and value (`None`: nothing to return, e.g. a
+/// tombstone), or the error met while reading it.
+type Resolved = Result<(Vec<u8>, Option<Vec<u8>>)>;
 
 enum Cursor {
     Mem {
@@ -83,6 +98,13 @@ pub struct DbIterator {
     /// newest version of each key at the snapshot wins, tombstones are skipped. `None`
     /// before the first step and once finished (which releases the cursors' files).
     merge: Option<Merge<Cursor>>,
+    /// Pairs resolved ahead of the caller, in key order.
+    ahead: VecDeque<Resolved>,
+    /// Pairs the next batch resolves.
+    window: usize,
+    /// Pairs the caller said it will take and has not taken yet (`expect_pairs`): no batch
+    /// reads ahead past them.
+    expected: Option<usize>,
     state: State,
     /// An argument error reported as the first and only item.
     error: Option<Error>,
@@ -124,6 +146,9 @@ impl DbIterator {
             start,
             end,
             merge: None,
+            ahead: VecDeque::new(),
+            window: PREFETCH_FIRST,
+            expected: None,
             state: State::Unstarted,
             error: None,
         }
@@ -139,9 +164,22 @@ impl DbIterator {
             start: Bound::Unbounded,
             end: Bound::Unbounded,
             merge: None,
+            ahead: VecDeque::new(),
+            window: PREFETCH_FIRST,
+            expected: None,
             state: State::Done,
             error: Some(err),
         }
+    }
+
+    /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
+    /// a given length): it resolves that many at once, reading their large values in one
+    /// batch, and reads nothing ahead past them; pairs taken beyond them are read a few at
+    /// a time. Without it, batches start at 8 pairs and double up to 64.
+    pub fn expect_pairs(mut self, pairs: usize) -> Self {
+        self.expected = Some(pairs);
+        self.window = pairs.clamp(1, PREFETCH_MAX);
+        self
     }
 
     fn start(&mut self) -> Result<()> {
@@ -203,13 +241,87 @@ impl DbIterator {
 
     fn step(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         loop {
-            let Some((key, source, value)) = self.next_raw()? else {
+            if self.ahead.is_empty() && !self.resolve_ahead()? {
                 return Ok(None);
-            };
-            if let Some(v) = self.resolve_value(source, &key, value)? {
-                return Ok(Some((key, v)));
+            }
+            match self.ahead.pop_front() {
+                Some(Ok((key, Some(v)))) => {
+                    if let Some(left) = &mut self.expected {
+                        *left = left.saturating_sub(1);
+                    }
+                    return Ok(Some((key, v)));
+                }
+                Some(Ok((_, None))) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(None),
             }
         }
+    }
+
+    /// Takes the next `window` pairs from the merge and resolves them into `ahead`, the
+    /// large values of all of them in one batch. False when the merge is exhausted.
+    fn resolve_ahead(&mut self) -> Result<bool> {
+        let window = match self.expected {
+            // Past the pairs the caller expected, a few at a time.
+            Some(0) => 4,
+            Some(left) => left.min(PREFETCH_MAX),
+            None => self.window,
+        };
+        let mut raw = Vec::with_capacity(window);
+        let mut stopped = None;
+        let mut large_bytes = 0u64;
+        while raw.len() < window && large_bytes < PREFETCH_BYTES {
+            match self.next_raw() {
+                Ok(Some(entry)) => {
+                    if let LevelValue::Large(p) = &entry.2 {
+                        large_bytes += u64::from(p.len);
+                    }
+                    raw.push(entry);
+                }
+                Ok(None) => break,
+                Err(e) if raw.is_empty() => return Err(e),
+                Err(e) => {
+                    stopped = Some(e);
+                    break;
+                }
+            }
+        }
+        if raw.is_empty() {
+            return Ok(false);
+        }
+        self.window = (self.window * 2).min(PREFETCH_MAX);
+        let segments = Arc::clone(&self.segments);
+        let large: Vec<(usize, &SegmentFile, LogPtr)> = raw
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, _, v))| match v {
+                LevelValue::Large(p) => segments.get(&p.segment).map(|s| (i, s.as_ref(), *p)),
+                _ => None,
+            })
+            .collect();
+        let items: Vec<(&SegmentFile, LogPtr, &[u8])> = large
+            .iter()
+            .filter_map(|&(i, seg, p)| Some((seg, p, raw.get(i)?.0.as_slice())))
+            .collect();
+        let mut values = SegmentFile::read_many_through_cache(&items).into_iter();
+        drop(items);
+        let mut batched = large.iter().map(|&(i, _, _)| i).peekable();
+        for (i, (key, source, value)) in raw.into_iter().enumerate() {
+            let resolved = if batched.peek() == Some(&i) {
+                batched.next();
+                values
+                    .next()
+                    .unwrap_or_else(|| Err(Error::InvalidArgument("batch lost a value".into())))
+                    .map(Some)
+            } else {
+                self.resolve_value(source, &key, value)
+            };
+            self.ahead.push_back(resolved.map(|v| (key, v)));
+        }
+        if let Some(e) = stopped {
+            self.ahead.push_back(Err(e));
+        }
+        Ok(true)
     }
 
     /// The next live pair as stored: key, source index, value (pointers not followed).
