@@ -10,13 +10,14 @@ use crate::error::{Error, Result};
 use crate::gc::GcReport;
 use crate::io::{FileSystem, Io, RealFs};
 use crate::log::large::SegmentKind;
-use crate::options::{check_key, Options, WriteOptions};
+use crate::options::{Options, WriteOptions};
 use crate::read::iter::{DbIterator, KeyIterator};
+use crate::snapshot::Snapshot;
 use crate::space::SpaceReport;
-use crate::stats::{Counters, LevelStats, Stats};
+use crate::stats::{LevelStats, Stats};
 use crate::write::batch::WriteBatch;
 use parking_lot::Mutex;
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -234,43 +235,25 @@ impl Db {
 
     /// The value stored under `key`, if any.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        self.engine.check_open()?;
-        let key = key.as_ref();
-        check_key(key)?;
-        let (sv, snapshot) = self.engine.snapshot();
-        let v = crate::read::get(&sv, snapshot, key)?;
-        let c = &self.engine.counters;
-        Counters::add(&c.gets, 1);
-        if let Some(v) = &v {
-            Counters::add(&c.user_bytes_read, (key.len() + v.len()) as u64);
-        }
-        Ok(v)
+        let (sv, lsn) = self.engine.snapshot();
+        crate::snapshot::get_at(&self.engine, &sv, lsn, key.as_ref())
     }
 
     /// Pairs whose keys fall in `range`, in key order, as of now. An invalid range (start
     /// after end) yields one `Error::InvalidArgument`.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> DbIterator {
-        if let Err(e) = self.engine.check_open() {
-            return DbIterator::failed(e);
-        }
-        let own = |b: Bound<&K>| match b {
-            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
-            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let (start, end) = (own(range.start_bound()), own(range.end_bound()));
-        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
-            (&start, &end)
-        {
-            if s > e {
-                return DbIterator::failed(Error::InvalidArgument(
-                    "range start is after its end".into(),
-                ));
-            }
-        }
-        let (sv, snapshot) = self.engine.snapshot();
-        Counters::add(&self.engine.counters.scans, 1);
-        DbIterator::new((*sv).clone(), snapshot, start, end)
+        let (sv, lsn) = self.engine.snapshot();
+        crate::snapshot::range_at(&self.engine, &sv, lsn, range)
+    }
+
+    /// A consistent view of the database as of now, for reads (get, range, prefix, keys)
+    /// that see every write acknowledged before this call and none after, for as long as
+    /// the handle lives. The files it reads stay on disk until it is dropped (`space()`
+    /// lists them as waiting for deletion). Its reads fail with `Error::Closed` once the
+    /// database is closed.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        self.engine.check_open()?;
+        Ok(Snapshot::capture(&self.engine))
     }
 
     /// Keys in `range`, in key order, as of now. Values are never read, so no log or
@@ -296,11 +279,8 @@ impl Db {
 
     /// Pairs whose keys start with `prefix`, in key order.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> DbIterator {
-        let p = prefix.as_ref().to_vec();
-        match prefix_successor(&p) {
-            Some(end) => self.range::<Vec<u8>, _>((Bound::Included(p), Bound::Excluded(end))),
-            None => self.range::<Vec<u8>, _>((Bound::Included(p), Bound::Unbounded)),
-        }
+        let (start, end) = crate::snapshot::prefix_bounds(prefix.as_ref());
+        self.range::<Vec<u8>, _>((start, end))
     }
 
     /// Every pair, in key order.
@@ -437,18 +417,6 @@ impl Db {
     }
 }
 
-/// The smallest key greater than every key starting with `prefix` (`None` if unbounded).
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
-
 /// The manifest's bytes, if it can be read (a read-only open compares them before and
 /// after it reads the rest).
 fn manifest_bytes(fs: &dyn FileSystem, dir: &Path) -> Option<Vec<u8>> {
@@ -456,17 +424,4 @@ fn manifest_bytes(fs: &dyn FileSystem, dir: &Path) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; usize::try_from(file.len()).ok()?];
     file.read_exact_at(0, &mut buf).ok()?;
     Some(buf)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::prefix_successor;
-
-    #[test]
-    fn prefix_successor_cases() {
-        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_successor(b"a\xff"), Some(b"b".to_vec()));
-        assert_eq!(prefix_successor(b"\xff\xff"), None);
-        assert_eq!(prefix_successor(b""), None);
-    }
 }

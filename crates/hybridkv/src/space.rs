@@ -173,7 +173,7 @@ impl Engine {
             SpaceComponent {
                 name: "files waiting for deletion",
                 bytes: pending,
-                reason: Some("replaced files still read by an open iterator (deleted when it is dropped) or being written"),
+                reason: Some("replaced files still read by an open iterator or snapshot (deleted when it is dropped) or being written"),
             },
             SpaceComponent { name: "manifest and lock", bytes: meta, reason: None },
         ];

@@ -119,6 +119,16 @@ enum Op {
     },
     /// A read-only open beside the writer: it must see the model and refuse writes.
     ReadOnly,
+    /// Takes a snapshot, remembered with a copy of the model at that moment (the three
+    /// newest are kept).
+    Snapshot,
+    /// Reads through one of the held snapshots: a get and a prefix scan must match the
+    /// model as it was when the snapshot was taken.
+    SnapshotRead {
+        which: u8,
+        key: Vec<u8>,
+        prefix: Vec<u8>,
+    },
 }
 
 /// The database configuration of one case.
@@ -220,6 +230,8 @@ struct Harness {
     tag: u64,
     /// Background work done by every `Db` instance so far (counters restart at open).
     totals: Totals,
+    /// Snapshots held, each with the model as it was when it was taken, oldest first.
+    snapshots: Vec<(hybridkv::Snapshot, Model)>,
 }
 
 /// Work counted over the whole run, to show the run exercised what it claims to.
@@ -229,6 +241,7 @@ struct Totals {
     compactions: u64,
     reopens: u64,
     read_only_opens: u64,
+    snapshot_reads: u64,
     gc_segments_freed: u64,
     medium_values_merged: u64,
 }
@@ -245,6 +258,7 @@ impl Harness {
             model: Model::new(),
             tag: 0,
             totals: Totals::default(),
+            snapshots: Vec::new(),
         })
     }
 
@@ -445,10 +459,58 @@ impl Harness {
                 } else {
                     drop(db);
                 }
+                // A snapshot never keeps the database open: closing (or dropping the last
+                // handle) happened above although snapshots were held, and their reads
+                // are now refused.
+                for (snap, _) in self.snapshots.drain(..) {
+                    match snap.get(b"k") {
+                        Err(hybridkv::Error::Closed) => {}
+                        other => {
+                            return Err(format!("snapshot get after close: {other:?}"));
+                        }
+                    }
+                }
                 let db = Db::open(self.dir.path(), self.opts.clone())
                     .map_err(|e| format!("reopen: {e}"))?;
                 self.db = Some(db);
                 self.full_check("after reopen")?;
+            }
+            Op::Snapshot => {
+                let snap = self
+                    .db()?
+                    .snapshot()
+                    .map_err(|e| format!("snapshot: {e}"))?;
+                self.snapshots.push((snap, self.model.clone()));
+                if self.snapshots.len() > 3 {
+                    self.snapshots.remove(0);
+                }
+            }
+            Op::SnapshotRead { which, key, prefix } => {
+                let Some((snap, then)) = self
+                    .snapshots
+                    .get(usize::from(*which) % self.snapshots.len().max(1))
+                else {
+                    return Ok(());
+                };
+                self.totals.snapshot_reads += 1;
+                let got = snap.get(key).map_err(|e| format!("snapshot get: {e}"))?;
+                if got.as_ref() != then.get(key) {
+                    return Err(format!(
+                        "snapshot {} get {}: got {}, expected {}",
+                        snap.sequence(),
+                        describe(key),
+                        describe_opt(got.as_ref()),
+                        describe_opt(then.get(key))
+                    ));
+                }
+                let mut pairs = Vec::new();
+                for item in snap.prefix(prefix) {
+                    pairs.push(item.map_err(|e| format!("snapshot prefix scan: {e}"))?);
+                }
+                let want: Vec<_> = then.iter().filter(|(k, _)| k.starts_with(prefix)).collect();
+                if let Some(d) = diff_pairs(&pairs, &want) {
+                    return Err(format!("snapshot {} prefix scan: {d}", snap.sequence()));
+                }
             }
             Op::ReadOnly => {
                 self.totals.read_only_opens += 1;
@@ -548,6 +610,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Gc),
         3 => any::<bool>().prop_map(|close| Op::Reopen { close }),
         1 => Just(Op::ReadOnly),
+        2 => Just(Op::Snapshot),
+        4 => (any::<u8>(), any_key(), prefix())
+            .prop_map(|(which, key, prefix)| Op::SnapshotRead { which, key, prefix }),
     ]
 }
 
@@ -692,9 +757,18 @@ impl Rng {
                 count: 1 + self.below(2000) as u16,
                 step: 1 + self.below(4) as u16,
             },
-            535..=754 => Op::Get {
+            535..=724 => Op::Get {
                 key: self.any_key(),
             },
+            725..=734 => Op::Snapshot,
+            735..=754 => {
+                let prefixes: [&[u8]; 4] = [b"", b"k1", b"z0", b"a"];
+                Op::SnapshotRead {
+                    which: self.next() as u8,
+                    key: self.any_key(),
+                    prefix: prefixes[self.below(4) as usize].to_vec(),
+                }
+            }
             755..=854 => Op::Range {
                 start: self.bound(),
                 end: self.bound(),
@@ -728,6 +802,7 @@ fn long_run(seed: u64, config: Config, n: usize) -> Totals {
     assert!(totals.flushes > 10, "{totals:?}");
     assert!(totals.reopens > 0, "{totals:?}");
     assert!(totals.read_only_opens > 0, "{totals:?}");
+    assert!(totals.snapshot_reads > 0, "{totals:?}");
     totals
 }
 
