@@ -158,9 +158,13 @@ impl Engine {
                     Counters::add(&self.counters.gc_errors, 1);
                 }
             }
-            if self.gc_pass(self.opts.gc_threshold).is_err() {
+            if let Err(e) = self.gc_pass(self.opts.gc_threshold) {
                 // Failures that endanger writes poisoned the engine inside the pass; others
                 // (a damaged segment) are reported by reads and by `check`.
+                log::warn!(
+                    "{}: garbage collection pass failed: {e}",
+                    self.dir.display()
+                );
                 Counters::add(&self.counters.gc_errors, 1);
             }
         }

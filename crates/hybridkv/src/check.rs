@@ -20,6 +20,7 @@ use std::fmt;
 const MAX_LISTED: usize = 100;
 
 /// What `Db::check` found.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckReport {
     /// Level runs read.

@@ -77,6 +77,7 @@ impl Engine {
     pub(crate) fn record_poison(&self, why: &Error) {
         let mut p = self.poison.lock();
         if p.is_none() {
+            log::error!("{}: refusing writes from now on: {why}", self.dir.display());
             *p = Some(why.to_string());
         }
     }

@@ -15,6 +15,7 @@ use std::fmt;
 use std::ops::Bound;
 
 /// One kind of space on disk.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpaceComponent {
     /// What the bytes are.
@@ -26,6 +27,7 @@ pub struct SpaceComponent {
 }
 
 /// The breakdown returned by `Db::space`.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SpaceReport {
     /// Live pairs.

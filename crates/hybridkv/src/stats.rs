@@ -51,6 +51,7 @@ impl Counters {
 }
 
 /// One on-disk level in a report.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LevelStats {
     /// Level number (1 = first on-disk level).
@@ -75,6 +76,7 @@ pub struct LevelStats {
 }
 
 /// A snapshot of the engine's statistics (`Db::stats`).
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
     /// Put operations (batch members included).

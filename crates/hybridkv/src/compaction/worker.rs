@@ -173,6 +173,12 @@ impl Engine {
         };
         self.count_transient_freed(&freed);
         Counters::add(&self.counters.flushes, 1);
+        log::info!(
+            "{}: flushed a memtable ({} entries) into L1 ({} bytes of level file)",
+            self.dir.display(),
+            mem.len(),
+            meta.map_or(0, |m| m.file_len)
+        );
         self.delete_old_logs()
     }
 
@@ -332,6 +338,14 @@ impl Engine {
         };
         self.count_transient_freed(&freed);
         Counters::add(&self.counters.compactions, 1);
+        log::info!(
+            "{}: merged L{level} into L{} ({} entries in, {} shadowed and {} tombstones dropped)",
+            self.dir.display(),
+            level + 1,
+            out.entries_in,
+            out.dropped_shadowed,
+            out.dropped_tombstones
+        );
         Ok(())
     }
 

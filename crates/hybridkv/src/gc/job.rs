@@ -18,6 +18,7 @@ const RELOCATE_CHUNK: usize = 512;
 const MAX_SEGMENTS_PER_PASS: usize = 64;
 
 /// What one pass did (`Db::gc`).
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
     /// Segments collected and freed.
@@ -106,6 +107,16 @@ impl Engine {
         Counters::add(&c.gc_entries_checked, report.entries_checked);
         Counters::add(&c.gc_entries_relocated, report.entries_relocated);
         Counters::add(&c.gc_bytes_relocated, report.bytes_relocated);
+        if report.segments_freed > 0 || report.segments_damaged > 0 {
+            log::info!(
+                "{}: garbage collection freed {} segments ({} bytes), relocated {} records, left {} damaged",
+                self.dir.display(),
+                report.segments_freed,
+                report.bytes_freed,
+                report.entries_relocated,
+                report.segments_damaged
+            );
+        }
         Ok(report)
     }
 

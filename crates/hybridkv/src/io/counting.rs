@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The parts of the engine whose I/O is counted separately.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoComponent {
     /// The small log (write-ahead log): appends and recovery reads.
@@ -100,6 +101,7 @@ pub struct IoStats {
 }
 
 /// A copy of the counters at one moment.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IoStatsSnapshot {
     /// Bytes written per component, in [`IoComponent::ALL`] order.

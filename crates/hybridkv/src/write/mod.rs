@@ -401,6 +401,11 @@ impl WritePath {
             if !stalled {
                 stalled = true;
                 Counters::add(&env.counters().write_stalls, 1);
+                log::debug!(
+                    "{}: writes wait for a flush ({} memtables waiting)",
+                    env.dir().display(),
+                    env.versions().imms_waiting()
+                );
             }
             env.wait_for_background()?;
         }
