@@ -319,15 +319,18 @@ impl SegmentFile {
         }
     }
 
-    /// [`SegmentFile::read_through_cache`] for several records at once (a scan's large
-    /// values): those the cache holds come from it, the others are read in one batch
-    /// (`Io::read_batch`: one submission for all of them where the file system allows).
-    /// One result per item, in order.
+    /// [`SegmentFile::read_through_cache`] for several records at once (the log values of a
+    /// scan's next pairs): those the cache holds come from it; the others are grouped into
+    /// spans (records of one segment at most [`SPAN_GAP`] bytes apart, a span at most
+    /// [`SPAN_MAX`] bytes: a sorted transient segment holds a scan's medium values side by
+    /// side) and the spans are read in one batch (`Io::read_batch`: one submission for all
+    /// of them where the file system allows). A span whose read fails is read again record
+    /// by record, so each error is that record's own. One result per item, in order.
     pub(crate) fn read_many_through_cache(
         items: &[(&SegmentFile, LogPtr, &[u8])],
     ) -> Vec<Result<Vec<u8>>> {
         let mut out: Vec<Option<Result<Vec<u8>>>> = Vec::with_capacity(items.len());
-        let mut to_read: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut to_read: Vec<usize> = Vec::new();
         for (i, &(seg, ptr, key)) in items.iter().enumerate() {
             if let Err(e) = check_ptr_len(ptr, &seg.path) {
                 out.push(Some(Err(e)));
@@ -342,34 +345,50 @@ impl SegmentFile {
                 Some(rec) => out.push(Some(value_of(&rec, ptr, key, &seg.path, false))),
                 None => {
                     out.push(None);
-                    to_read.push((i, vec![0u8; ptr.len as usize]));
+                    to_read.push(i);
                 }
             }
         }
-        if let Some(&(first, _, _)) = to_read.first().and_then(|(i, _)| items.get(*i)) {
-            let mut reqs: Vec<crate::io::BatchRead<'_>> = to_read
-                .iter_mut()
-                .filter_map(|(i, buf)| {
-                    let (seg, ptr, _) = items.get(*i)?;
-                    Some(crate::io::BatchRead {
-                        file: seg.file.as_ref(),
-                        offset: ptr.offset,
+        let spans = spans_of(items, to_read);
+        let mut bufs: Vec<Vec<u8>> = spans
+            .iter()
+            .map(|s| vec![0u8; usize::try_from(s.end - s.start).unwrap_or(0)])
+            .collect();
+        let results = match spans.first() {
+            Some(first) => {
+                let mut reqs: Vec<crate::io::BatchRead<'_>> = spans
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(s, buf)| crate::io::BatchRead {
+                        file: s.seg.file.as_ref(),
+                        offset: s.start,
                         buf: buf.as_mut_slice(),
                     })
-                })
-                .collect();
-            let results = first.io.read_batch(&mut reqs);
-            drop(reqs);
-            for ((i, buf), res) in to_read.into_iter().zip(results) {
+                    .collect();
+                first.seg.io.read_batch(&mut reqs)
+            }
+            None => Vec::new(),
+        };
+        for ((span, buf), res) in spans.iter().zip(&bufs).zip(results) {
+            for &i in &span.members {
                 let Some(&(seg, ptr, key)) = items.get(i) else {
                     continue;
                 };
-                let value = res
-                    .map_err(|e| seg.read_error(ptr, e))
-                    .and_then(|()| decode_checked(&buf, ptr, key, &seg.path));
-                if let (Ok(_), Some(cache)) = (&value, &seg.cache) {
-                    cache.insert(seg.id, ptr.offset, Arc::from(buf));
-                }
+                let value = if res.is_ok() {
+                    let at = usize::try_from(ptr.offset - span.start).unwrap_or(usize::MAX);
+                    match buf.get(at..at.saturating_add(ptr.len as usize)) {
+                        Some(rec) => decode_checked(rec, ptr, key, &seg.path).inspect(|_| {
+                            if let Some(cache) = &seg.cache {
+                                cache.insert(seg.id, ptr.offset, Arc::from(rec));
+                            }
+                        }),
+                        None => seg.read_through_cache(ptr, key),
+                    }
+                } else {
+                    // Read alone, for this record's own answer (its error, or its value
+                    // when the damage was elsewhere in the span).
+                    seg.read_through_cache(ptr, key)
+                };
                 if let Some(slot) = out.get_mut(i) {
                     *slot = Some(value);
                 }
@@ -379,6 +398,54 @@ impl SegmentFile {
             .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("unread batch item".into()))))
             .collect()
     }
+}
+
+/// Records of one segment at most this many bytes apart are read as one span by
+/// [`SegmentFile::read_many_through_cache`] (the bytes between are read and dropped).
+const SPAN_GAP: u64 = 4096;
+/// Largest span [`SegmentFile::read_many_through_cache`] reads in one request.
+const SPAN_MAX: u64 = 512 << 10;
+
+/// One read of a batch: `[start, end)` of `seg`, holding the records of `members`.
+struct Span<'a> {
+    seg: &'a SegmentFile,
+    start: u64,
+    end: u64,
+    members: Vec<usize>,
+}
+
+/// Groups the records `indices` of `items` names into spans: by segment and offset, a
+/// record joining the span before it when it starts at most [`SPAN_GAP`] bytes after the
+/// span's end and the span stays within [`SPAN_MAX`].
+fn spans_of<'a>(
+    items: &[(&'a SegmentFile, LogPtr, &[u8])],
+    mut indices: Vec<usize>,
+) -> Vec<Span<'a>> {
+    indices.sort_by_key(|&i| items.get(i).map(|(s, p, _)| (s.id, p.offset)));
+    let mut spans: Vec<Span<'a>> = Vec::new();
+    for i in indices {
+        let Some(&(seg, ptr, _)) = items.get(i) else {
+            continue;
+        };
+        let end = ptr.offset.saturating_add(u64::from(ptr.len));
+        match spans.last_mut() {
+            Some(last)
+                if last.seg.id == seg.id
+                    && ptr.offset <= last.end.saturating_add(SPAN_GAP)
+                    && end.max(last.end) - last.start <= SPAN_MAX =>
+            {
+                last.end = last.end.max(end);
+                last.members.push(i);
+            }
+            _ => spans.push(Span {
+                seg,
+                start: ptr.offset,
+                end,
+                members: vec![i],
+            }),
+        }
+    }
+    spans
 }
 
 /// Largest record a pointer can name: a header, the largest key and the largest value.
@@ -648,5 +715,86 @@ mod tests {
             .read_through_cache(p, b"key")
             .unwrap_err()
             .is_corruption());
+    }
+
+    #[test]
+    fn many_records_are_read_in_spans_and_a_damaged_one_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut wa = SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 3).unwrap();
+        let mut pa = Vec::new();
+        for i in 0..4u8 {
+            pa.push(wa.append(&[b'a', i], &[i; 500], 1).unwrap());
+        }
+        // A 10 KB record leaves a gap wider than SPAN_GAP before the next one.
+        let far_gap = wa.append(b"big", &[9u8; 10_000], 1).unwrap();
+        pa.push(wa.append(b"a9", &[42u8; 300], 1).unwrap());
+        wa.commit(true).unwrap();
+        let mut wb = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 4).unwrap();
+        let pb = [
+            wb.append(b"b0", &[7u8; 2000], 1).unwrap(),
+            wb.append(b"b1", &[8u8; 2000], 1).unwrap(),
+        ];
+        wb.commit(true).unwrap();
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let a = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 3)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let b = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 4)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let keys: Vec<Vec<u8>> = (0..4u8).map(|i| vec![b'a', i]).collect();
+        // Out of order, as a scan's merge hands them out.
+        let items: Vec<(&SegmentFile, LogPtr, &[u8])> = vec![
+            (&b, pb[1], b"b1"),
+            (&a, pa[2], &keys[2]),
+            (&a, pa[4], b"a9"),
+            (&a, pa[0], &keys[0]),
+            (&b, pb[0], b"b0"),
+            (&a, pa[1], &keys[1]),
+            (&a, pa[3], &keys[3]),
+        ];
+        let spans = spans_of(&items, (0..items.len()).collect());
+        let shape: Vec<(u64, usize)> = spans.iter().map(|s| (s.seg.id, s.members.len())).collect();
+        assert_eq!(
+            shape,
+            vec![(3, 4), (3, 1), (4, 2)],
+            "a's first four, a9 past the gap, b's two"
+        );
+        assert!(far_gap.len > SPAN_GAP as u32);
+        let reads = || io.stats().snapshot();
+        let r0 = reads();
+        let got = SegmentFile::read_many_through_cache(&items);
+        let r1 = reads();
+        let ops = |s: &crate::io::IoStatsSnapshot| {
+            s.read_ops_by(IoComponent::TransientLog) + s.read_ops_by(IoComponent::LargeLog)
+        };
+        assert_eq!(ops(&r1) - ops(&r0), 3, "one read per span");
+        for ((seg, ptr, key), got) in items.iter().zip(&got) {
+            assert_eq!(got.as_ref().unwrap(), &seg.read(*ptr, key).unwrap());
+        }
+        // All cached now: a second batch reads nothing.
+        let again = SegmentFile::read_many_through_cache(&items);
+        assert_eq!(
+            ops(&reads()),
+            ops(&r1) + items.len() as u64,
+            "only the checks above read"
+        );
+        assert!(again.iter().all(Result::is_ok));
+
+        // A damaged record in the middle of a span: that record alone fails.
+        let path = a.path().to_path_buf();
+        let mut data = std::fs::read(&path).unwrap();
+        data[pa[1].offset as usize + RECORD_HEADER + 2 + 100] ^= 1;
+        std::fs::write(&path, &data).unwrap();
+        let fresh = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 3).unwrap();
+        let items: Vec<(&SegmentFile, LogPtr, &[u8])> = (0..4)
+            .map(|i| (&fresh, pa[i], keys[i].as_slice()))
+            .collect();
+        let got = SegmentFile::read_many_through_cache(&items);
+        assert!(got[1].as_ref().unwrap_err().is_corruption());
+        for i in [0, 2, 3] {
+            assert_eq!(got[i].as_ref().unwrap(), &vec![i as u8; 500]);
+        }
     }
 }

@@ -5,7 +5,6 @@ use crate::error::{Error, Result};
 use crate::level::{LevelCursor, LevelEntry, LevelValue};
 use crate::log::large::SegmentFile;
 use crate::log::ptr::LogPtr;
-use crate::log::readahead::SegmentReadahead;
 use crate::memtable::Memtable;
 use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use std::collections::VecDeque;
@@ -18,13 +17,14 @@ use std::sync::Arc;
 const MEM_BATCH_FIRST: usize = 16;
 const MEM_BATCH_MAX: usize = 256;
 
-/// Pairs a scan resolves ahead of the caller, at first: their large values are read in one
-/// batch (`SegmentFile::read_many_through_cache`). Each later batch doubles, up to
+/// Pairs a scan resolves ahead of the caller, at first: their values in the logs (medium
+/// and large) are read in one batch (`SegmentFile::read_many_through_cache`; a sorted
+/// transient segment's records of one scan are read as one span). Each later batch doubles, up to
 /// [`PREFETCH_MAX`], so a short scan reads few values it will not return and a long one
 /// submits many reads at once.
 const PREFETCH_FIRST: usize = 8;
 const PREFETCH_MAX: usize = 64;
-/// A batch also stops once its large values reach this many bytes (values run to 16 MiB).
+/// A batch also stops once its log values reach this many bytes (values run to 16 MiB).
 const PREFETCH_BYTES: u64 = 4 << 20;
 
 /// A pair resolved ahead: its key and value (`None`: nothing to return, e.g. a
@@ -88,8 +88,6 @@ pub struct DbIterator {
     sv: Option<SuperVersion>,
     /// Kept for dereferencing log pointers while the iterator lives.
     segments: Arc<super::SegmentSet>,
-    /// Medium values: transient segments are sorted, so a scan walks them forwards.
-    readahead: SegmentReadahead,
     snapshot: u64,
     start: Bound<Vec<u8>>,
     /// Taken by the merge when the iterator starts.
@@ -117,12 +115,6 @@ enum State {
     Done,
 }
 
-/// Read-ahead for the medium values of a scan: 4 KiB (one direct-I/O block) for a short
-/// scan, doubling up to 64 KiB while it keeps walking a segment, over at most 16 segments.
-fn scan_readahead() -> SegmentReadahead {
-    SegmentReadahead::new(4 << 10, 64 << 10, 16)
-}
-
 impl std::fmt::Debug for DbIterator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DbIterator")
@@ -140,7 +132,6 @@ impl DbIterator {
     ) -> Self {
         DbIterator {
             segments: Arc::clone(&sv.segments),
-            readahead: scan_readahead(),
             sv: Some(sv),
             snapshot,
             start,
@@ -158,7 +149,6 @@ impl DbIterator {
     pub(crate) fn failed(err: Error) -> Self {
         DbIterator {
             segments: Arc::default(),
-            readahead: scan_readahead(),
             sv: None,
             snapshot: 0,
             start: Bound::Unbounded,
@@ -173,7 +163,7 @@ impl DbIterator {
     }
 
     /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
-    /// a given length): it resolves that many at once, reading their large values in one
+    /// a given length): it resolves that many at once, reading their log values in one
     /// batch, and reads nothing ahead past them; pairs taken beyond them are read a few at
     /// a time. Without it, batches start at 8 pairs and double up to 64.
     pub fn expect_pairs(mut self, pairs: usize) -> Self {
@@ -227,7 +217,6 @@ impl DbIterator {
     ) -> Result<Option<Vec<u8>>> {
         match value {
             LevelValue::Tombstone => Ok(None),
-            LevelValue::Medium(ptr) => self.readahead.read(&self.segments, key, ptr).map(Some),
             other => {
                 let file = self
                     .merge
@@ -259,7 +248,7 @@ impl DbIterator {
     }
 
     /// Takes the next `window` pairs from the merge and resolves them into `ahead`, the
-    /// large values of all of them in one batch. False when the merge is exhausted.
+    /// log values (medium and large) of all of them in one batch. False when the merge is exhausted.
     fn resolve_ahead(&mut self) -> Result<bool> {
         let window = match self.expected {
             // Past the pairs the caller expected, a few at a time.
@@ -269,12 +258,12 @@ impl DbIterator {
         };
         let mut raw = Vec::with_capacity(window);
         let mut stopped = None;
-        let mut large_bytes = 0u64;
-        while raw.len() < window && large_bytes < PREFETCH_BYTES {
+        let mut log_bytes = 0u64;
+        while raw.len() < window && log_bytes < PREFETCH_BYTES {
             match self.next_raw() {
                 Ok(Some(entry)) => {
-                    if let LevelValue::Large(p) = &entry.2 {
-                        large_bytes += u64::from(p.len);
+                    if let LevelValue::Large(p) | LevelValue::Medium(p) = &entry.2 {
+                        log_bytes += u64::from(p.len);
                     }
                     raw.push(entry);
                 }
@@ -295,7 +284,9 @@ impl DbIterator {
             .iter()
             .enumerate()
             .filter_map(|(i, (_, _, v))| match v {
-                LevelValue::Large(p) => segments.get(&p.segment).map(|s| (i, s.as_ref(), *p)),
+                LevelValue::Large(p) | LevelValue::Medium(p) => {
+                    segments.get(&p.segment).map(|s| (i, s.as_ref(), *p))
+                }
                 _ => None,
             })
             .collect();
