@@ -189,6 +189,12 @@ impl LevelFile {
                 }
             }
         }
+        // Every leaf the footer counts must have its fence: an index that names fewer
+        // (an empty index node) would make pinned lookups miss keys the unpinned descent
+        // reports as damage.
+        if fences.len() as u64 != self.footer.leaves {
+            return Err(self.corrupt(root, "index names fewer leaves than the footer"));
+        }
         Ok(fences)
     }
 

@@ -294,7 +294,9 @@ impl SegmentFile {
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf)?;
         let value = decode_checked(&buf, ptr, key, &self.path)?;
-        cache.insert(self.id, ptr.offset, Arc::from(buf));
+        if buf.len() <= CACHE_RECORD_MAX {
+            cache.insert(self.id, ptr.offset, Arc::from(buf));
+        }
         Ok(value)
     }
 
@@ -378,7 +380,9 @@ impl SegmentFile {
                     let at = usize::try_from(ptr.offset - span.start).unwrap_or(usize::MAX);
                     match buf.get(at..at.saturating_add(ptr.len as usize)) {
                         Some(rec) => decode_checked(rec, ptr, key, &seg.path).inspect(|_| {
-                            if let Some(cache) = &seg.cache {
+                            if let Some(cache) =
+                                seg.cache.as_ref().filter(|_| rec.len() <= CACHE_RECORD_MAX)
+                            {
                                 cache.insert(seg.id, ptr.offset, Arc::from(rec));
                             }
                         }),
@@ -399,6 +403,10 @@ impl SegmentFile {
             .collect()
     }
 }
+
+/// Records larger than this are not kept in the block cache: one long scan of large values
+/// must not push out the leaves and records that gets reuse.
+const CACHE_RECORD_MAX: usize = 64 << 10;
 
 /// Records of one segment at most this many bytes apart are read as one span by
 /// [`SegmentFile::read_many_through_cache`] (the bytes between are read and dropped).
@@ -715,6 +723,22 @@ mod tests {
             .read_through_cache(p, b"key")
             .unwrap_err()
             .is_corruption());
+
+        // A record over CACHE_RECORD_MAX is never cached: every read goes to the file.
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 10).unwrap();
+        let big = w
+            .append(b"big", &vec![3u8; CACHE_RECORD_MAX + 1], 6)
+            .unwrap();
+        w.commit(true).unwrap();
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 10)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let r0 = reads();
+        for _ in 0..2 {
+            let v = seg.read_through_cache(big, b"big").unwrap();
+            assert_eq!(v.len(), CACHE_RECORD_MAX + 1);
+        }
+        assert_eq!(reads(), r0 + 2);
     }
 
     #[test]

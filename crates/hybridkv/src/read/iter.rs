@@ -163,9 +163,10 @@ impl DbIterator {
     }
 
     /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
-    /// a given length): it resolves that many at once, reading their log values in one
-    /// batch, and reads nothing ahead past them; pairs taken beyond them are read a few at
-    /// a time. Without it, batches start at 8 pairs and double up to 64.
+    /// a given length): it resolves them in batches of up to 64 pairs (4 MiB of values),
+    /// reading each batch's log values together, and reads nothing ahead past them; pairs
+    /// taken beyond them are read a few at a time. Without it, batches start at 8 pairs
+    /// and double up to 64.
     pub fn expect_pairs(mut self, pairs: usize) -> Self {
         self.expected = Some(pairs);
         self.window = pairs.clamp(1, PREFETCH_MAX);
@@ -262,8 +263,13 @@ impl DbIterator {
         while raw.len() < window && log_bytes < PREFETCH_BYTES {
             match self.next_raw() {
                 Ok(Some(entry)) => {
-                    if let LevelValue::Large(p) | LevelValue::Medium(p) = &entry.2 {
-                        log_bytes += u64::from(p.len);
+                    match &entry.2 {
+                        LevelValue::Large(p) | LevelValue::Medium(p) => {
+                            log_bytes += u64::from(p.len);
+                        }
+                        // Overflow values are read one by one, but ahead of the caller too.
+                        LevelValue::Overflow { len, .. } => log_bytes += u64::from(*len),
+                        _ => {}
                     }
                     raw.push(entry);
                 }
