@@ -1,6 +1,6 @@
 //! The memory reads go through: the block cache (verified level nodes, and the log records
 //! gets and scans read, bounded by one byte budget) and the budget of pinned indexes (PinK's
-//! level pinning; the fences themselves live with their level file, `crate::level::pinned`).
+//! level pinning; the fences themselves live with the level files that pin them).
 //!
 //! Owns: a concurrent S3-FIFO cache (`quick_cache`) keyed by (file id, offset) and weighed
 //! by bytes, its hit and miss counts, and the pinned bytes' budget. Never: the only copy

@@ -419,6 +419,31 @@ mod tests {
     }
 
     #[test]
+    fn an_index_naming_fewer_leaves_than_the_footer_is_not_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        let lf = build(dir.path(), 14, &entries);
+        let path = lf.path().to_path_buf();
+        drop(lf);
+        // The footer (checksum and all) claims one leaf more than the index names.
+        let mut data = std::fs::read(&path).unwrap();
+        let n = data.len();
+        let f = &mut data[n - footer::FOOTER_SIZE..];
+        let leaves = u64::from_le_bytes(f[48..56].try_into().unwrap());
+        f[48..56].copy_from_slice(&(leaves + 1).to_le_bytes());
+        let crc = crate::format::crc32c(&f[..124]);
+        f[124..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let lf = open_pinned(dir.path(), 14, &io, 1 << 20);
+        assert_eq!(lf.pinned_bytes(), 0, "the fences must not be trusted");
+        // Lookups descend the tree instead, and still find every key.
+        for (k, lsn, _) in entries.iter().step_by(7) {
+            assert_eq!(lf.get(k).unwrap().unwrap().0, *lsn);
+        }
+    }
+
+    #[test]
     fn files_past_the_pinning_budget_read_through_the_cache() {
         let dir = tempfile::tempdir().unwrap();
         let entries = sample(20_000);

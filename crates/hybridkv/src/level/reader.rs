@@ -436,8 +436,13 @@ impl LevelCursor {
             .saturating_sub(self.stack.len() as u32)
     }
 
+    /// Pushes the node at `offset`, one level below the top frame.
     fn push(&mut self, offset: u64) -> Result<()> {
-        let height = self.height_of_next_frame();
+        self.push_node(offset, self.height_of_next_frame())
+    }
+
+    /// Pushes the node at `offset` whose subtree height is `height`.
+    fn push_node(&mut self, offset: u64, height: u32) -> Result<()> {
         let node = self.file.load_node(offset, height)?;
         let kind = if height == 1 { NODE_LEAF } else { NODE_INDEX };
         let count = NodeView::new(&node, kind)
@@ -479,20 +484,10 @@ impl LevelCursor {
         let Some(p) = &self.file.pinned else {
             return Ok(());
         };
-        let Some(offset) = p.fences().leaf_offset(pos) else {
-            return Ok(());
-        };
-        let node = self.file.load_node(offset, 1)?;
-        let count = NodeView::new(&node, NODE_LEAF)
-            .map_err(|w| self.file.corrupt(offset, w))?
-            .count();
-        self.stack.push(Frame {
-            node,
-            offset,
-            idx: 0,
-            count,
-        });
-        Ok(())
+        match p.fences().leaf_offset(pos) {
+            Some(offset) => self.push_node(offset, 1),
+            None => Ok(()),
+        }
     }
 
     /// Moves to the next leaf that has entries, or empties the stack.

@@ -282,22 +282,34 @@ impl SegmentFile {
     /// from the file, and is then cached. Segment ids are file ids, never reused, so a
     /// record of a deleted segment can never answer for another file.
     pub(crate) fn read_through_cache(&self, ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
-        let Some(cache) = &self.cache else {
-            return self.read(ptr, key);
-        };
-        if let Some(rec) = cache.get(self.id, ptr.offset) {
-            if rec.len() == ptr.len as usize {
-                return value_of(&rec, ptr, key, &self.path, false);
-            }
+        if let Some(rec) = self.cached(ptr) {
+            return value_of(&rec, ptr, key, &self.path, false);
         }
         check_ptr_len(ptr, &self.path)?;
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf)?;
         let value = decode_checked(&buf, ptr, key, &self.path)?;
-        if buf.len() <= CACHE_RECORD_MAX {
-            cache.insert(self.id, ptr.offset, Arc::from(buf));
-        }
+        self.keep(ptr, &buf);
         Ok(value)
+    }
+
+    /// The record `ptr` points at, if the block cache holds one of its length.
+    fn cached(&self, ptr: LogPtr) -> Option<crate::cache::BlockBytes> {
+        self.cache
+            .as_ref()?
+            .get(self.id, ptr.offset)
+            .filter(|rec| rec.len() == ptr.len as usize)
+    }
+
+    /// Caches a record that passed its checks (not one over [`CACHE_RECORD_MAX`]).
+    fn keep(&self, ptr: LogPtr, rec: &[u8]) {
+        if let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| rec.len() <= CACHE_RECORD_MAX)
+        {
+            cache.insert(self.id, ptr.offset, Arc::from(rec));
+        }
     }
 
     /// Reads `buf.len()` bytes at `ptr.offset` (a pointer past the end is corruption).
@@ -338,12 +350,7 @@ impl SegmentFile {
                 out.push(Some(Err(e)));
                 continue;
             }
-            let cached = seg
-                .cache
-                .as_ref()
-                .and_then(|c| c.get(seg.id, ptr.offset))
-                .filter(|rec| rec.len() == ptr.len as usize);
-            match cached {
+            match seg.cached(ptr) {
                 Some(rec) => out.push(Some(value_of(&rec, ptr, key, &seg.path, false))),
                 None => {
                     out.push(None);
@@ -379,13 +386,9 @@ impl SegmentFile {
                 let value = if res.is_ok() {
                     let at = usize::try_from(ptr.offset - span.start).unwrap_or(usize::MAX);
                     match buf.get(at..at.saturating_add(ptr.len as usize)) {
-                        Some(rec) => decode_checked(rec, ptr, key, &seg.path).inspect(|_| {
-                            if let Some(cache) =
-                                seg.cache.as_ref().filter(|_| rec.len() <= CACHE_RECORD_MAX)
-                            {
-                                cache.insert(seg.id, ptr.offset, Arc::from(rec));
-                            }
-                        }),
+                        Some(rec) => {
+                            decode_checked(rec, ptr, key, &seg.path).inspect(|_| seg.keep(ptr, rec))
+                        }
                         None => seg.read_through_cache(ptr, key),
                     }
                 } else {
