@@ -2,12 +2,15 @@
 
 mod bench;
 mod demo;
+mod text;
 
 use clap::{Parser, Subcommand};
-use hybridkv::{Db, Options};
-use std::io::Write;
-use std::path::PathBuf;
+use hybridkv::{Db, Options, WriteBatch};
+use std::io::{BufRead, Write};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use text::Form;
 
 #[derive(Parser)]
 #[command(
@@ -16,6 +19,11 @@ use std::process::ExitCode;
     about = "hybridkv key-value store: inspect a database, run the YCSB benchmark or the demo"
 )]
 struct Cli {
+    /// Keys and values in hex (two digits per byte), given and printed. Without it they
+    /// are escaped text: printable ASCII as is, `\\` for a backslash, `\xNN` for any
+    /// other byte (and `\n`, `\t`, `\r`, `\0` on input).
+    #[arg(long, global = true)]
+    hex: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -29,10 +37,15 @@ enum Command {
     /// Load pairs into a fresh database, reopen it, read every pair back and verify it,
     /// printing throughput, peak memory and bytes written per component.
     Demo(demo::DemoArgs),
-    /// Store a value.
+    /// Store a value. Every writing command opens the database with the options it was
+    /// last opened with (its OPTIONS file).
     Put {
         #[arg(long)]
         db: PathBuf,
+        /// Create the database if the directory holds none (without it, a mistyped
+        /// `--db` is an error, not a new database).
+        #[arg(long)]
+        create: bool,
         key: String,
         value: String,
     },
@@ -49,16 +62,45 @@ enum Command {
         db: PathBuf,
         key: String,
     },
-    /// Print pairs in key order.
+    /// Print pairs (`key<TAB>value`) or keys in key order.
     Scan {
         #[arg(long)]
         db: PathBuf,
         /// Only keys starting with this prefix.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["from", "to"])]
         prefix: Option<String>,
-        /// Print at most this many pairs.
+        /// Only keys at or after this one.
+        #[arg(long)]
+        from: Option<String>,
+        /// Only keys before this one.
+        #[arg(long)]
+        to: Option<String>,
+        /// Print keys only (values are never read).
+        #[arg(long)]
+        keys_only: bool,
+        /// Print at most this many (0: all).
         #[arg(long, default_value_t = 100)]
         limit: usize,
+    },
+    /// Write every pair as a line `key<TAB>value` (escaped or hex, as `scan` prints
+    /// them), for `load`.
+    Dump {
+        #[arg(long)]
+        db: PathBuf,
+        /// Write to this file instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Store the pairs of a dump (lines `key<TAB>value`), in batches.
+    Load {
+        #[arg(long)]
+        db: PathBuf,
+        /// Read this file instead of standard input.
+        #[arg(long = "in")]
+        input: Option<PathBuf>,
+        /// Create the database if the directory holds none.
+        #[arg(long)]
+        create: bool,
     },
     /// Print the database's statistics.
     Stats {
@@ -77,64 +119,188 @@ enum Command {
         #[arg(long)]
         db: PathBuf,
     },
+    /// Merge every level down (every overwritten version and tombstone is dropped), then
+    /// collect the large log; print the space before and after.
+    Compact {
+        #[arg(long)]
+        db: PathBuf,
+    },
+    /// Collect every large-log segment whose garbage passed the threshold.
+    Gc {
+        #[arg(long)]
+        db: PathBuf,
+    },
+    /// Make a consistent copy of the database in a new directory (hard links for
+    /// immutable files), openable like any database.
+    Checkpoint {
+        #[arg(long)]
+        db: PathBuf,
+        /// The new directory.
+        #[arg(long)]
+        to: PathBuf,
+    },
 }
 
-fn open_existing(db: &PathBuf) -> hybridkv::Result<Db> {
-    Db::open(
-        db,
-        Options {
-            create_if_missing: false,
-            ..Options::default()
-        },
-    )
+/// The options a writing command opens `db` with: the stored ones if the database has
+/// them, else the defaults; never creating a database unless `create`.
+fn writing_options(db: &Path, create: bool) -> hybridkv::Result<Options> {
+    let stored = match db.is_dir() {
+        true => Db::stored_options(db)?,
+        false => None,
+    };
+    Ok(Options {
+        create_if_missing: create,
+        ..stored.unwrap_or_default()
+    })
+}
+
+fn open_writing(db: &Path, create: bool) -> hybridkv::Result<Db> {
+    Db::open(db, writing_options(db, create)?)
 }
 
 /// For the reading commands: no lock, nothing on disk changes, so they run beside a
 /// process that has the database open.
-fn open_reading(db: &PathBuf) -> hybridkv::Result<Db> {
-    Db::open_read_only(db, Options::default())
+fn open_reading(db: &Path) -> hybridkv::Result<Db> {
+    Db::open_read_only(db, writing_options(db, false)?)
 }
 
-fn show(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+/// A usage error (bad text for a key or value) as the error this program prints.
+fn usage(msg: String) -> Box<dyn std::error::Error> {
+    msg.into()
 }
+
+/// Pairs per batch of `load`, and the bytes that end a batch early.
+const LOAD_BATCH_PAIRS: usize = 1000;
+const LOAD_BATCH_BYTES: usize = 4 << 20;
 
 fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let form = Form::new(cli.hex);
+    let parse = |text: &str, what: &str| form.parse(text, what).map_err(usage);
+    let stdout = std::io::stdout();
     match cli.command {
         Command::Bench(args) => bench::run(*args)?,
         Command::Demo(args) => demo::run(&args)?,
-        Command::Put { db, key, value } => {
-            let db = Db::open(&db, Options::default())?;
+        Command::Put {
+            db,
+            create,
+            key,
+            value,
+        } => {
+            let (key, value) = (parse(&key, "key")?, parse(&value, "value")?);
+            let db = open_writing(&db, create)?;
             db.put(key, value)?;
             db.close()?;
         }
         Command::Get { db, key } => {
+            let key = parse(&key, "key")?;
             let db = open_reading(&db)?;
             match db.get(&key)? {
-                Some(v) => println!("{}", show(&v)),
+                Some(v) => println!("{}", form.show(&v)),
                 None => {
-                    eprintln!("key not found: {key}");
+                    eprintln!("key not found: {}", form.show(&key));
                     return Ok(ExitCode::from(1));
                 }
             }
         }
         Command::Delete { db, key } => {
-            let db = open_existing(&db)?;
+            let key = parse(&key, "key")?;
+            let db = open_writing(&db, false)?;
             db.delete(key)?;
             db.close()?;
         }
-        Command::Scan { db, prefix, limit } => {
+        Command::Scan {
+            db,
+            prefix,
+            from,
+            to,
+            keys_only,
+            limit,
+        } => {
             let db = open_reading(&db)?;
-            let iter = match &prefix {
-                Some(p) => db.prefix(p),
-                None => db.iter(),
+            let iter = match (&prefix, &from, &to) {
+                (Some(p), _, _) => db.prefix(parse(p, "prefix")?),
+                (None, from, to) => {
+                    let from = from.as_deref().map(|f| parse(f, "--from")).transpose()?;
+                    let to = to.as_deref().map(|t| parse(t, "--to")).transpose()?;
+                    let lower = from.map_or(Bound::Unbounded, Bound::Included);
+                    let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
+                    db.range::<Vec<u8>, _>((lower, upper))
+                }
             };
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            for pair in iter.take(limit) {
-                let (k, v) = pair?;
-                writeln!(out, "{}\t{}", show(&k), show(&v))?;
+            let limit = if limit == 0 { usize::MAX } else { limit };
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            if keys_only {
+                for key in iter.keys().take(limit) {
+                    writeln!(out, "{}", form.show(&key?))?;
+                }
+            } else {
+                for pair in iter.take(limit) {
+                    let (k, v) = pair?;
+                    writeln!(out, "{}\t{}", form.show(&k), form.show(&v))?;
+                }
             }
+            out.flush()?;
+        }
+        Command::Dump { db, out } => {
+            let db = open_reading(&db)?;
+            let sink: Box<dyn Write> = match &out {
+                Some(path) => Box::new(
+                    std::fs::File::create(path)
+                        .map_err(|e| usage(format!("cannot create {}: {e}", path.display())))?,
+                ),
+                None => Box::new(stdout.lock()),
+            };
+            let mut sink = std::io::BufWriter::new(sink);
+            let mut pairs = 0u64;
+            for pair in db.iter() {
+                let (k, v) = pair?;
+                writeln!(sink, "{}\t{}", form.show(&k), form.show(&v))?;
+                pairs += 1;
+            }
+            sink.flush()?;
+            eprintln!("dumped {pairs} pairs");
+        }
+        Command::Load { db, input, create } => {
+            let source: Box<dyn BufRead> = match &input {
+                Some(path) => Box::new(std::io::BufReader::new(
+                    std::fs::File::open(path)
+                        .map_err(|e| usage(format!("cannot open {}: {e}", path.display())))?,
+                )),
+                None => Box::new(std::io::stdin().lock()),
+            };
+            let db = open_writing(&db, create)?;
+            let mut batch = WriteBatch::new();
+            let (mut pending, mut bytes, mut pairs) = (0usize, 0usize, 0u64);
+            for (i, line) in source.lines().enumerate() {
+                let line = line?;
+                if line.is_empty() {
+                    continue;
+                }
+                let Some((k, v)) = line.split_once('\t') else {
+                    return Err(usage(format!(
+                        "line {}: expected key<TAB>value, found {line:?}",
+                        i + 1
+                    )));
+                };
+                let at = format!("line {}", i + 1);
+                let (k, v) = (
+                    parse(k, &format!("{at}: key"))?,
+                    parse(v, &format!("{at}: value"))?,
+                );
+                bytes += k.len() + v.len();
+                batch.put(k, v);
+                pending += 1;
+                pairs += 1;
+                if pending >= LOAD_BATCH_PAIRS || bytes >= LOAD_BATCH_BYTES {
+                    db.write(std::mem::take(&mut batch))?;
+                    (pending, bytes) = (0, 0);
+                }
+            }
+            if pending > 0 {
+                db.write(batch)?;
+            }
+            db.close()?;
+            eprintln!("loaded {pairs} pairs");
         }
         Command::Stats { db } => {
             let db = open_reading(&db)?;
@@ -151,6 +317,46 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if !report.is_ok() {
                 return Ok(ExitCode::from(1));
             }
+        }
+        Command::Compact { db } => {
+            let db = open_writing(&db, false)?;
+            let before = db.space()?;
+            db.compact_all()?;
+            let gc = db.gc()?;
+            let after = db.space()?;
+            println!(
+                "bytes on disk: {} before, {} after (live data {}); large-log segments freed: {}",
+                before.total_on_disk,
+                after.total_on_disk,
+                after.live_bytes(),
+                gc.segments_freed
+            );
+            db.close()?;
+        }
+        Command::Gc { db } => {
+            let db = open_writing(&db, false)?;
+            let r = db.gc()?;
+            println!(
+                "segments freed: {} ({} bytes); records checked: {}, relocated: {} ({} bytes); damaged segments: {}",
+                r.segments_freed,
+                r.bytes_freed,
+                r.entries_checked,
+                r.entries_relocated,
+                r.bytes_relocated,
+                r.segments_damaged
+            );
+            for d in &r.damage {
+                println!("damage: {d}");
+            }
+            db.close()?;
+            if r.segments_damaged > 0 {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Checkpoint { db, to } => {
+            let db = open_writing(&db, false)?;
+            print!("{}", db.checkpoint(&to)?);
+            db.close()?;
         }
     }
     Ok(ExitCode::SUCCESS)

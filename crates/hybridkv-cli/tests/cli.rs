@@ -21,7 +21,19 @@ fn put_get_scan_delete_stats_space_check() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let db = db.to_str().unwrap();
-    assert!(hybridkv(&["put", "--db", db, "apple", "red"])
+    // Without --create, a directory that holds no database is an error.
+    let o = hybridkv(&["put", "--db", db, "apple", "red"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("create_if_missing is false"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !std::path::Path::new(db).exists(),
+        "a mistyped --db made a database"
+    );
+    assert!(hybridkv(&["put", "--db", db, "--create", "apple", "red"])
         .status
         .success());
     assert!(hybridkv(&["put", "--db", db, "avocado", "green"])
@@ -72,9 +84,15 @@ fn errors_print_a_message_and_exit_non_zero() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("is a file"));
     let db = dir.path().join("db");
-    let o = hybridkv(&["put", "--db", db.to_str().unwrap(), "", "v"]);
+    let o = hybridkv(&["put", "--db", db.to_str().unwrap(), "--create", "", "v"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("key is empty"));
+    let o = hybridkv(&["put", "--db", db.to_str().unwrap(), "--create", "k\\q", "v"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad escape at position 1"));
+    let o = hybridkv(&["--hex", "get", "--db", db.to_str().unwrap(), "6g"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not hex"));
     let o = hybridkv(&["demo", "--pairs", "10", "--mix", "XL"]);
     assert_ne!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown mix"));
@@ -104,4 +122,130 @@ fn a_second_process_reads_an_open_database_but_cannot_write_it() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = hybridkv(&["get", "--db", path.to_str().unwrap(), "k2"]);
     assert_eq!(stdout(&o), "v2\n");
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn binary_keys_ranges_dump_load_compact_gc_and_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = path.to_str().unwrap();
+    // Binary keys and values, given escaped and in hex.
+    ok(&hybridkv(&[
+        "put",
+        "--db",
+        db,
+        "--create",
+        "a\\x00b",
+        "tab\\there",
+    ]));
+    ok(&hybridkv(&["--hex", "put", "--db", db, "62ff", "00010203"]));
+    for i in 0..30 {
+        ok(&hybridkv(&[
+            "put",
+            "--db",
+            db,
+            &format!("k{i:02}"),
+            &format!("v{i}"),
+        ]));
+    }
+    let o = hybridkv(&["get", "--db", db, "b\\xff"]);
+    ok(&o);
+    assert_eq!(stdout(&o), "\\x00\\x01\\x02\\x03\n");
+    let o = hybridkv(&["--hex", "get", "--db", db, "610062"]);
+    ok(&o);
+    assert_eq!(stdout(&o), "7461620968657265\n"); // "tab\there"
+                                                  // A range, keys only, and a limit.
+    let o = hybridkv(&[
+        "scan",
+        "--db",
+        db,
+        "--from",
+        "k10",
+        "--to",
+        "k13",
+        "--keys-only",
+    ]);
+    ok(&o);
+    assert_eq!(stdout(&o), "k10\nk11\nk12\n");
+    let o = hybridkv(&["scan", "--db", db, "--from", "k28", "--limit", "0"]);
+    ok(&o);
+    assert_eq!(stdout(&o), "k28\tv28\nk29\tv29\n");
+    // dump, then load into a new database: the same pairs, binary ones included.
+    let dump = dir.path().join("dump.txt");
+    ok(&hybridkv(&[
+        "dump",
+        "--db",
+        db,
+        "--out",
+        dump.to_str().unwrap(),
+    ]));
+    let text = std::fs::read_to_string(&dump).unwrap();
+    assert_eq!(text.lines().count(), 32, "{text}");
+    assert!(text.starts_with("a\\x00b\ttab\\x09here\n"), "{text}");
+    let copy = dir.path().join("copy");
+    let copy = copy.to_str().unwrap();
+    let o = hybridkv(&["load", "--db", copy, "--in", dump.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "no --create: no new database");
+    ok(&hybridkv(&[
+        "load",
+        "--db",
+        copy,
+        "--create",
+        "--in",
+        dump.to_str().unwrap(),
+    ]));
+    let again = dir.path().join("again.txt");
+    ok(&hybridkv(&[
+        "dump",
+        "--db",
+        copy,
+        "--out",
+        again.to_str().unwrap(),
+    ]));
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), text);
+    // A malformed dump line is an error naming the line.
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "k\tv\nno tab here\n").unwrap();
+    let o = hybridkv(&["load", "--db", copy, "--in", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
+    // compact and gc; the data stays.
+    for i in 0..10 {
+        ok(&hybridkv(&["delete", "--db", db, &format!("k{i:02}")]));
+    }
+    let o = hybridkv(&["compact", "--db", db]);
+    ok(&o);
+    assert!(stdout(&o).contains("bytes on disk"), "{}", stdout(&o));
+    let o = hybridkv(&["gc", "--db", db]);
+    ok(&o);
+    assert!(stdout(&o).contains("segments freed"), "{}", stdout(&o));
+    let o = hybridkv(&[
+        "scan",
+        "--db",
+        db,
+        "--prefix",
+        "k",
+        "--keys-only",
+        "--limit",
+        "0",
+    ]);
+    assert_eq!(stdout(&o).lines().count(), 20);
+    // A checkpoint opens like any database and holds the same pairs.
+    let ckpt = dir.path().join("ckpt");
+    let o = hybridkv(&["checkpoint", "--db", db, "--to", ckpt.to_str().unwrap()]);
+    ok(&o);
+    assert!(stdout(&o).contains("linked"), "{}", stdout(&o));
+    let a = hybridkv(&["scan", "--db", db, "--limit", "0"]);
+    let b = hybridkv(&["scan", "--db", ckpt.to_str().unwrap(), "--limit", "0"]);
+    assert_eq!(stdout(&a), stdout(&b));
+    assert_eq!(stdout(&a).lines().count(), 22);
 }

@@ -403,6 +403,34 @@ impl Db {
         Ok(s)
     }
 
+    /// Makes a consistent copy of the database in `dir` (a new directory; its parents are
+    /// created), usable as a backup and opened like any database. It holds every write
+    /// acknowledged before this call and none that started after it returned; writes
+    /// may go on meanwhile. Immutable files (level runs, sealed log segments) are hard
+    /// links, so `dir` must be on the same file system and costs little space until the
+    /// source moves on; the small log and the log segment being appended to are copied.
+    /// Durable when this returns; a checkpoint cut short (a crash, an error) has no
+    /// `MANIFEST` and does not open as a database.
+    pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<crate::CheckpointReport> {
+        self.check_writable()?;
+        self.engine.check_poison()?;
+        crate::checkpoint::checkpoint(&self.engine, dir.as_ref())
+    }
+
+    /// The options the database in `path` was last opened with for writing (stored in its
+    /// `OPTIONS` file at every open whose options changed), with `create_if_missing`
+    /// false; `None` if the directory has no options file (a database made before this
+    /// file existed, or no database). Reads only: takes no lock, changes nothing.
+    pub fn stored_options(path: impl AsRef<Path>) -> Result<Option<Options>> {
+        let io = Io::new(Arc::new(RealFs), false);
+        Ok(
+            crate::options_file::load(&io, path.as_ref())?.map(|o| Options {
+                create_if_missing: false,
+                ..o
+            }),
+        )
+    }
+
     /// Stops background work and releases the directory. Every entry point of the other
     /// clones of this handle fails with `Error::Closed` afterwards (an iterator created
     /// before may still read), and nothing of this instance changes the directory again.

@@ -1,7 +1,7 @@
 //! The names of the files in a database directory.
 //!
 //! Owns: how each kind of file is named (`NNNNNNNN.wal`, `.lvl`, `.vlog`, `.tlog`,
-//! `MANIFEST`, `LOCK`, `*.tmp`), parsing a name back to its kind and id, and listing the
+//! `MANIFEST`, `OPTIONS`, `LOCK`, `*.tmp`), parsing a name back to its kind and id, and listing the
 //! numbered files of one kind in id order. Open, small-log deletion, `check` and `space`
 //! classify a directory through it; every module that names a file takes the name from
 //! it. Never: touches a file (callers list the directory through the I/O layer and pass
@@ -9,6 +9,8 @@
 
 /// The manifest's name (`FORMAT.md`, "Manifest").
 pub(crate) const MANIFEST: &str = "MANIFEST";
+/// The options file's name (`FORMAT.md`, "Options file").
+pub(crate) const OPTIONS: &str = "OPTIONS";
 /// The directory lock's name.
 pub(crate) const LOCK: &str = "LOCK";
 /// Suffix of a file being written before its atomic rename (`Io::write_atomic`).
@@ -54,6 +56,7 @@ impl FileKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DbFile {
     Manifest,
+    Options,
     Lock,
     /// A leftover of an atomic write that did not finish.
     Temp,
@@ -67,6 +70,9 @@ pub(crate) fn parse(name: &str) -> Option<DbFile> {
     }
     if name == LOCK {
         return Some(DbFile::Lock);
+    }
+    if name == OPTIONS {
+        return Some(DbFile::Options);
     }
     if name.ends_with(TEMP_SUFFIX) {
         return Some(DbFile::Temp);
@@ -115,6 +121,7 @@ mod tests {
         assert_eq!(FileKind::SmallLog.name(42), "00000042.wal");
         assert_eq!(parse("MANIFEST"), Some(DbFile::Manifest));
         assert_eq!(parse("LOCK"), Some(DbFile::Lock));
+        assert_eq!(parse("OPTIONS"), Some(DbFile::Options));
         assert_eq!(parse("MANIFEST.tmp"), Some(DbFile::Temp));
     }
 

@@ -23,6 +23,7 @@
 mod background;
 mod cache;
 mod check;
+mod checkpoint;
 mod compaction;
 mod db;
 mod engine;
@@ -40,6 +41,7 @@ mod memtable;
 mod merge;
 mod obsolete;
 mod options;
+mod options_file;
 mod placement;
 mod read;
 mod recovery;
@@ -51,6 +53,7 @@ mod version_set;
 mod write;
 
 pub use check::CheckReport;
+pub use checkpoint::CheckpointReport;
 pub use db::Db;
 pub use error::{Error, Result};
 pub use gc::GcReport;

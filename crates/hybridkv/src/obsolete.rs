@@ -85,7 +85,7 @@ impl LiveFiles {
             }
         }
         let live = match file {
-            DbFile::Manifest | DbFile::Lock => true,
+            DbFile::Manifest | DbFile::Options | DbFile::Lock => true,
             DbFile::Temp => false,
             DbFile::Numbered(FileKind::Level, id) => self.runs.contains(&id),
             DbFile::Numbered(FileKind::SmallLog, id) => id >= self.log_min_id,

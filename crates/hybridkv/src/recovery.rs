@@ -92,6 +92,11 @@ impl Engine {
             }
         }
         let lock = io.fs().lock(&dir.join(filename::LOCK))?;
+        if !read_only {
+            // The options this database was last opened with, for tools that open it
+            // later (`Db::stored_options`).
+            crate::options_file::store_if_changed(&io, dir, &opts)?;
+        }
 
         // A new database gets its first manifest from the version set, once it exists,
         // before any new file is created.

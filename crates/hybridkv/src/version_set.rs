@@ -64,9 +64,24 @@ pub(crate) struct VersionState {
     /// Ids of level files that running flushes and compactions are writing: live, though no
     /// version names them yet (`check` must not call them orphans).
     pending_outputs: std::collections::BTreeSet<u64>,
+    /// Checkpoints copying small-log files: while nonzero, no small-log file is deleted
+    /// (the next flush after, or the next open, deletes what became obsolete meanwhile).
+    pub small_log_holds: usize,
 }
 
 impl VersionState {
+    /// The manifest that records this state (what the last store wrote, plus the segments
+    /// registered since); a checkpoint stores it in its own directory.
+    pub(crate) fn as_manifest(&self, next_file_id: u64) -> ManifestState {
+        Installed {
+            version: Arc::clone(&self.version),
+            segments: self.segments.clone(),
+            log_min_id: self.log_min_id,
+            flushed_lsn: self.flushed_lsn,
+        }
+        .manifest(next_file_id)
+    }
+
     /// The current version.
     pub(crate) fn version(&self) -> &Arc<Version> {
         &self.version
@@ -161,6 +176,7 @@ impl VersionSet {
                 flushing: false,
                 l1_dead_estimate: 0,
                 pending_outputs: Default::default(),
+                small_log_holds: 0,
             }),
             read: RwLock::new(ReadState {
                 sv: Arc::new(r.sv),

@@ -219,6 +219,9 @@ impl FileSystem for TracedFs {
     fn remove(&self, path: &Path) -> hybridkv::Result<()> {
         self.record("remove", path, || self.fs.remove(path))
     }
+    fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
+        self.record("hard link", to, || self.fs.hard_link(from, to))
+    }
     fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
         self.record("list", dir, || self.fs.list(dir))
     }

@@ -129,6 +129,10 @@ enum Op {
         key: Vec<u8>,
         prefix: Vec<u8>,
     },
+    /// Takes a checkpoint: opened at once, it must equal the model; a write to it stays
+    /// there; it is opened and checked again after each later reopen of the source (which
+    /// went on writing, merging and collecting meanwhile).
+    Checkpoint,
 }
 
 /// The database configuration of one case.
@@ -232,6 +236,10 @@ struct Harness {
     totals: Totals,
     /// Snapshots held, each with the model as it was when it was taken, oldest first.
     snapshots: Vec<(hybridkv::Snapshot, Model)>,
+    /// Where checkpoints go.
+    checkpoints: tempfile::TempDir,
+    /// The newest checkpoint and what it must hold.
+    checkpoint: Option<(std::path::PathBuf, Model)>,
 }
 
 /// Work counted over the whole run, to show the run exercised what it claims to.
@@ -242,6 +250,7 @@ struct Totals {
     reopens: u64,
     read_only_opens: u64,
     snapshot_reads: u64,
+    checkpoints: u64,
     gc_segments_freed: u64,
     medium_values_merged: u64,
 }
@@ -259,6 +268,8 @@ impl Harness {
             tag: 0,
             totals: Totals::default(),
             snapshots: Vec::new(),
+            checkpoints: tempfile::tempdir().map_err(|e| e.to_string())?,
+            checkpoint: None,
         })
     }
 
@@ -288,15 +299,7 @@ impl Harness {
         iter: hybridkv::DbIterator,
         keep: impl Fn(&[u8]) -> bool,
     ) -> Result<(), String> {
-        let mut got = Vec::new();
-        for item in iter {
-            got.push(item.map_err(|e| format!("{what}: error {e}"))?);
-        }
-        let want: Vec<_> = self.model.iter().filter(|(k, _)| keep(k)).collect();
-        match diff_pairs(&got, &want) {
-            Some(d) => Err(format!("{what}: {d}")),
-            None => Ok(()),
-        }
+        scan_check_model(&self.model, what, iter, keep)
     }
 
     /// Every pair by scan, every model key by get, and a few absent keys.
@@ -306,38 +309,62 @@ impl Harness {
 
     /// [`Self::full_check`] on any handle of this database.
     fn check_db(&self, db: &Db, what: &str) -> Result<(), String> {
-        self.scan_check(&format!("{what}: full scan"), db.iter(), |_| true)?;
-        for (k, v) in &self.model {
+        check_db_model(&self.model, db, what)
+    }
+}
+
+fn scan_check_model(
+    model: &Model,
+    what: &str,
+    iter: hybridkv::DbIterator,
+    keep: impl Fn(&[u8]) -> bool,
+) -> Result<(), String> {
+    let mut got = Vec::new();
+    for item in iter {
+        got.push(item.map_err(|e| format!("{what}: error {e}"))?);
+    }
+    let want: Vec<_> = model.iter().filter(|(k, _)| keep(k)).collect();
+    match diff_pairs(&got, &want) {
+        Some(d) => Err(format!("{what}: {d}")),
+        None => Ok(()),
+    }
+}
+
+/// Every pair of `model` by scan, every model key by get, and a few absent keys.
+fn check_db_model(model: &Model, db: &Db, what: &str) -> Result<(), String> {
+    scan_check_model(model, &format!("{what}: full scan"), db.iter(), |_| true)?;
+    for (k, v) in model {
+        let got = db
+            .get(k)
+            .map_err(|e| format!("{what}: get {}: {e}", describe(k)))?;
+        if got.as_ref() != Some(v) {
+            return Err(format!(
+                "{what}: get {}: got {}, expected {}",
+                describe(k),
+                describe_opt(got.as_ref()),
+                describe(v)
+            ));
+        }
+    }
+    for i in 0..KEY_SPACE {
+        let k = key(i);
+        if !model.contains_key(&k) {
             let got = db
-                .get(k)
-                .map_err(|e| format!("{what}: get {}: {e}", describe(k)))?;
-            if got.as_ref() != Some(v) {
+                .get(&k)
+                .map_err(|e| format!("{what}: get {}: {e}", describe(&k)))?;
+            if got.is_some() {
                 return Err(format!(
-                    "{what}: get {}: got {}, expected {}",
-                    describe(k),
-                    describe_opt(got.as_ref()),
-                    describe(v)
+                    "{what}: deleted/never-written key {} returned {}",
+                    describe(&k),
+                    describe_opt(got.as_ref())
                 ));
             }
         }
-        for i in 0..KEY_SPACE {
-            let k = key(i);
-            if !self.model.contains_key(&k) {
-                let got = db
-                    .get(&k)
-                    .map_err(|e| format!("{what}: get {}: {e}", describe(&k)))?;
-                if got.is_some() {
-                    return Err(format!(
-                        "{what}: deleted/never-written key {} returned {}",
-                        describe(&k),
-                        describe_opt(got.as_ref())
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
+    Ok(())
+}
 
+impl Harness {
     fn apply(&mut self, op: &Op) -> Result<(), String> {
         match op {
             Op::Put { key: k, len, sync } => {
@@ -474,6 +501,43 @@ impl Harness {
                     .map_err(|e| format!("reopen: {e}"))?;
                 self.db = Some(db);
                 self.full_check("after reopen")?;
+                if let Some((path, then)) = &self.checkpoint {
+                    // The source wrote, merged and collected since: the checkpoint's
+                    // linked files must not have changed under it.
+                    let ckpt = Db::open(path, self.opts.clone())
+                        .map_err(|e| format!("reopen checkpoint: {e}"))?;
+                    check_db_model(then, &ckpt, "checkpoint, reopened later")?;
+                    ckpt.close().map_err(|e| format!("close checkpoint: {e}"))?;
+                }
+            }
+            Op::Checkpoint => {
+                self.totals.checkpoints += 1;
+                let path = self
+                    .checkpoints
+                    .path()
+                    .join(format!("ckpt-{}", self.totals.checkpoints));
+                let report = self
+                    .db()?
+                    .checkpoint(&path)
+                    .map_err(|e| format!("checkpoint: {e}"))?;
+                let opts = Options {
+                    create_if_missing: false,
+                    ..self.opts.clone()
+                };
+                let ckpt = Db::open(&path, opts).map_err(|e| format!("open checkpoint: {e}"))?;
+                check_db_model(&self.model, &ckpt, "checkpoint")
+                    .map_err(|e| format!("{e} ({report:?})"))?;
+                // A write to the checkpoint stays in it: the source's next check (key 0
+                // is in its key space) would see it otherwise.
+                let mut then = self.model.clone();
+                let (k, v) = (key(0), b"written to the checkpoint".to_vec());
+                ckpt.put(&k, &v)
+                    .map_err(|e| format!("put to checkpoint: {e}"))?;
+                then.insert(k, v);
+                ckpt.close().map_err(|e| format!("close checkpoint: {e}"))?;
+                if let Some((old, _)) = self.checkpoint.replace((path, then)) {
+                    let _ = std::fs::remove_dir_all(old);
+                }
             }
             Op::Snapshot => {
                 let snap = self
@@ -611,6 +675,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<bool>().prop_map(|close| Op::Reopen { close }),
         1 => Just(Op::ReadOnly),
         2 => Just(Op::Snapshot),
+        1 => Just(Op::Checkpoint),
         4 => (any::<u8>(), any_key(), prefix())
             .prop_map(|(which, key, prefix)| Op::SnapshotRead { which, key, prefix }),
     ]
@@ -782,7 +847,8 @@ impl Rng {
             905..=944 => Op::Flush,
             945..=969 => Op::Compact,
             970..=989 => Op::Gc,
-            990..=994 => Op::ReadOnly,
+            990..=992 => Op::ReadOnly,
+            993..=994 => Op::Checkpoint,
             _ => Op::Reopen {
                 close: self.chance(500),
             },
@@ -803,6 +869,7 @@ fn long_run(seed: u64, config: Config, n: usize) -> Totals {
     assert!(totals.reopens > 0, "{totals:?}");
     assert!(totals.read_only_opens > 0, "{totals:?}");
     assert!(totals.snapshot_reads > 0, "{totals:?}");
+    assert!(totals.checkpoints > 0, "{totals:?}");
     totals
 }
 

@@ -346,6 +346,9 @@ impl FileSystem for SteppedFs {
     fn remove(&self, path: &Path) -> hybridkv::Result<()> {
         self.inner.remove(path)
     }
+    fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
+        self.inner.hard_link(from, to)
+    }
     fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
         let n = self.lists.fetch_add(1, Ordering::SeqCst) + 1;
         (self.on_list)(n)?;

@@ -244,14 +244,18 @@ impl Engine {
 
     /// Deletes small-log files that hold only flushed data.
     fn delete_old_logs(&self) -> Result<()> {
-        let (min, live) = {
+        let (min, live, held) = {
             let vs = self.versions.lock();
             let live = LiveFiles::from_state(&vs, self.versions.peek_next_file_id());
-            (vs.log_min_id(), live)
+            (vs.log_min_id(), live, vs.small_log_holds > 0)
         };
         // Their writers need no sync any more; the commit leader drops them (never take
         // `log` here: a writer stalled on this flush holds it).
         self.writes.set_small_log_min(min);
+        if held {
+            // A checkpoint is copying small-log files: the next flush deletes these.
+            return Ok(());
+        }
         for (id, path) in small::list(&self.io, &self.dir, 0)? {
             if live.verdict(DbFile::Numbered(FileKind::SmallLog, id)) == Verdict::Obsolete {
                 self.io.fs().remove(&path)?;

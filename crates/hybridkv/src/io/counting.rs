@@ -25,11 +25,14 @@ pub enum IoComponent {
     TransientLog,
     /// Garbage collection: reading segments to check which entries are live.
     Gc,
+    /// Checkpoints: the copies of the small log and of the large-log segment being
+    /// appended to (every other file of a checkpoint is a hard link and moves no byte).
+    Checkpoint,
 }
 
 impl IoComponent {
     /// Every component, in report order.
-    pub const ALL: [IoComponent; 8] = [
+    pub const ALL: [IoComponent; 9] = [
         IoComponent::Wal,
         IoComponent::Flush,
         IoComponent::Compaction,
@@ -38,6 +41,7 @@ impl IoComponent {
         IoComponent::LargeLog,
         IoComponent::TransientLog,
         IoComponent::Gc,
+        IoComponent::Checkpoint,
     ];
 
     /// Short name for reports.
@@ -51,6 +55,7 @@ impl IoComponent {
             IoComponent::LargeLog => "large_log",
             IoComponent::TransientLog => "transient_log",
             IoComponent::Gc => "gc",
+            IoComponent::Checkpoint => "checkpoint",
         }
     }
 
@@ -64,6 +69,7 @@ impl IoComponent {
             IoComponent::LargeLog => 5,
             IoComponent::TransientLog => 6,
             IoComponent::Gc => 7,
+            IoComponent::Checkpoint => 8,
         }
     }
 
@@ -94,10 +100,10 @@ impl IoComponent {
 /// Live counters (shared by all files of one database).
 #[derive(Debug, Default)]
 pub struct IoStats {
-    written: [AtomicU64; 8],
-    read: [AtomicU64; 8],
-    read_ops: [AtomicU64; 8],
-    syncs: [AtomicU64; 8],
+    written: [AtomicU64; 9],
+    read: [AtomicU64; 9],
+    read_ops: [AtomicU64; 9],
+    syncs: [AtomicU64; 9],
 }
 
 /// A copy of the counters at one moment.
@@ -175,7 +181,7 @@ impl IoStats {
 
     /// Copies the counters.
     pub fn snapshot(&self) -> IoStatsSnapshot {
-        let get = |arr: &[AtomicU64; 8], c: IoComponent| {
+        let get = |arr: &[AtomicU64; 9], c: IoComponent| {
             arr.get(c.index()).map_or(0, |a| a.load(Ordering::Relaxed))
         };
         IoStatsSnapshot {

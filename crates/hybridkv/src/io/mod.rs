@@ -1,7 +1,7 @@
 //! The I/O layer: the only code that touches the operating system's files.
 //!
 //! Owns: the [`FileSystem`] seam (open, read at, append, sync data, sync directory, rename,
-//! delete, punch hole, list, lock), the real implementation ([`RealFs`], with optional
+//! hard link, delete, punch hole, list, lock), the real implementation ([`RealFs`], with optional
 //! `O_DIRECT`), a simulated one for tests (`SimFs`: crash images, injected faults, a
 //! byte quota; compiled only for this crate's tests or with the `sim` cargo feature),
 //! sealing a closed database's handle ([`Io::seal`]), and byte counting per component
@@ -107,6 +107,10 @@ pub trait FileSystem: Send + Sync + Debug {
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
     /// Deletes a file.
     fn remove(&self, path: &Path) -> Result<()>;
+    /// Gives the file at `from` a second name `to` (a hard link: both name the same
+    /// bytes; durable once `to`'s directory is synced). Only for files nothing changes
+    /// any more: a checkpoint links the immutable files of a database.
+    fn hard_link(&self, from: &Path, to: &Path) -> Result<()>;
     /// Names of the entries of a directory.
     fn list(&self, dir: &Path) -> Result<Vec<String>>;
     /// Makes creates, renames and deletes in `dir` durable.

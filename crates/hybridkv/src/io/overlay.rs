@@ -1,7 +1,7 @@
 //! [`ReadOnlyOverlay`]: the file system as a read-only open sees it.
 //!
 //! Owns: reading through to the real directory while every change (create, append,
-//! rename, remove, truncate, punch hole) stays in memory, so that recovery can run its
+//! rename, hard link, remove, truncate, punch hole) stays in memory, so that recovery can run its
 //! usual steps (cut a torn tail, start a new small-log file, ...) without touching the
 //! disk. A file is copied into memory the first time it is changed. No lock is taken.
 //! Never: writes, syncs, renames or deletes anything on the underlying file system.
@@ -158,6 +158,14 @@ impl FileSystem for ReadOnlyOverlay {
         let mut c = self.changes.lock();
         c.files.remove(path);
         c.removed.insert(path.to_path_buf());
+        Ok(())
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
+        // The second name shares the bytes, as a link does.
+        let data = self.copy_up("hard link", from)?;
+        let mut c = self.changes.lock();
+        c.files.insert(to.to_path_buf(), data);
+        c.removed.remove(to);
         Ok(())
     }
     fn list(&self, dir: &Path) -> Result<Vec<String>> {

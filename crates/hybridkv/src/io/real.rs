@@ -488,6 +488,10 @@ impl FileSystem for RealFs {
         std::fs::remove_file(path).map_err(|e| Error::io("delete", path, e))
     }
 
+    fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::hard_link(from, to).map_err(|e| Error::io("hard link", to, e))
+    }
+
     fn list(&self, dir: &Path) -> Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {

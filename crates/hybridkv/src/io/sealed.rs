@@ -90,6 +90,9 @@ impl FileSystem for SealableFs {
     fn remove(&self, path: &Path) -> Result<()> {
         self.change(|fs| fs.remove(path))
     }
+    fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
+        self.change(|fs| fs.hard_link(from, to))
+    }
     fn list(&self, dir: &Path) -> Result<Vec<String>> {
         self.inner.list(dir)
     }

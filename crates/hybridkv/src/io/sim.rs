@@ -73,6 +73,11 @@ enum Mutation {
         node: u64,
     },
     SyncDir(PathBuf),
+    /// A second name for a file (a hard link): both names share one node.
+    Link {
+        from: PathBuf,
+        to: PathBuf,
+    },
     Rename {
         from: PathBuf,
         to: PathBuf,
@@ -202,6 +207,11 @@ impl Disk {
                     if in_dir(p, dir) {
                         self.durable.insert(p.clone(), *id);
                     }
+                }
+            }
+            Mutation::Link { from, to } => {
+                if let Some(&id) = self.live.get(from) {
+                    self.live.insert(to.clone(), id);
                 }
             }
             Mutation::Rename { from, to } => {
@@ -410,6 +420,7 @@ impl Inner {
             Mutation::Create { .. }
                 | Mutation::SyncDir(_)
                 | Mutation::Rename { .. }
+                | Mutation::Link { .. }
                 | Mutation::Remove(_)
         );
         if let Some(h) = self.history.as_mut() {
@@ -517,7 +528,7 @@ type Shared = Arc<Mutex<Inner>>;
 ///   overwrite inside that prefix, which the engine never does, counts as durable at once).
 ///   `truncate` is durable at once (it syncs, like `RealFs`); so is `punch_hole`, which zeroes
 ///   the range and keeps the length.
-/// - **Names**: creates, renames and deletes change the *live* namespace at once and the
+/// - **Names**: creates, renames, hard links and deletes change the *live* namespace at once and the
 ///   *durable* namespace only when `sync_dir` is called on their directory. A file removed
 ///   or replaced in the live namespace keeps its bytes while the durable namespace or an
 ///   open handle still refers to it. Directories (`create_dir_all`) are durable at once.
@@ -918,6 +929,21 @@ impl FileSystem for SimFs {
         g.file(from, "rename")?;
         g.check_parent(to, "rename")?;
         g.mutate(Mutation::Rename {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+        });
+        Ok(())
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
+        let mut g = self.inner.lock();
+        g.begin("hard link", to)?;
+        g.file(from, "hard link")?;
+        g.check_parent(to, "hard link")?;
+        if g.disk.live.contains_key(to) || g.disk.is_dir(to) {
+            return Err(Error::io("hard link", to, ErrorKind::AlreadyExists.into()));
+        }
+        g.mutate(Mutation::Link {
             from: from.to_path_buf(),
             to: to.to_path_buf(),
         });

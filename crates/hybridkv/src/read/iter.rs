@@ -162,6 +162,11 @@ impl DbIterator {
         }
     }
 
+    /// The keys only, from here on: values are never read (no log is touched).
+    pub fn keys(self) -> KeyIterator {
+        KeyIterator(self)
+    }
+
     /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
     /// a given length): it resolves them in batches of up to 64 pairs (4 MiB of values),
     /// reading each batch's log values together, and reads nothing ahead past them; pairs

@@ -1,0 +1,253 @@
+//! Checkpoints: a consistent copy of an open database in another directory.
+//!
+//! Owns: capturing the database's state at one point (between two commits), and building
+//! the copy from it: hard links for the files nothing changes any more (level runs,
+//! sealed large-log segments, transient segments), byte copies for the ones still growing
+//! or that recovery may cut (every small-log file the copy replays, the large-log segment
+//! being appended to, each up to its length at the point), the options file, and last the
+//! manifest of the captured state, so that a directory with a manifest is a complete
+//! checkpoint. Never: changes the source directory or its state (a checkpoint cut short
+//! by a crash has no manifest and opens as no database; one that failed has its manifest
+//! removed if it got one).
+//!
+//! The copy holds every write committed before the capture and none after: the capture
+//! takes the commit path's lock, so no commit is half done; every committed record has
+//! been handed to the operating system (what the copy reads); the manifest written is the
+//! captured state, whose small-log files replay exactly the writes the levels lack.
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::filename::FileKind;
+use crate::io::IoComponent;
+use crate::log::large::SegmentKind;
+use crate::manifest::ManifestState;
+use crate::version_set::SuperVersion;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Bytes copied per read/append when a file is copied.
+const COPY_CHUNK: usize = 1 << 20;
+
+/// What a checkpoint made.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// The checkpoint's directory.
+    pub dir: PathBuf,
+    /// The last write (its LSN) the checkpoint holds: every write acknowledged before
+    /// the checkpoint was asked for is at or below it.
+    pub sequence: u64,
+    /// Files hard-linked (level runs, sealed log segments).
+    pub files_linked: u64,
+    /// Bytes of those files (shared with the source: no new space).
+    pub bytes_linked: u64,
+    /// Files copied (small-log files, the large-log segment being appended to, options).
+    pub files_copied: u64,
+    /// Bytes copied.
+    pub bytes_copied: u64,
+}
+
+impl std::fmt::Display for CheckpointReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "checkpoint: {}", self.dir.display())?;
+        writeln!(f, "sequence: {}", self.sequence)?;
+        writeln!(
+            f,
+            "linked: {} files, {} bytes",
+            self.files_linked, self.bytes_linked
+        )?;
+        writeln!(
+            f,
+            "copied: {} files, {} bytes",
+            self.files_copied, self.bytes_copied
+        )
+    }
+}
+
+/// One file of the checkpoint and how it is made.
+#[derive(Debug)]
+enum Source {
+    /// Immutable: a second name for the same bytes.
+    Link(String),
+    /// Still changing (or cut by recovery): its first `len` bytes, copied.
+    Copy(String, u64),
+}
+
+/// The state at the checkpoint's point, and what keeps its files on disk until the copy
+/// is done.
+struct Captured {
+    manifest: ManifestState,
+    sequence: u64,
+    files: Vec<Source>,
+    /// Holds every run and segment the manifest names (an obsolete file goes when its
+    /// last holder lets go).
+    _sv: Arc<SuperVersion>,
+    /// Keeps small-log files from being deleted while they are copied.
+    _logs: SmallLogHold,
+}
+
+/// While alive, no small-log file of the engine is deleted (the flush that would delete
+/// one leaves it; the next flush, or the next open, deletes it).
+struct SmallLogHold {
+    engine: Arc<Engine>,
+}
+
+impl SmallLogHold {
+    fn new(engine: &Arc<Engine>, vs: &mut crate::version_set::VersionState) -> Self {
+        vs.small_log_holds += 1;
+        SmallLogHold {
+            engine: Arc::clone(engine),
+        }
+    }
+}
+
+impl Drop for SmallLogHold {
+    fn drop(&mut self) {
+        let mut vs = self.engine.versions.lock();
+        vs.small_log_holds = vs.small_log_holds.saturating_sub(1);
+    }
+}
+
+/// Makes a checkpoint of `engine` in `target` (which must not exist). On failure, the
+/// copy's manifest is removed if it was written (a step after it failed), so that a
+/// checkpoint that reported an error never opens as a database.
+pub(crate) fn checkpoint(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
+    if engine.io.fs().kind(target)?.is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "checkpoint directory {} already exists (a checkpoint goes into a new directory)",
+            target.display()
+        )));
+    }
+    build(engine, target).inspect_err(|e| {
+        let manifest = target.join(crate::filename::MANIFEST);
+        if engine.io.fs().kind(&manifest).ok().flatten().is_some() {
+            let _ = engine.io.fs().remove(&manifest);
+        }
+        log::warn!(
+            "{}: checkpoint into {} failed: {e}",
+            engine.dir.display(),
+            target.display()
+        );
+    })
+}
+
+fn build(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
+    let fs = engine.io.fs();
+    let captured = capture(engine)?;
+    fs.create_dir_all(target)?;
+    let mut report = CheckpointReport {
+        dir: target.to_path_buf(),
+        sequence: captured.sequence,
+        ..CheckpointReport::default()
+    };
+    for file in &captured.files {
+        match file {
+            Source::Link(name) => {
+                let from = engine.dir.join(name);
+                let to = target.join(name);
+                fs.hard_link(&from, &to)?;
+                // A sealed segment may never have been synced (a commit without `sync`):
+                // make the bytes under the new name durable (truncating to the current
+                // length changes nothing else).
+                let len = fs.file_len(&to)?;
+                fs.truncate(&to, len)?;
+                report.files_linked += 1;
+                report.bytes_linked += len;
+            }
+            Source::Copy(name, len) => {
+                copy_prefix(engine, &engine.dir.join(name), &target.join(name), *len)?;
+                report.files_copied += 1;
+                report.bytes_copied += len;
+            }
+        }
+    }
+    let options = crate::options_file::encode(&engine.opts);
+    engine.io.write_atomic(
+        target,
+        crate::filename::OPTIONS,
+        &options,
+        IoComponent::Checkpoint,
+    )?;
+    report.files_copied += 1;
+    report.bytes_copied += options.len() as u64;
+    // Every file is durable and named durably before the manifest makes the directory a
+    // database.
+    fs.sync_dir(target)?;
+    captured.manifest.store(&engine.io, target)?;
+    if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs.sync_dir(parent)?;
+    }
+    log::info!(
+        "{}: checkpoint at sequence {} in {} ({} files linked, {} bytes copied)",
+        engine.dir.display(),
+        report.sequence,
+        target.display(),
+        report.files_linked,
+        report.bytes_copied
+    );
+    Ok(report)
+}
+
+/// Captures the state between two commits: the `log` lock keeps commits out, and under
+/// it the versions lock gives the live state (lock order `log` -> `versions`).
+fn capture(engine: &Arc<Engine>) -> Result<Captured> {
+    let log = engine.writes.lock();
+    let sequence = log.next_lsn.saturating_sub(1);
+    let active_large = log.large.as_ref().map(|w| (w.id(), w.len()));
+    let mut vs = engine.versions.lock();
+    let (sv, _) = engine.versions.snapshot();
+    let mut manifest = vs.as_manifest(engine.versions.peek_next_file_id());
+    // A transient segment whose run is not installed yet belongs to a flush still
+    // running: it is not part of this state (and may still be growing).
+    let runs: std::collections::HashSet<u64> =
+        manifest.levels.iter().map(|&(_, id, _)| id).collect();
+    manifest
+        .segments
+        .retain(|s| s.kind == SegmentKind::Large || runs.contains(&s.owner));
+    let mut files: Vec<Source> = manifest
+        .levels
+        .iter()
+        .map(|&(_, id, _)| Source::Link(FileKind::Level.name(id)))
+        .collect();
+    for s in &manifest.segments {
+        let name = s.kind.file_name(s.id);
+        match active_large {
+            Some((id, len)) if s.kind == SegmentKind::Large && id == s.id => {
+                files.push(Source::Copy(name, len));
+            }
+            _ => files.push(Source::Link(name)),
+        }
+    }
+    // Every commit so far was handed to the operating system, so each small-log file's
+    // length now ends at a whole record.
+    for (id, path) in crate::log::small::list(&engine.io, &engine.dir, vs.log_min_id())? {
+        let len = engine.io.fs().file_len(&path)?;
+        files.push(Source::Copy(FileKind::SmallLog.name(id), len));
+    }
+    let logs = SmallLogHold::new(engine, &mut vs);
+    drop(vs);
+    drop(log);
+    Ok(Captured {
+        manifest,
+        sequence,
+        files,
+        _sv: sv,
+        _logs: logs,
+    })
+}
+
+/// Copies the first `len` bytes of `from` into a new file `to`, and makes them durable.
+fn copy_prefix(engine: &Engine, from: &Path, to: &Path, len: u64) -> Result<()> {
+    let src = engine.io.open(from, IoComponent::Checkpoint)?;
+    let mut dst = engine.io.create(to, IoComponent::Checkpoint)?;
+    let mut buf = vec![0u8; COPY_CHUNK];
+    let mut offset = 0u64;
+    while offset < len {
+        let n = usize::try_from(len - offset).map_or(COPY_CHUNK, |r| r.min(COPY_CHUNK));
+        let chunk = buf.get_mut(..n).unwrap_or_default();
+        src.read_exact_at(offset, chunk)?;
+        dst.append(chunk)?;
+        offset += n as u64;
+    }
+    dst.sync_data()
+}
