@@ -12,3 +12,7 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# The examples are programs that check what they show: each must run to the end.
+for example in snapshot checkpoint read_only iterators; do
+  cargo run --quiet -p hybridkv --example "$example" >/dev/null
+done

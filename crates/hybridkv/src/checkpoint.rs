@@ -2,13 +2,13 @@
 //!
 //! Owns: capturing the database's state at one point (between two commits), and building
 //! the copy from it: hard links for the files nothing changes any more (level runs,
-//! sealed large-log segments, transient segments), byte copies for the ones still growing
-//! or that recovery may cut (every small-log file the copy replays, the large-log segment
-//! being appended to, each up to its length at the point), the options file, and last the
+//! older large-log segments, transient segments), byte copies for the ones still growing
+//! or that recovery may cut (every small-log file the copy replays, the newest large-log
+//! segment, each up to its length at the point), the options file, and last the
 //! manifest of the captured state, so that a directory with a manifest is a complete
-//! checkpoint. Never: changes the source directory or its state (a checkpoint cut short
-//! by a crash has no manifest and opens as no database; one that failed has its manifest
-//! removed if it got one).
+//! checkpoint. Never: changes the source directory or its state. A checkpoint that
+//! failed removes what it made; one cut short by a crash has no manifest (and no small-log
+//! file under its real name until the last steps), so it does not open as a database.
 //!
 //! The copy holds every write committed before the capture and none after: the capture
 //! takes the commit path's lock, so no commit is half done; every committed record has
@@ -108,9 +108,9 @@ impl Drop for SmallLogHold {
     }
 }
 
-/// Makes a checkpoint of `engine` in `target` (which must not exist). On failure, the
-/// copy's manifest is removed if it was written (a step after it failed), so that a
-/// checkpoint that reported an error never opens as a database.
+/// Makes a checkpoint of `engine` in `target` (which must not exist). On failure, every
+/// file this call made in `target` is removed (best effort), so that a checkpoint that
+/// reported an error leaves nothing that opens as a database.
 pub(crate) fn checkpoint(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
     if engine.io.fs().kind(target)?.is_some() {
         return Err(Error::InvalidArgument(format!(
@@ -118,10 +118,11 @@ pub(crate) fn checkpoint(engine: &Arc<Engine>, target: &Path) -> Result<Checkpoi
             target.display()
         )));
     }
-    build(engine, target).inspect_err(|e| {
-        let manifest = target.join(crate::filename::MANIFEST);
-        if engine.io.fs().kind(&manifest).ok().flatten().is_some() {
-            let _ = engine.io.fs().remove(&manifest);
+    let mut made: Vec<PathBuf> = Vec::new();
+    build(engine, target, &mut made).inspect_err(|e| {
+        // The manifest first: without it nothing left opens as this checkpoint.
+        for path in made.iter().rev() {
+            let _ = engine.io.fs().remove(path);
         }
         log::warn!(
             "{}: checkpoint into {} failed: {e}",
@@ -131,21 +132,48 @@ pub(crate) fn checkpoint(engine: &Arc<Engine>, target: &Path) -> Result<Checkpoi
     })
 }
 
-fn build(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
+/// The directory whose entry names `path` (`.` for a bare relative name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Builds the checkpoint; `made` collects every file created in `target`, in order.
+fn build(engine: &Arc<Engine>, target: &Path, made: &mut Vec<PathBuf>) -> Result<CheckpointReport> {
     let fs = engine.io.fs();
     let captured = capture(engine)?;
+    // The directories this creates (the target and any missing parent), outermost first:
+    // each is made durable in its parent.
+    let mut missing: Vec<&Path> = Vec::new();
+    let mut dir = Some(target);
+    while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+        if fs.kind(d)?.is_some() {
+            break;
+        }
+        missing.push(d);
+        dir = d.parent();
+    }
     fs.create_dir_all(target)?;
+    for d in missing.iter().rev() {
+        fs.sync_dir(parent_of(d))?;
+    }
     let mut report = CheckpointReport {
         dir: target.to_path_buf(),
         sequence: captured.sequence,
         ..CheckpointReport::default()
     };
+    // Small-log files are copied under temporary names and renamed only once everything
+    // else is in place: until then a crash leaves no log a later open could replay
+    // (temporary files are swept at open).
+    let mut renames: Vec<(PathBuf, PathBuf)> = Vec::new();
     for file in &captured.files {
         match file {
             Source::Link(name) => {
-                let from = engine.dir.join(name);
                 let to = target.join(name);
-                fs.hard_link(&from, &to)?;
+                fs.hard_link(&engine.dir.join(name), &to)?;
+                made.push(to.clone());
                 // A sealed segment may never have been synced (a commit without `sync`):
                 // make the bytes under the new name durable (truncating to the current
                 // length changes nothing else).
@@ -155,13 +183,25 @@ fn build(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
                 report.bytes_linked += len;
             }
             Source::Copy(name, len) => {
-                copy_prefix(engine, &engine.dir.join(name), &target.join(name), *len)?;
+                let to = target.join(name);
+                let is_log = crate::filename::id_of(name, FileKind::SmallLog).is_some();
+                let written = if is_log {
+                    target.join(format!("{name}{}", crate::filename::TEMP_SUFFIX))
+                } else {
+                    to.clone()
+                };
+                made.push(written.clone());
+                copy_prefix(engine, &engine.dir.join(name), &written, *len)?;
+                if is_log {
+                    renames.push((written, to));
+                }
                 report.files_copied += 1;
                 report.bytes_copied += len;
             }
         }
     }
     let options = crate::options_file::encode(&engine.opts);
+    made.push(target.join(crate::filename::OPTIONS));
     engine.io.write_atomic(
         target,
         crate::filename::OPTIONS,
@@ -170,13 +210,15 @@ fn build(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
     )?;
     report.files_copied += 1;
     report.bytes_copied += options.len() as u64;
+    for (from, to) in renames {
+        fs.rename(&from, &to)?;
+        made.push(to);
+    }
     // Every file is durable and named durably before the manifest makes the directory a
     // database.
     fs.sync_dir(target)?;
+    made.push(target.join(crate::filename::MANIFEST));
     captured.manifest.store(&engine.io, target)?;
-    if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs.sync_dir(parent)?;
-    }
     log::info!(
         "{}: checkpoint at sequence {} in {} ({} files linked, {} bytes copied)",
         engine.dir.display(),
@@ -192,6 +234,8 @@ fn build(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
 /// it the versions lock gives the live state (lock order `log` -> `versions`).
 fn capture(engine: &Arc<Engine>) -> Result<Captured> {
     let log = engine.writes.lock();
+    // A commit that failed may have left part of a group in the logs: nothing to copy.
+    engine.check_poison()?;
     let sequence = log.next_lsn.saturating_sub(1);
     let active_large = log.large.as_ref().map(|w| (w.id(), w.len()));
     let mut vs = engine.versions.lock();
@@ -209,13 +253,25 @@ fn capture(engine: &Arc<Engine>) -> Result<Captured> {
         .iter()
         .map(|&(_, id, _)| Source::Link(FileKind::Level.name(id)))
         .collect();
+    // The newest large segment is copied, never linked: the copy's recovery cuts that
+    // segment's tail (to where its records end), and the source may still append to it.
+    let newest_large = manifest
+        .segments
+        .iter()
+        .filter(|s| s.kind == SegmentKind::Large)
+        .map(|s| s.id)
+        .max();
     for s in &manifest.segments {
         let name = s.kind.file_name(s.id);
-        match active_large {
-            Some((id, len)) if s.kind == SegmentKind::Large && id == s.id => {
-                files.push(Source::Copy(name, len));
-            }
-            _ => files.push(Source::Link(name)),
+        if Some(s.id) == newest_large {
+            let len = match active_large {
+                Some((id, len)) if id == s.id => len,
+                // Not appended to since the last open: its length is final.
+                _ => engine.io.fs().file_len(&engine.dir.join(&name))?,
+            };
+            files.push(Source::Copy(name, len));
+        } else {
+            files.push(Source::Link(name));
         }
     }
     // Every commit so far was handed to the operating system, so each small-log file's
@@ -250,4 +306,16 @@ fn copy_prefix(engine: &Engine, from: &Path, to: &Path, len: u64) -> Result<()> 
         offset += n as u64;
     }
     dst.sync_data()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_relative_name_lives_in_the_current_directory() {
+        assert_eq!(parent_of(Path::new("backup")), Path::new("."));
+        assert_eq!(parent_of(Path::new("a/backup")), Path::new("a"));
+        assert_eq!(parent_of(Path::new("/backup")), Path::new("/"));
+    }
 }

@@ -59,7 +59,7 @@ pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use options::{MediumMergeLevel, Options, WriteOptions, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 pub use placement::{Category, Placement};
-pub use read::iter::{DbIterator, KeyIterator};
+pub use read::iter::{DbIterator, KeyIterator, LazyIterator, LazyPair};
 pub use snapshot::Snapshot;
 pub use space::{SpaceComponent, SpaceReport};
 pub use stats::{LevelStats, Stats};

@@ -67,7 +67,7 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ("large_segment_size", o.large_segment_size.to_string()),
         // `{:?}` of an f64 round-trips exactly.
         ("gc_threshold", format!("{:?}", o.gc_threshold)),
-        ("gc_interval_ms", o.gc_interval.as_millis().to_string()),
+        ("gc_interval_ns", o.gc_interval.as_nanos().to_string()),
         (
             "medium_merge_level",
             merge_level_name(o.medium_merge_level).to_string(),
@@ -197,7 +197,13 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         "large_threshold" => o.large_threshold = num(value)?,
         "large_segment_size" => o.large_segment_size = num(value)?,
         "gc_threshold" => o.gc_threshold = real(value)?,
-        "gc_interval_ms" => o.gc_interval = Duration::from_millis(num(value)?),
+        "gc_interval_ns" => {
+            let ns: u128 = num(value)?;
+            o.gc_interval = Duration::new(
+                u64::try_from(ns / 1_000_000_000).map_err(|_| "over u64 seconds")?,
+                (ns % 1_000_000_000) as u32,
+            );
+        }
         "medium_merge_level" => {
             o.medium_merge_level = match value {
                 "last" => MediumMergeLevel::Last,
@@ -267,7 +273,7 @@ mod tests {
             large_threshold: 512,
             large_segment_size: 1 << 20,
             gc_threshold: 0.3,
-            gc_interval: Duration::from_millis(250),
+            gc_interval: Duration::new(3, 250_000_123),
             medium_merge_level: MediumMergeLevel::SecondToLast,
             space_amp_limit: Some(1.75),
             bloom_bits_per_key: 0,

@@ -92,11 +92,6 @@ impl Engine {
             }
         }
         let lock = io.fs().lock(&dir.join(filename::LOCK))?;
-        if !read_only {
-            // The options this database was last opened with, for tools that open it
-            // later (`Db::stored_options`).
-            crate::options_file::store_if_changed(&io, dir, &opts)?;
-        }
 
         // A new database gets its first manifest from the version set, once it exists,
         // before any new file is created.
@@ -385,6 +380,12 @@ impl Engine {
             versions.log_and_apply(&mut vs, &VersionEdit::default(), None)?;
         }
         let writer = SmallLogWriter::create(&io, dir, versions.alloc_file_id())?;
+        if !read_only {
+            // The options this database was last opened with, for tools that open it
+            // later (`Db::stored_options`): stored once the open succeeded, so options
+            // the database refuses are never recorded.
+            crate::options_file::store_if_changed(&io, dir, &opts)?;
+        }
         let engine = Engine {
             dir: dir.to_path_buf(),
             io,

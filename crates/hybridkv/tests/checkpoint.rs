@@ -9,7 +9,7 @@
 mod common;
 
 use common::{key, sized_value, small_opts, Model};
-use hybridkv::io::{CrashKind, FailMode, SimFs};
+use hybridkv::io::{CrashKind, FailMode, FileSystem, SimFs};
 use hybridkv::{Db, Error, Options};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -204,7 +204,15 @@ fn a_fault_at_any_step_is_an_error_and_leaves_no_database_behind() {
         match r {
             Err(Error::Io { .. }) => {
                 failed += 1;
-                // No manifest, no database: a partial copy never opens as one.
+                // What the call made is gone (a temporary file of an atomic write may
+                // stay: open sweeps those), so nothing opens as a database.
+                let left: Vec<String> = fs
+                    .list(Path::new(&path))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|n| !n.ends_with(".tmp"))
+                    .collect();
+                assert!(left.is_empty(), "step {step}: left {left:?}");
                 let opened = Db::open_with_fs(&path, reopen_opts(), Arc::new(fs.clone()));
                 assert!(opened.is_err(), "step {step}: a partial checkpoint opened");
             }
@@ -282,6 +290,27 @@ fn options_are_stored_with_the_database_and_read_only_opens_store_nothing() {
         Db::stored_options(&path).unwrap().unwrap().growth_factor,
         small_opts().growth_factor
     );
+    // Options the database refuses (fewer levels than it has) are not recorded.
+    let db = Db::open(&path, small_opts()).unwrap();
+    for i in 0..20_000u64 {
+        db.put(key(i), value_for(i, 0)).unwrap();
+    }
+    db.compact_all().unwrap(); // over a megabyte of leaves: level 3 or deeper
+    let deepest = db.stats().unwrap().levels.iter().rposition(|l| l.files > 0);
+    assert!(deepest.is_some_and(|i| i >= 2), "{deepest:?}");
+    db.close().unwrap();
+    let refused = Db::open(
+        &path,
+        Options {
+            max_levels: 2,
+            ..small_opts()
+        },
+    );
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
+    assert_eq!(Db::stored_options(&path).unwrap().unwrap().max_levels, 7);
     // A damaged options file is a typed error naming it.
     let file = path.join("OPTIONS");
     let mut bytes = std::fs::read(&file).unwrap();

@@ -111,6 +111,14 @@ enum Op {
     Prefix {
         prefix: Vec<u8>,
     },
+    /// A range scan that takes `take` pairs, then seeks to `to` (before, inside or past
+    /// the range) and reads the rest.
+    Seek {
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        take: u8,
+        to: Vec<u8>,
+    },
     Flush,
     Compact,
     Gc,
@@ -464,7 +472,77 @@ impl Harness {
                     }
                 } else {
                     self.scan_check("range", iter, |k| in_range(k, start, end))?;
+                    // Lazily: every key and value length, every other value read.
+                    let want: Vec<_> = self
+                        .model
+                        .iter()
+                        .filter(|(k, _)| in_range(k, start, end))
+                        .collect();
+                    let lazy = self
+                        .db()?
+                        .range::<Vec<u8>, _>((start.clone(), end.clone()))
+                        .lazy();
+                    let mut n = 0;
+                    for (i, item) in lazy.enumerate() {
+                        let pair = item.map_err(|e| format!("lazy range: error {e}"))?;
+                        let Some((k, v)) = want.get(i) else {
+                            return Err(format!("lazy range: extra key {}", describe(pair.key())));
+                        };
+                        if pair.key() != k.as_slice() || pair.value_len() != v.len() as u64 {
+                            return Err(format!(
+                                "lazy range item {i}: got {} ({} bytes), expected {} ({} bytes)",
+                                describe(pair.key()),
+                                pair.value_len(),
+                                describe(k),
+                                v.len()
+                            ));
+                        }
+                        if i % 2 == 0 {
+                            let got = pair.value().map_err(|e| format!("lazy value: {e}"))?;
+                            if got != **v {
+                                return Err(format!("lazy value of {}: wrong bytes", describe(k)));
+                            }
+                        }
+                        n += 1;
+                    }
+                    if n != want.len() {
+                        return Err(format!("lazy range: {n} pairs, expected {}", want.len()));
+                    }
                 }
+            }
+            Op::Seek {
+                start,
+                end,
+                take,
+                to,
+            } => {
+                if matches!(
+                    (start, end),
+                    (
+                        Bound::Included(s) | Bound::Excluded(s),
+                        Bound::Included(e) | Bound::Excluded(e)
+                    ) if s > e
+                ) {
+                    return Ok(());
+                }
+                let mut iter = self.db()?.range::<Vec<u8>, _>((start.clone(), end.clone()));
+                let mut got = Vec::new();
+                for item in iter.by_ref().take(usize::from(*take)) {
+                    got.push(item.map_err(|e| format!("seek: error before the seek {e}"))?);
+                }
+                let want: Vec<_> = self
+                    .model
+                    .iter()
+                    .filter(|(k, _)| in_range(k, start, end))
+                    .take(usize::from(*take))
+                    .collect();
+                if let Some(d) = diff_pairs(&got, &want) {
+                    return Err(format!("seek: before the seek: {d}"));
+                }
+                iter.seek(to);
+                self.scan_check("seek: after the seek", iter, |k| {
+                    in_range(k, start, end) && k >= to.as_slice()
+                })?;
             }
             Op::Prefix { prefix } => {
                 // A length hint that is sometimes short of the pairs there are, so the scan
@@ -669,6 +747,8 @@ fn op() -> impl Strategy<Value = Op> {
         20 => any_key().prop_map(|key| Op::Get { key }),
         10 => (bound(), bound()).prop_map(|(start, end)| Op::Range { start, end }),
         5 => prefix().prop_map(|prefix| Op::Prefix { prefix }),
+        3 => (bound(), bound(), any::<u8>(), any_key())
+            .prop_map(|(start, end, take, to)| Op::Seek { start, end, take: take % 8, to }),
         4 => Just(Op::Flush),
         3 => Just(Op::Compact),
         2 => Just(Op::Gc),
@@ -844,7 +924,13 @@ impl Rng {
                     prefix: prefixes[self.below(7) as usize].to_vec(),
                 }
             }
-            905..=944 => Op::Flush,
+            905..=914 => Op::Seek {
+                start: self.bound(),
+                end: self.bound(),
+                take: self.below(8) as u8,
+                to: self.any_key(),
+            },
+            915..=944 => Op::Flush,
             945..=969 => Op::Compact,
             970..=989 => Op::Gc,
             990..=992 => Op::ReadOnly,

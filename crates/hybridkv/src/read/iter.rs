@@ -74,6 +74,10 @@ impl Source for Cursor {
 
 impl Cursor {
     fn file(&self) -> Option<&crate::level::LevelFile> {
+        self.shared_file().map(Arc::as_ref)
+    }
+
+    fn shared_file(&self) -> Option<&Arc<crate::level::LevelFile>> {
         match self {
             Cursor::Level(c) => Some(c.file()),
             Cursor::Mem { .. } => None,
@@ -85,16 +89,20 @@ impl Cursor {
 /// created. Holding it never blocks writers, flushes or compactions; the files it reads
 /// stay on disk until it is dropped.
 pub struct DbIterator {
+    /// What the iterator reads (kept for `seek`, so its files stay until it is dropped);
+    /// `None` for an iterator that only reports an error.
     sv: Option<SuperVersion>,
     /// Kept for dereferencing log pointers while the iterator lives.
     segments: Arc<super::SegmentSet>,
     snapshot: u64,
+    /// Where the merge starts: the range's start, or the key of the last `seek`.
     start: Bound<Vec<u8>>,
-    /// Taken by the merge when the iterator starts.
+    /// The range as given.
+    lower: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
     /// One cursor per source, newest first (memtables, then the runs from L1 down); the
     /// newest version of each key at the snapshot wins, tombstones are skipped. `None`
-    /// before the first step and once finished (which releases the cursors' files).
+    /// before the first step and once finished (the files stay held by `sv`).
     merge: Option<Merge<Cursor>>,
     /// Pairs resolved ahead of the caller, in key order.
     ahead: VecDeque<Resolved>,
@@ -134,6 +142,7 @@ impl DbIterator {
             segments: Arc::clone(&sv.segments),
             sv: Some(sv),
             snapshot,
+            lower: start.clone(),
             start,
             end,
             merge: None,
@@ -152,6 +161,7 @@ impl DbIterator {
             sv: None,
             snapshot: 0,
             start: Bound::Unbounded,
+            lower: Bound::Unbounded,
             end: Bound::Unbounded,
             merge: None,
             ahead: VecDeque::new(),
@@ -167,6 +177,12 @@ impl DbIterator {
         KeyIterator(self)
     }
 
+    /// Pairs whose values are read only when asked for ([`LazyPair::value`]), from here
+    /// on: a scan that filters on keys (or on value lengths) reads no value it skips.
+    pub fn lazy(self) -> LazyIterator {
+        LazyIterator(self)
+    }
+
     /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
     /// a given length): it resolves them in batches of up to 64 pairs (4 MiB of values),
     /// reading each batch's log values together, and reads nothing ahead past them; pairs
@@ -178,8 +194,37 @@ impl DbIterator {
         self
     }
 
+    /// Moves to the first pair at or after `key`, as of the same moment: the next item is
+    /// that pair. The range stays as it was: a key before its start moves to the start,
+    /// one past its end ends the iteration. Pairs read ahead are dropped and read again
+    /// from the new position. After the end (or an error), a seek starts the iterator
+    /// again. An iterator made from an invalid range keeps its error.
+    pub fn seek(&mut self, key: impl AsRef<[u8]>) {
+        if self.sv.is_none() {
+            return;
+        }
+        let key = key.as_ref();
+        let past_start = match &self.lower {
+            Bound::Included(s) => key >= s.as_slice(),
+            Bound::Excluded(s) => key > s.as_slice(),
+            Bound::Unbounded => true,
+        };
+        self.start = if past_start {
+            Bound::Included(key.to_vec())
+        } else {
+            self.lower.clone()
+        };
+        self.merge = None;
+        self.ahead.clear();
+        self.window = PREFETCH_FIRST;
+        // A length hint was about the old position.
+        self.expected = None;
+        self.state = State::Unstarted;
+    }
+
     fn start(&mut self) -> Result<()> {
-        let Some(sv) = self.sv.take() else {
+        // Kept (not taken) for a later `seek`.
+        let Some(sv) = self.sv.clone() else {
             return Ok(());
         };
         let from: Bound<&[u8]> = match &self.start {
@@ -210,8 +255,7 @@ impl DbIterator {
         // Memtable cursors apply the snapshot themselves (`collect_from` skips newer
         // versions without copying them), and the runs of a captured `SuperVersion` hold
         // only versions published before it: the merge needs no snapshot of its own.
-        let end = std::mem::replace(&mut self.end, Bound::Unbounded);
-        self.merge = Some(Merge::new(cursors, Tombstones::Drop)?.with_upper(end));
+        self.merge = Some(Merge::new(cursors, Tombstones::Drop)?.with_upper(self.end.clone()));
         Ok(())
     }
 
@@ -397,6 +441,83 @@ impl Iterator for KeyIterator {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.0.next_key_and_len().map(|r| r.map(|(k, _, _)| k))
+    }
+}
+
+/// Iterates pairs without reading their values ([`DbIterator::lazy`]).
+#[derive(Debug)]
+pub struct LazyIterator(DbIterator);
+
+impl Iterator for LazyIterator {
+    type Item = Result<LazyPair>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let it = &mut self.0;
+        it.guarded(|it| {
+            let Some((key, source, value)) = it.next_raw()? else {
+                return Ok(None);
+            };
+            let file = it
+                .merge
+                .as_ref()
+                .and_then(|m| m.source(source))
+                .and_then(Cursor::shared_file)
+                .cloned();
+            Ok(Some(LazyPair {
+                key,
+                value,
+                file,
+                segments: Arc::clone(&it.segments),
+            }))
+        })
+    }
+}
+
+/// A pair from a [`LazyIterator`]: the key, and where the value is, read on request.
+/// It keeps the file holding the value readable as long as it lives.
+pub struct LazyPair {
+    key: Vec<u8>,
+    value: LevelValue,
+    file: Option<Arc<crate::level::LevelFile>>,
+    segments: Arc<super::SegmentSet>,
+}
+
+impl std::fmt::Debug for LazyPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyPair")
+            .field("key", &self.key)
+            .field("value_len", &self.value_len())
+            .finish()
+    }
+}
+
+impl LazyPair {
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The value's length in bytes, known without reading it.
+    pub fn value_len(&self) -> u64 {
+        match &self.value {
+            LevelValue::Inline(b) => b.len() as u64,
+            LevelValue::Overflow { len, .. } => u64::from(*len),
+            LevelValue::Medium(p) | LevelValue::Large(p) => u64::from(p.len)
+                .saturating_sub((self.key.len() + crate::log::large::RECORD_HEADER) as u64),
+            LevelValue::Tombstone => 0,
+        }
+    }
+
+    /// Reads the value: from the leaf it came with (in place), or from its overflow blob
+    /// or log record (one read, through the block cache).
+    pub fn value(&self) -> Result<Vec<u8>> {
+        super::resolve_with(
+            &self.segments,
+            &self.key,
+            self.value.clone(),
+            self.file.as_deref(),
+        )?
+        .ok_or_else(|| Error::Internal("a lazy pair without a value (a tombstone)".into()))
     }
 }
 
