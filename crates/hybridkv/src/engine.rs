@@ -52,6 +52,8 @@ pub(crate) struct Engine {
     pub bg_cv: Condvar,
     /// Set by a failed log write, fsync or background job: writes are refused.
     pub poison: Mutex<Option<String>>,
+    /// Whether `poison` is set: read without the lock by every write's check.
+    pub poisoned: AtomicBool,
     pub counters: Counters,
     pub dir_lock: Mutex<Option<Box<dyn DirLock>>>,
     /// Serializes garbage-collection passes.
@@ -79,10 +81,14 @@ impl Engine {
         if p.is_none() {
             log::error!("{}: refusing writes from now on: {why}", self.dir.display());
             *p = Some(why.to_string());
+            self.poisoned.store(true, Ordering::Release);
         }
     }
 
     pub(crate) fn check_poison(&self) -> Result<()> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.poison.lock() {
             Some(msg) => Err(Error::Poisoned(msg.clone())),
             None => Ok(()),

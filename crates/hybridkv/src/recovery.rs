@@ -404,6 +404,7 @@ impl Engine {
             bg: Mutex::new(BgState::default()),
             bg_cv: Condvar::new(),
             poison: Mutex::new(None),
+            poisoned: AtomicBool::new(false),
             counters: Counters::default(),
             dir_lock: Mutex::new(Some(lock)),
             gc_lock: Mutex::new(()),

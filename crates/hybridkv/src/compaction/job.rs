@@ -223,6 +223,11 @@ impl MergeJob<'_> {
                 }
             };
             builder.add(&key, lsn, ev)?;
+            // Written: the buffers go back for the next entries a source copies.
+            crate::value::recycle(key);
+            if let LevelValue::Inline(b) = value {
+                crate::value::recycle(b);
+            }
         }
         // A dropped tombstone was read like any other winner.
         let dropped = merge.counts().tombstones_dropped;

@@ -24,7 +24,7 @@ pub(crate) use crate::value::LevelValue;
 impl From<ValueRef<'_>> for LevelValue {
     fn from(v: ValueRef<'_>) -> Self {
         match v {
-            ValueRef::Inline(b) => LevelValue::Inline(b.to_vec()),
+            ValueRef::Inline(b) => LevelValue::Inline(crate::value::buffer_from(b)),
             ValueRef::Overflow { offset, len, crc } => LevelValue::Overflow { offset, len, crc },
             ValueRef::Medium(p) => LevelValue::Medium(p),
             ValueRef::Large(p) => LevelValue::Large(p),
@@ -692,7 +692,13 @@ impl LevelScanner {
                     let entry = NodeView::new(node, NODE_LEAF)
                         .ok()
                         .and_then(|v| v.leaf_entry(*idx))
-                        .map(|e| (e.key.to_vec(), e.lsn, LevelValue::from(e.value)));
+                        .map(|e| {
+                            (
+                                crate::value::buffer_from(e.key),
+                                e.lsn,
+                                LevelValue::from(e.value),
+                            )
+                        });
                     let off = *off;
                     *idx += 1;
                     return entry

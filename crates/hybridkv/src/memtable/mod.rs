@@ -14,6 +14,48 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 /// Per-entry bookkeeping added to key and value bytes when sizing the memtable.
 const ENTRY_OVERHEAD: usize = 48;
 
+/// Key and value bytes of this many bytes or fewer are held inside the skip-list node
+/// (a small pair of the paper's mixes: a 24-byte key and a 9-byte value): no allocation
+/// of their own, and a full-key comparison reads the node it already has.
+const INLINE_BYTES: usize = 46;
+
+/// The bytes of a version: the key, then (for `Slot::Inline`) the value.
+#[derive(Debug, Clone)]
+enum KeyBytes {
+    Inline { len: u8, buf: [u8; INLINE_BYTES] },
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    fn new(key: &[u8], value: &[u8]) -> Self {
+        let len = key.len() + value.len();
+        if len <= INLINE_BYTES {
+            let mut buf = [0u8; INLINE_BYTES];
+            if let Some(k) = buf.get_mut(..key.len()) {
+                k.copy_from_slice(key);
+            }
+            if let Some(v) = buf.get_mut(key.len()..len) {
+                v.copy_from_slice(value);
+            }
+            return KeyBytes::Inline {
+                len: len as u8,
+                buf,
+            };
+        }
+        let mut bytes = Vec::with_capacity(len);
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(value);
+        KeyBytes::Heap(bytes.into_boxed_slice())
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline { len, buf } => buf.get(..usize::from(*len)).unwrap_or_default(),
+            KeyBytes::Heap(b) => b,
+        }
+    }
+}
+
 /// A versioned key: sorts by key ascending, then by LSN descending (newest first).
 ///
 /// The first 16 key bytes are also held inline, big-endian in a `u128` (zero-padded), so
@@ -21,14 +63,14 @@ const ENTRY_OVERHEAD: usize = 48;
 /// instead of a pointer chase to the key's heap bytes (a cache miss per node). Equal
 /// prefixes fall back to the full keys, so zero padding never decides an order.
 ///
-/// The key's heap bytes are followed by the value's (for a small or medium value): one
-/// allocation per version instead of one for the key and one for the value.
+/// The key's bytes are followed by the value's (for a small or medium value): in the node
+/// itself up to [`INLINE_BYTES`], else one allocation per version.
 #[derive(Debug, Clone)]
 pub(crate) struct MemKey {
     prefix: u128,
     pub lsn: u64,
     /// The key, then (for `Slot::Inline`) the value.
-    bytes: Box<[u8]>,
+    bytes: KeyBytes,
     key_len: usize,
 }
 
@@ -44,25 +86,28 @@ impl MemKey {
         if let (Some(dst), Some(src)) = (head.get_mut(..n), key.get(..n)) {
             dst.copy_from_slice(src);
         }
-        let mut bytes = Vec::with_capacity(key.len() + value.len());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(value);
         MemKey {
             prefix: u128::from_be_bytes(head),
             lsn,
-            bytes: bytes.into_boxed_slice(),
+            bytes: KeyBytes::new(key, value),
             key_len: key.len(),
         }
     }
 
     /// The user key.
     pub(crate) fn key(&self) -> &[u8] {
-        self.bytes.get(..self.key_len).unwrap_or_default()
+        self.bytes
+            .as_slice()
+            .get(..self.key_len)
+            .unwrap_or_default()
     }
 
     /// The bytes after the key (an inline value).
     fn tail(&self) -> &[u8] {
-        self.bytes.get(self.key_len..).unwrap_or_default()
+        self.bytes
+            .as_slice()
+            .get(self.key_len..)
+            .unwrap_or_default()
     }
 }
 
@@ -119,7 +164,7 @@ enum Slot {
 /// The stored value of a version.
 fn level_value(k: &MemKey, slot: &Slot) -> LevelValue {
     match slot {
-        Slot::Inline => LevelValue::Inline(k.tail().to_vec()),
+        Slot::Inline => LevelValue::Inline(crate::value::buffer_from(k.tail())),
         Slot::Large(p) => LevelValue::Large(*p),
         Slot::Tombstone => LevelValue::Tombstone,
     }
@@ -241,7 +286,11 @@ impl Memtable {
             let k = e.key();
             let newest = prev.as_ref().is_none_or(|p| p.key().key() != k.key());
             let out = if newest {
-                MemVersion::Newest((k.key().to_vec(), k.lsn, level_value(k, e.value())))
+                MemVersion::Newest((
+                    crate::value::buffer_from(k.key()),
+                    k.lsn,
+                    level_value(k, e.value()),
+                ))
             } else {
                 MemVersion::Shadowed(match e.value() {
                     Slot::Large(p) => Some(*p),
@@ -294,6 +343,23 @@ mod tests {
         }
         // Same key: the newer LSN sorts first.
         assert!(MemKey::new(b"k", 9) < MemKey::new(b"k", 3));
+    }
+
+    #[test]
+    fn keys_and_values_read_back_on_both_sides_of_the_inline_size() {
+        let m = Memtable::new();
+        for total in [0, 1, INLINE_BYTES - 1, INLINE_BYTES, INLINE_BYTES + 1, 300] {
+            let key = vec![b'k'; total.clamp(1, 30)];
+            let value: Vec<u8> = (0..total.saturating_sub(key.len()))
+                .map(|i| i as u8)
+                .collect();
+            m.insert(&key, total as u64 + 1, MemValue::Value(&value));
+            assert_eq!(
+                m.get(&key, u64::MAX),
+                Some((total as u64 + 1, LevelValue::Inline(value.clone()))),
+                "{total} bytes"
+            );
+        }
     }
 
     #[test]
