@@ -205,7 +205,9 @@ impl MergeJob<'_> {
                 (LevelValue::Inline(b), MediumPolicy::ToLog(sink))
                     if self.opts.classify(key.len(), b.len()) == Category::Medium =>
                 {
-                    LevelValue::Medium(sink.append(&key, &b, lsn)?)
+                    let ptr = sink.append(&key, &b, lsn)?;
+                    crate::value::recycle(b);
+                    LevelValue::Medium(ptr)
                 }
                 (v, _) => v,
             };

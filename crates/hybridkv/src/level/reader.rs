@@ -24,7 +24,7 @@ pub(crate) use crate::value::LevelValue;
 impl From<ValueRef<'_>> for LevelValue {
     fn from(v: ValueRef<'_>) -> Self {
         match v {
-            ValueRef::Inline(b) => LevelValue::Inline(crate::value::buffer_from(b)),
+            ValueRef::Inline(b) => LevelValue::Inline(b.to_vec()),
             ValueRef::Overflow { offset, len, crc } => LevelValue::Overflow { offset, len, crc },
             ValueRef::Medium(p) => LevelValue::Medium(p),
             ValueRef::Large(p) => LevelValue::Large(p),
@@ -693,11 +693,14 @@ impl LevelScanner {
                         .ok()
                         .and_then(|v| v.leaf_entry(*idx))
                         .map(|e| {
-                            (
-                                crate::value::buffer_from(e.key),
-                                e.lsn,
-                                LevelValue::from(e.value),
-                            )
+                            // Merge input: its buffers come back through `value::recycle`.
+                            let value = match e.value {
+                                ValueRef::Inline(b) => {
+                                    LevelValue::Inline(crate::value::buffer_from(b))
+                                }
+                                other => LevelValue::from(other),
+                            };
+                            (crate::value::buffer_from(e.key), e.lsn, value)
                         });
                     let off = *off;
                     *idx += 1;

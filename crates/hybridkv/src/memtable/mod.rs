@@ -18,6 +18,8 @@ const ENTRY_OVERHEAD: usize = 48;
 /// (a small pair of the paper's mixes: a 24-byte key and a 9-byte value): no allocation
 /// of their own, and a full-key comparison reads the node it already has.
 const INLINE_BYTES: usize = 46;
+// The inline length is stored in a `u8`.
+const _: () = assert!(INLINE_BYTES <= u8::MAX as usize);
 
 /// The bytes of a version: the key, then (for `Slot::Inline`) the value.
 #[derive(Debug, Clone)]
@@ -164,7 +166,7 @@ enum Slot {
 /// The stored value of a version.
 fn level_value(k: &MemKey, slot: &Slot) -> LevelValue {
     match slot {
-        Slot::Inline => LevelValue::Inline(crate::value::buffer_from(k.tail())),
+        Slot::Inline => LevelValue::Inline(k.tail().to_vec()),
         Slot::Large(p) => LevelValue::Large(*p),
         Slot::Tombstone => LevelValue::Tombstone,
     }
@@ -286,11 +288,12 @@ impl Memtable {
             let k = e.key();
             let newest = prev.as_ref().is_none_or(|p| p.key().key() != k.key());
             let out = if newest {
-                MemVersion::Newest((
-                    crate::value::buffer_from(k.key()),
-                    k.lsn,
-                    level_value(k, e.value()),
-                ))
+                // The flush's input: its buffers come back through `value::recycle`.
+                let value = match e.value() {
+                    Slot::Inline => LevelValue::Inline(crate::value::buffer_from(k.tail())),
+                    slot => level_value(k, slot),
+                };
+                MemVersion::Newest((crate::value::buffer_from(k.key()), k.lsn, value))
             } else {
                 MemVersion::Shadowed(match e.value() {
                     Slot::Large(p) => Some(*p),
@@ -348,8 +351,16 @@ mod tests {
     #[test]
     fn keys_and_values_read_back_on_both_sides_of_the_inline_size() {
         let m = Memtable::new();
-        for total in [0, 1, INLINE_BYTES - 1, INLINE_BYTES, INLINE_BYTES + 1, 300] {
-            let key = vec![b'k'; total.clamp(1, 30)];
+        for (total, key_len) in [
+            (1, 1),
+            (INLINE_BYTES - 1, 30),
+            (INLINE_BYTES, 30),
+            (INLINE_BYTES + 1, 30),
+            (INLINE_BYTES, INLINE_BYTES),
+            (60, 60),
+            (300, 30),
+        ] {
+            let key = vec![b'k'; key_len];
             let value: Vec<u8> = (0..total.saturating_sub(key.len()))
                 .map(|i| i as u8)
                 .collect();
