@@ -167,6 +167,8 @@ fn main() {
             leaf_size: leaf,
             index_size: index,
             medium_bytes: 77,
+            filter_offset: 0,
+            filter_len: 0,
         };
         let bytes = encode_footer(&f);
         o.add(Some(0), &bytes);
@@ -235,6 +237,23 @@ fn main() {
     }
     let n_man = o.n;
 
+    let mut o = Out::new("options_file");
+    let variants = [
+        hybridkv::Options::default(),
+        hybridkv::Options {
+            placement: hybridkv::Placement::AllLog,
+            space_amp_limit: Some(1.5),
+            gc_interval: std::time::Duration::from_micros(1500),
+            ..hybridkv::Options::default()
+        },
+    ];
+    for v in &variants {
+        let b = encode_options(v);
+        o.add(Some(0), &b);
+        o.add(Some(1), &b);
+    }
+    let n_opts = o.n;
+
     let mut o = Out::new("ops_vs_model");
     for s in 0..12 {
         o.add(None, &noise(s, 48 + 40 * s as usize));
@@ -244,6 +263,6 @@ fn main() {
     println!(
         "seeds: batch {n_batch}, log_ptr {n_ptr}, wal_chunk {n_wal}, log_segment {n_seg}, \
          level_node {n_node}, level_footer {n_footer}, level_file {n_file}, manifest {n_man}, \
-         ops_vs_model {n_ops}"
+         options_file {n_opts}, ops_vs_model {n_ops}"
     );
 }

@@ -2,7 +2,8 @@
 //!
 //! Input: `[flags u8][footer bytes]`. Bit 0 rewrites the footer checksum first.
 //! Properties: no panic; an accepted footer has node sizes and height in range and
-//! re-encodes to the same bytes (the reserved tail, which the decoder ignores, aside);
+//! re-encodes to the same bytes (the reserved tail, which the decoder ignores, aside; a
+//! version-1 footer to the same fields under version 2);
 //! decode(encode(f)) == f for footers derived from the input.
 #![no_main]
 
@@ -10,8 +11,10 @@ use hybridkv::fuzzing::{decode_footer, encode_footer, Footer, FOOTER_SIZE};
 use hybridkv_fuzz::fix_footer;
 use libfuzzer_sys::fuzz_target;
 
-/// Bytes the encoder writes; the rest up to the checksum is reserved (zero).
-const FIELDS: usize = 72;
+/// Bytes the encoder writes (version 2, with the filter's offset and length); the rest up
+/// to the checksum is reserved (zero). Version 1 (still read) ends its fields at 72.
+const FIELDS: usize = 84;
+const FIELDS_V1: usize = 72;
 
 fuzz_target!(|input: &[u8]| {
     let Some((&flags, rest)) = input.split_first() else {
@@ -25,9 +28,21 @@ fuzz_target!(|input: &[u8]| {
         let ok = |s: u32| (4096..=1 << 20).contains(&s) && s.is_multiple_of(4096);
         assert!(ok(d.leaf_size) && ok(d.index_size) && d.height <= 64);
         let again = encode_footer(&d);
-        assert_eq!(again[..FIELDS], f[..FIELDS], "encode(decode(x)) != x");
-        if f[FIELDS..FOOTER_SIZE - 4].iter().all(|&b| b == 0) {
-            assert_eq!(again, f[..FOOTER_SIZE], "encode(decode(x)) != x");
+        // A version-1 footer re-encodes as version 2: the version differs, and its bytes
+        // past the version-1 fields are not read.
+        let v1 = f.get(8..12) == Some(&1u32.to_le_bytes()[..]);
+        if v1 {
+            assert_eq!(again[..8], f[..8], "magic changed");
+            assert_eq!(
+                again[12..FIELDS_V1],
+                f[12..FIELDS_V1],
+                "encode(decode(x)) != x"
+            );
+        } else {
+            assert_eq!(again[..FIELDS], f[..FIELDS], "encode(decode(x)) != x");
+            if f[FIELDS..FOOTER_SIZE - 4].iter().all(|&b| b == 0) {
+                assert_eq!(again, f[..FOOTER_SIZE], "encode(decode(x)) != x");
+            }
         }
     }
     if rest.len() >= 64 {
@@ -42,6 +57,9 @@ fuzz_target!(|input: &[u8]| {
             leaf_size: (1 + u(48) % 256) as u32 * 4096,
             index_size: (1 + u(56) % 256) as u32 * 4096,
             medium_bytes: u(0) ^ u(8),
+            // No filter: a footer's filter fields are checked against the file it ends.
+            filter_offset: 0,
+            filter_len: 0,
         };
         assert_eq!(
             decode_footer(&encode_footer(&f)).expect("encoded footer"),

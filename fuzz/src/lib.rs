@@ -137,6 +137,11 @@ pub fn fix_manifest(data: &mut [u8]) {
     }
 }
 
+/// Rewrites an options file's payload checksum (the same header layout as the manifest's).
+pub fn fix_options(data: &mut [u8]) {
+    fix_manifest(data);
+}
+
 /// Rewrites a level-file footer's checksum (`f` is the footer's 128 bytes).
 pub fn fix_footer(f: &mut [u8]) {
     if f.len() >= 128 {

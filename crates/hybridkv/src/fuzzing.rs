@@ -495,3 +495,13 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
     }
     .encode()
 }
+
+/// Decodes an `OPTIONS` file (`docs/FORMAT.md`, "Options file").
+pub fn decode_options(data: &[u8]) -> Result<crate::Options> {
+    crate::options_file::decode(data, Path::new("OPTIONS"))
+}
+
+/// Encodes options as an `OPTIONS` file.
+pub fn encode_options(o: &crate::Options) -> Vec<u8> {
+    crate::options_file::encode(o)
+}
