@@ -13,6 +13,6 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 # The examples are programs that check what they show: each must run to the end.
-for example in snapshot checkpoint read_only iterators; do
+for example in snapshot checkpoint read_only iterators merge; do
   cargo run --quiet -p hybridkv --example "$example" >/dev/null
 done

@@ -122,6 +122,8 @@ pub struct BenchOptions {
     pub label: String,
     /// Progress bars.
     pub progress: bool,
+    /// YCSB's read-modify-write as a merge (a field patch) where the engine has one.
+    pub rmw_as_merge: bool,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -183,6 +185,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         bloom: opts.bloom,
         sync: false,
         background_threads: opts.background_threads,
+        rmw_as_merge: opts.rmw_as_merge,
     }
 }
 

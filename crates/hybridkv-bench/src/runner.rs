@@ -6,7 +6,7 @@
 //! records exist, the value length of each, the settings of the load). Only `db` is
 //! measured for bytes on disk.
 
-use crate::engine::{Engine, EngineConfig, EngineKind, EngineOptions};
+use crate::engine::{patch, Engine, EngineConfig, EngineKind, EngineOptions};
 use crate::error::{BenchError, Result};
 use crate::live::LiveTracker;
 use crate::record::{self, Latency, Mix, PhaseRecord, SCHEMA_VERSION};
@@ -252,6 +252,17 @@ fn worker(
                 let c = engine.scan(start_key.as_bytes(), *len)?;
                 t.scan_pairs += c.pairs;
                 t.app_read += c.bytes;
+            }
+            Operation::ReadModifyWrite { key, .. } if engine.rmw_is_merge() => {
+                // A blind write: the first bytes of the new value as a field patch, no
+                // longer than the record (its size stays what the tracker holds).
+                let _guard = tracker.lock(key.record());
+                let len = (tracker.get(key.record()) as usize)
+                    .min(patch::PATCH_BYTES)
+                    .min(buf.len());
+                let delta = patch::delta(0, buf.get(..len).unwrap_or_default());
+                engine.merge(key.as_bytes(), &delta)?;
+                t.app_written += key_len + delta.len() as u64;
             }
             Operation::ReadModifyWrite { key, .. } => {
                 let _guard = tracker.lock(key.record());

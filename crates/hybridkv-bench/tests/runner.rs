@@ -22,6 +22,7 @@ fn config() -> EngineConfig {
         bloom: false,
         sync: false,
         background_threads: 2,
+        rmw_as_merge: false,
     }
 }
 
@@ -147,6 +148,42 @@ fn load_then_runs(engine: EngineKind) {
     record::append(&results, &all[..2]).unwrap();
     record::append(&results, &all[2..]).unwrap();
     assert_eq!(record::read_all(&results).unwrap(), all);
+}
+
+/// Run F with read-modify-write as a merge: blind field patches, folded by the engine;
+/// every record is still there at its size (a patch never extends a record).
+fn run_f_as_merge(engine: EngineKind) {
+    let dir = tempdir();
+    let root = dir.path();
+    let n = 3000;
+    let load = run_phase(&plan(engine, Phase::Load, 'a', n, 0, root)).unwrap();
+    let before = scanned_bytes(engine, root);
+    let mut p = plan(engine, Phase::Run, 'f', n, 4000, root);
+    p.config.rmw_as_merge = true;
+    let run_f = run_phase(&p).unwrap();
+    let rmw = run_f.op_counts["read_modify_write"];
+    assert!(rmw > 1000, "{:?}", run_f.op_counts);
+    // Reads are only the workload's reads: a merge reads nothing.
+    assert!(run_f.app_bytes_read <= run_f.op_counts["read"] * 1100);
+    assert_eq!(run_f.live_bytes, load.live_bytes);
+    assert_eq!(before, (n, load.live_bytes));
+    // Opened with the operator, every record folds to its loaded size.
+    let mut c = config();
+    c.rmw_as_merge = true;
+    let e = engine.open(&EngineDir::new(root, engine).db(), &c).unwrap();
+    let after = e.scan(b"u", usize::MAX).unwrap();
+    assert_eq!((after.pairs, after.bytes), before);
+}
+
+#[test]
+fn hybridkv_runs_f_as_merge() {
+    run_f_as_merge(EngineKind::Hybridkv);
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_runs_f_as_merge() {
+    run_f_as_merge(EngineKind::RocksDb);
 }
 
 #[test]
@@ -378,6 +415,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         seed: 1,
         label: String::new(),
         progress: false,
+        rmw_as_merge: false,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

@@ -148,6 +148,11 @@ pub struct RunArgs {
     /// Background (flush/compaction) threads per engine.
     #[arg(long, default_value_t = 2)]
     pub background_threads: usize,
+    /// YCSB's read-modify-write (workload F): `read-write` reads the record and writes it
+    /// back; `merge` writes a 16-byte field patch as a delta that the engine's merge
+    /// operator folds (hybridkv and RocksDB/BlobDB get the same operator; fjall has none).
+    #[arg(long, default_value = "read-write", value_parser = ["read-write", "merge"])]
+    pub rmw: String,
     /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
     /// in the current one, deleted afterwards (only with --phase all).
     #[arg(long)]
@@ -336,6 +341,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         seed: a.seed,
         label: a.label.clone(),
         progress: !a.no_progress,
+        rmw_as_merge: a.rmw == "merge",
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

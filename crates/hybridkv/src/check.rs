@@ -79,10 +79,11 @@ impl fmt::Display for CheckReport {
 }
 
 impl Engine {
-    /// Whether the newest version of `key` is the pointer `p`.
+    /// Whether the value of `key` is the pointer `p` (its newest version, or the base below
+    /// its newest deltas).
     fn is_newest(sv: &SuperVersion, key: &[u8], p: LogPtr) -> Result<bool> {
         Ok(matches!(
-            crate::read::lookup(sv, u64::MAX, key)?,
+            crate::read::lookup(sv, u64::MAX, key)?.base,
             Some((LevelValue::Large(q) | LevelValue::Medium(q), _)) if q == p
         ))
     }
@@ -114,6 +115,21 @@ impl Engine {
                 }
                 let result = match value {
                     LevelValue::Overflow { .. } => scanner.load_overflow(value).map(drop),
+                    LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. } => {
+                        match scanner.load_overflow(value) {
+                            Ok(LevelValue::Deltas(list))
+                                if crate::delta::decode(&list).is_some() =>
+                            {
+                                Ok(())
+                            }
+                            Ok(_) => Err(Error::corruption(
+                                run.path(),
+                                0,
+                                "an operand list (deltas) that does not decode",
+                            )),
+                            Err(e) => Err(e),
+                        }
+                    }
                     LevelValue::Large(p) | LevelValue::Medium(p) => {
                         report.pointers_checked += 1;
                         match sv.segments.get(&p.segment) {

@@ -216,6 +216,16 @@ impl Db {
         self.write(b)
     }
 
+    /// Adds a delta for `key`: a blind write that the merge operator
+    /// (`Options::merge_operator`) folds into the key's value, so a read-modify-write costs
+    /// no read. Gets, scans and snapshots see the folded value. `Error::InvalidArgument`
+    /// if no operator is set; `Error::MergeFailed` if the operator refuses `operand`.
+    pub fn merge(&self, key: impl AsRef<[u8]>, operand: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.merge(key, operand);
+        self.write(b)
+    }
+
     /// Applies every operation of `batch` atomically.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
         self.write_opt(batch, &self.default_write_options())

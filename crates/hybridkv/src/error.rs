@@ -64,6 +64,16 @@ pub enum Error {
     /// flushes, compactions and GC.
     #[error("database is open read-only")]
     ReadOnly,
+    /// The merge operator refused a delta or a base (the key's value cannot be computed).
+    #[error("merge operator {operator} failed on key {key}: {reason}")]
+    MergeFailed {
+        /// The operator's name.
+        operator: String,
+        /// The key, escaped (at most 32 bytes shown).
+        key: String,
+        /// What the operator said.
+        reason: String,
+    },
     /// An invariant of the engine itself was broken (a bug, not bad input or bad data on
     /// disk); the message says what and where. The operation stopped instead of going on
     /// with a result that could be wrong.

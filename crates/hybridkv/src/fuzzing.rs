@@ -282,8 +282,10 @@ pub fn encode_leaf(size: usize, entries: &[LevelEntry]) -> Option<Vec<u8>> {
     let mut n = NodeBuf::new(size, NODE_LEAF);
     for (k, lsn, value) in entries {
         let need = match value {
-            LevelValue::Inline(v) => node::INLINE_FIXED + k.len() + v.len(),
-            LevelValue::Overflow { .. } => node::OVERFLOW_FIXED + k.len(),
+            LevelValue::Inline(v) | LevelValue::Deltas(v) => node::INLINE_FIXED + k.len() + v.len(),
+            LevelValue::Overflow { .. } | LevelValue::DeltasOverflow { .. } => {
+                node::OVERFLOW_FIXED + k.len()
+            }
             LevelValue::Medium(_) | LevelValue::Large(_) => node::POINTER_FIXED + k.len(),
             LevelValue::Tombstone => node::TOMBSTONE_FIXED + k.len(),
         };
@@ -292,8 +294,12 @@ pub fn encode_leaf(size: usize, entries: &[LevelEntry]) -> Option<Vec<u8>> {
         }
         match value {
             LevelValue::Inline(v) => n.push_inline(k, *lsn, v),
+            LevelValue::Deltas(v) => n.push_bytes(node::KIND_DELTAS, k, *lsn, v),
             LevelValue::Overflow { offset, len, crc } => {
-                n.push_overflow(k, *lsn, *len, *offset, *crc)
+                n.push_overflow(node::KIND_OVERFLOW, k, *lsn, *len, *offset, *crc)
+            }
+            LevelValue::DeltasOverflow { offset, len, crc } => {
+                n.push_overflow(node::KIND_DELTAS_OVERFLOW, k, *lsn, *len, *offset, *crc)
             }
             LevelValue::Medium(p) => n.push_pointer(KIND_MEDIUM, k, *lsn, *p),
             LevelValue::Large(p) => n.push_pointer(KIND_LARGE, k, *lsn, *p),
@@ -409,7 +415,8 @@ pub fn encode_level_file(
             LevelValue::Medium(p) => EntryValue::Medium(*p),
             LevelValue::Large(p) => EntryValue::Large(*p),
             LevelValue::Tombstone => EntryValue::Tombstone,
-            LevelValue::Overflow { .. } => {
+            LevelValue::Deltas(list) => EntryValue::Deltas(list),
+            LevelValue::Overflow { .. } | LevelValue::DeltasOverflow { .. } => {
                 return Err(Error::InvalidArgument(
                     "the level builder places overflow blobs itself".into(),
                 ))

@@ -7,7 +7,9 @@
 //! lists sources newest first, a lower index wins) and, within one source, in the order
 //! the source gives them (LSN descending). [`Merge`] is the layer on top: it keeps the
 //! newest version of each key and drops the older ones (*shadowing*, counted and handed to
-//! an observer), optionally hides versions above a snapshot LSN, keeps or drops tombstones
+//! an observer); when the newest holds deltas it keeps, beside it, the older versions the
+//! deltas apply to (more deltas, down to the first *base* that is not), so that its caller
+//! can fold them ([`MergeEntry::take_stack`]); optionally hides versions above a snapshot LSN, keeps or drops tombstones
 //! as the caller asks, and optionally stops at an upper bound.
 //!
 //! Never: reads a value behind a pointer or an overflow blob (callers resolve the winner),
@@ -48,11 +50,70 @@ pub(crate) struct MergeEntry {
     pub lsn: u64,
     pub value: LevelValue,
     pub source: usize,
+    /// When `value` holds deltas: the older versions of the key they apply to, newest
+    /// first: more deltas, then the base if the merge met one (a version that is not
+    /// deltas, a tombstone included). Empty otherwise.
+    pub below: Vec<MergeEntry>,
 }
 
 impl MergeEntry {
+    fn new(key: Vec<u8>, lsn: u64, value: LevelValue, source: usize) -> Self {
+        MergeEntry {
+            key,
+            lsn,
+            value,
+            source,
+            below: Vec::new(),
+        }
+    }
+
     fn is_tombstone(&self) -> bool {
         matches!(self.value, LevelValue::Tombstone)
+    }
+
+    /// Whether the fold of this entry's deltas still takes older versions (it holds
+    /// deltas and has met no base yet).
+    fn folds_more(&self) -> bool {
+        self.value.is_deltas() && self.below.last().is_none_or(|b| b.value.is_deltas())
+    }
+
+    /// For an entry holding deltas: one operand list of its own deltas and those below
+    /// (oldest first), and the base the merge met (if any). `load(source, value)` reads an
+    /// operand list that is an overflow blob of that source into `LevelValue::Deltas`.
+    pub(crate) fn take_stack(
+        &mut self,
+        mut load: impl FnMut(usize, LevelValue) -> Result<LevelValue>,
+    ) -> Result<(Vec<u8>, Option<MergeEntry>)> {
+        let mut list = Vec::new();
+        let mut base = None;
+        let below = std::mem::take(&mut self.below);
+        let own = std::mem::replace(&mut self.value, LevelValue::Tombstone);
+        for (source, value, e) in
+            std::iter::once((self.source, own, None)).chain(below.into_iter().map(|mut e| {
+                let v = std::mem::replace(&mut e.value, LevelValue::Tombstone);
+                (e.source, v, Some(e))
+            }))
+        {
+            if !value.is_deltas() {
+                if let Some(mut e) = e {
+                    e.value = value;
+                    base = Some(e);
+                }
+                break;
+            }
+            let LevelValue::Deltas(older) = load(source, value)? else {
+                return Err(Error::Internal(format!(
+                    "an operand list of key {} did not load as deltas",
+                    show_key(&self.key)
+                )));
+            };
+            list = if list.is_empty() {
+                older
+            } else {
+                crate::delta::stack_older(&list, &older, &self.key)?
+            };
+        }
+        Ok((list, base))
     }
 }
 
@@ -106,12 +167,7 @@ impl<S: Source> MergeHeap<S> {
         let mut heap = BinaryHeap::with_capacity(sources.len());
         for (source, s) in sources.iter_mut().enumerate() {
             if let Some((key, lsn, value)) = s.next_entry()? {
-                heap.push(Head(MergeEntry {
-                    key,
-                    lsn,
-                    value,
-                    source,
-                }));
+                heap.push(Head(MergeEntry::new(key, lsn, value, source)));
             }
         }
         Ok(MergeHeap { sources, heap })
@@ -158,12 +214,7 @@ impl<S: Source> MergeHeap<S> {
             )));
         }
         // Writing through `top` makes the heap sift the new head down when `top` drops.
-        let next = MergeEntry {
-            key,
-            lsn,
-            value,
-            source: index,
-        };
+        let next = MergeEntry::new(key, lsn, value, index);
         Ok(Some(std::mem::replace(&mut top.0, next)))
     }
 }
@@ -248,7 +299,7 @@ impl<S: Source> Merge<S> {
     }
 
     /// The next surviving version; `on_shadowed(winner, older)` sees every version the
-    /// winner shadows (in merged order) before the winner is returned, and may refuse it.
+    /// winner shadows (not those kept in its `below`) (in merged order) before the winner is returned, and may refuse it.
     /// A tombstone dropped under [`Tombstones::Drop`] still shadows, so its older versions
     /// are reported too.
     pub(crate) fn next_observed(
@@ -261,7 +312,7 @@ impl<S: Source> Merge<S> {
                 Some(k) if self.beyond_upper(k) => return Ok(None),
                 Some(_) => {}
             }
-            let Some(winner) = self.heap.pop()? else {
+            let Some(mut winner) = self.heap.pop()? else {
                 return Err(Error::Internal(
                     "merge heap lost its head between peek and pop".into(),
                 ));
@@ -277,6 +328,10 @@ impl<S: Source> Merge<S> {
                         "merge heap lost a shadowed entry between peek and pop".into(),
                     ));
                 };
+                if winner.folds_more() {
+                    winner.below.push(older);
+                    continue;
+                }
                 self.counts.shadowed += 1;
                 on_shadowed(&winner, older)?;
             }

@@ -88,6 +88,13 @@ pub struct Options {
     /// (every level of about 50 GB of level data); `0` turns pinning off. `Stats::
     /// pinned_index_bytes` reports the bytes held.
     pub pinned_index_bytes: usize,
+    /// The operator that folds deltas written with `Db::merge` (or `WriteBatch::merge`)
+    /// into values: on reads, and at flushes, compactions and GC relocations. `None`
+    /// (default): `merge` is refused, and reading a key that holds deltas fails with
+    /// `Error::InvalidArgument`. A database that holds deltas must be opened with the same
+    /// operator each time (its name is stored in the `OPTIONS` file). Ready operators:
+    /// [`crate::CounterAdd`], [`crate::Append`], [`crate::Max`].
+    pub merge_operator: Option<std::sync::Arc<dyn crate::delta::MergeOperator>>,
 }
 
 /// The level at which medium pairs are merged in place (`Options::medium_merge_level`).
@@ -124,6 +131,7 @@ impl Default for Options {
             space_amp_limit: None,
             bloom_bits_per_key: 10,
             pinned_index_bytes: 256 << 20,
+            merge_operator: None,
         }
     }
 }

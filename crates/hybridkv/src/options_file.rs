@@ -80,6 +80,14 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ("bloom_bits_per_key", o.bloom_bits_per_key.to_string()),
         ("pinned_index_bytes", o.pinned_index_bytes.to_string()),
     ]
+    .into_iter()
+    // The operator's name, for tools (an operator is code: it cannot be loaded back).
+    .chain(
+        o.merge_operator
+            .as_ref()
+            .map(|m| ("merge_operator", m.name().escape_debug().to_string())),
+    )
+    .collect()
 }
 
 /// The file's bytes for `o`.
@@ -219,9 +227,28 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         }
         "bloom_bits_per_key" => o.bloom_bits_per_key = num(value)?,
         "pinned_index_bytes" => o.pinned_index_bytes = num(value)?,
+        // Informative: an operator is code, set by whoever opens the database.
+        "merge_operator" => {}
         _ => log::warn!("options file: skipping unknown option {name:?}"),
     }
     Ok(())
+}
+
+/// The name of the merge operator stored in `dir`'s options file (escaped as written), if
+/// the file names one: a database written with deltas needs its operator to flush and
+/// merge them.
+pub(crate) fn stored_merge_operator(io: &Io, dir: &Path) -> Result<Option<String>> {
+    let path = dir.join(OPTIONS);
+    if io.fs().kind(&path)?.is_none() {
+        return Ok(None);
+    }
+    let data = io.read_all(&path, IoComponent::Manifest)?;
+    decode(&data, &path)?; // checked: the payload below is whole and UTF-8
+    let text = std::str::from_utf8(data.get(HEADER..).unwrap_or_default()).unwrap_or_default();
+    Ok(text.lines().find_map(|line| {
+        let (name, value) = line.split_once('=')?;
+        (name.trim() == "merge_operator").then(|| value.trim().to_string())
+    }))
 }
 
 /// The options stored in `dir`, or `None` if it has no options file.
@@ -278,7 +305,25 @@ mod tests {
             space_amp_limit: Some(1.75),
             bloom_bits_per_key: 0,
             pinned_index_bytes: 99,
+            merge_operator: None,
         }
+    }
+
+    #[test]
+    fn the_merge_operator_is_stored_by_name_and_not_loaded() {
+        let o = Options {
+            merge_operator: Some(std::sync::Arc::new(crate::delta::CounterAdd)),
+            ..custom()
+        };
+        let bytes = encode(&o);
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains("merge_operator = hybridkv.counter_add"),
+            "{text}"
+        );
+        let back = decode(&bytes, &file()).unwrap();
+        assert!(back.merge_operator.is_none());
+        assert!(same(&back, &custom()));
     }
 
     /// Every stored option, as its line (Options has no `PartialEq`: a float field).

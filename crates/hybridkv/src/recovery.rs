@@ -64,6 +64,24 @@ impl Engine {
                 )))
             }
         }
+        if !read_only {
+            // Flushes and merges fold deltas: a writable open needs the operator the
+            // database was written with (a read-only open reports a delta when it meets one).
+            let stored = crate::options_file::stored_merge_operator(&io, dir)?;
+            let given = opts
+                .merge_operator
+                .as_ref()
+                .map(|m| m.name().escape_debug().to_string());
+            if let Some(stored) = stored {
+                if given.as_deref() != Some(stored.as_str()) {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} was written with merge operator {stored}, but Options::merge_operator is {}",
+                        dir.display(),
+                        given.as_deref().unwrap_or("not set")
+                    )));
+                }
+            }
+        }
         let names = io.fs().list(dir)?;
         let has_manifest = names.iter().any(|n| n == filename::MANIFEST);
         if !has_manifest {

@@ -88,7 +88,7 @@ pub(crate) fn get_at(
 ) -> Result<Option<Vec<u8>>> {
     engine.check_open()?;
     check_key(key)?;
-    let v = crate::read::get(sv, lsn, key)?;
+    let v = crate::read::get(sv, engine.opts.merge_operator.as_ref(), lsn, key)?;
     let c = &engine.counters;
     Counters::add(&c.gets, 1);
     if let Some(v) = &v {
@@ -124,7 +124,7 @@ pub(crate) fn range_at<K: AsRef<[u8]>, R: RangeBounds<K>>(
         }
     }
     Counters::add(&engine.counters.scans, 1);
-    DbIterator::new(sv.clone(), lsn, start, end)
+    DbIterator::new(sv.clone(), lsn, start, end).with_operator(engine.opts.merge_operator.clone())
 }
 
 /// The bounds of the keys starting with `prefix`.

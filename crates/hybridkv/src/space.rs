@@ -93,7 +93,9 @@ impl Engine {
         let mut report = SpaceReport::default();
         // Live bytes, from keys and value lengths only.
         let (sv, snapshot) = self.snapshot();
-        let mut it = DbIterator::new((*sv).clone(), snapshot, Bound::Unbounded, Bound::Unbounded);
+        // A key holding deltas is folded (its base read) and counted in place.
+        let mut it = DbIterator::new((*sv).clone(), snapshot, Bound::Unbounded, Bound::Unbounded)
+            .with_operator(self.opts.merge_operator.clone());
         let (mut live_large, mut live_transient) = (0u64, 0u64);
         while let Some(r) = it.next_key_and_len() {
             let (key, len, home) = r?;

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) struct Counters {
     pub puts: AtomicU64,
     pub deletes: AtomicU64,
+    pub merges: AtomicU64,
+    pub deltas_folded: AtomicU64,
     pub gets: AtomicU64,
     pub scans: AtomicU64,
     pub user_bytes_written: AtomicU64,
@@ -83,6 +85,10 @@ pub struct Stats {
     pub puts: u64,
     /// Delete operations (batch members included).
     pub deletes: u64,
+    /// Merge operations (deltas written with `Db::merge`, batch members included).
+    pub merges: u64,
+    /// Keys whose deltas a flush, compaction or GC relocation folded into a value.
+    pub deltas_folded: u64,
     /// Point lookups.
     pub gets: u64,
     /// Key and value bytes written by users.
@@ -169,6 +175,8 @@ impl Stats {
     pub(crate) fn fill_counters(&mut self, c: &Counters) {
         self.puts = Counters::get(&c.puts);
         self.deletes = Counters::get(&c.deletes);
+        self.merges = Counters::get(&c.merges);
+        self.deltas_folded = Counters::get(&c.deltas_folded);
         self.gets = Counters::get(&c.gets);
         self.scans = Counters::get(&c.scans);
         self.user_bytes_written = Counters::get(&c.user_bytes_written);
@@ -243,8 +251,8 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "operations: {} puts, {} deletes, {} gets",
-            self.puts, self.deletes, self.gets
+            "operations: {} puts, {} deletes, {} merges, {} gets",
+            self.puts, self.deletes, self.merges, self.gets
         )?;
         writeln!(
             f,

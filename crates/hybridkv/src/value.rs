@@ -75,6 +75,28 @@ pub enum LevelValue {
     Large(LogPtr),
     /// The key was deleted.
     Tombstone,
+    /// Deltas for the merge operator: an operand list (`crate::delta`), oldest first. The
+    /// key's value is these applied to the version below (its *base*), or to nothing.
+    Deltas(Vec<u8>),
+    /// An operand list that is an overflow blob of the same level file.
+    DeltasOverflow {
+        /// Offset of the blob.
+        offset: u64,
+        /// Length of the list.
+        len: u32,
+        /// CRC32C of the list.
+        crc: u32,
+    },
+}
+
+impl LevelValue {
+    /// Whether this version holds deltas (its value needs the versions below it).
+    pub(crate) fn is_deltas(&self) -> bool {
+        matches!(
+            self,
+            LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. }
+        )
+    }
 }
 
 #[cfg(test)]

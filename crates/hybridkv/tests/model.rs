@@ -1,4 +1,5 @@
-//! Model-based test: random sequences of writes, reads, flushes, compactions, GC passes and
+//! Model-based test: random sequences of writes (merges with the `Append` operator among
+//! them), reads, flushes, compactions, GC passes and
 //! reopens, and read-only opens beside the writer, every read checked against a `BTreeMap`
 //! that holds what the database must hold.
 //!
@@ -8,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use hybridkv::{Db, Error, MediumMergeLevel, Options, Placement, WriteBatch, WriteOptions};
+use hybridkv::{Append, Db, Error, MediumMergeLevel, Options, Placement, WriteBatch, WriteOptions};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -76,6 +77,12 @@ fn bulk_len(seed: u8, i: u16) -> usize {
 enum BatchEntry {
     Put { key: u8, len: usize },
     Delete { key: u8 },
+    Merge { key: u8, len: usize },
+}
+
+/// The model's side of `Append`: the operand appended to the value (or the value itself).
+fn append(model: &mut Model, key: Vec<u8>, operand: &[u8]) {
+    model.entry(key).or_default().extend_from_slice(operand);
 }
 
 #[derive(Debug, Clone)]
@@ -88,12 +95,24 @@ enum Op {
     Delete {
         key: u8,
     },
+    /// A delta: `len` bytes appended by the merge operator.
+    Merge {
+        key: u8,
+        len: usize,
+    },
     Batch(Vec<BatchEntry>),
     /// Puts `count` bulk keys from `start` (wide key space: makes flushes and merges real).
     Bulk {
         start: u16,
         count: u16,
         seed: u8,
+    },
+    /// Appends `len` bytes (a delta) to every `step`-th bulk key from `start`.
+    BulkMerge {
+        start: u16,
+        count: u16,
+        step: u16,
+        len: u16,
     },
     /// Deletes every `step`-th bulk key from `start`.
     BulkDelete {
@@ -167,6 +186,7 @@ impl Config {
             placement: self.placement,
             medium_merge_level: self.merge_level,
             large_segment_size: 64 << 10,
+            merge_operator: Some(std::sync::Arc::new(Append)),
             // GC passes come from `Op::Gc` only, so a case replays identically.
             gc_interval: Duration::from_secs(3600),
             ..Options::default()
@@ -261,6 +281,9 @@ struct Totals {
     checkpoints: u64,
     gc_segments_freed: u64,
     medium_values_merged: u64,
+    merges: u64,
+    /// Keys whose deltas a flush, compaction or GC folded into a value.
+    deltas_folded: u64,
 }
 
 impl Harness {
@@ -293,6 +316,8 @@ impl Harness {
         self.totals.compactions += s.compactions;
         self.totals.gc_segments_freed += s.gc_segments_freed;
         self.totals.medium_values_merged += s.medium_values_merged;
+        self.totals.merges += s.merges;
+        self.totals.deltas_folded += s.deltas_folded;
         Ok(())
     }
 
@@ -390,6 +415,28 @@ impl Harness {
                 self.db()?.delete(&k).map_err(|e| format!("delete: {e}"))?;
                 self.model.remove(&k);
             }
+            Op::Merge { key: k, len } => {
+                let (k, d) = (key(*k), self.next_value(*len));
+                self.db()?
+                    .merge(&k, &d)
+                    .map_err(|e| format!("merge: {e}"))?;
+                append(&mut self.model, k, &d);
+            }
+            Op::BulkMerge {
+                start,
+                count,
+                step,
+                len,
+            } => {
+                let end = start.saturating_add(*count).min(BULK_SPACE);
+                for i in (*start..end).step_by(usize::from((*step).max(1))) {
+                    let (k, d) = (bulk_key(i), self.next_value(usize::from(*len)));
+                    self.db()?
+                        .merge(&k, &d)
+                        .map_err(|e| format!("bulk merge: {e}"))?;
+                    append(&mut self.model, k, &d);
+                }
+            }
             Op::Batch(entries) => {
                 let mut b = WriteBatch::new();
                 let mut effects = Vec::new();
@@ -398,20 +445,30 @@ impl Harness {
                         BatchEntry::Put { key: k, len } => {
                             let (k, v) = (key(*k), self.next_value(*len));
                             b.put(&k, &v);
-                            effects.push((k, Some(v)));
+                            effects.push((k, Some(Ok(v))));
                         }
                         BatchEntry::Delete { key: k } => {
                             let k = key(*k);
                             b.delete(&k);
                             effects.push((k, None));
                         }
+                        BatchEntry::Merge { key: k, len } => {
+                            let (k, d) = (key(*k), self.next_value(*len));
+                            b.merge(&k, &d);
+                            effects.push((k, Some(Err(d))));
+                        }
                     }
                 }
                 self.db()?.write(b).map_err(|e| format!("batch: {e}"))?;
                 for (k, v) in effects {
                     match v {
-                        Some(v) => self.model.insert(k, v),
-                        None => self.model.remove(&k),
+                        Some(Ok(v)) => {
+                            self.model.insert(k, v);
+                        }
+                        Some(Err(d)) => append(&mut self.model, k, &d),
+                        None => {
+                            self.model.remove(&k);
+                        }
                     };
                 }
             }
@@ -731,6 +788,7 @@ fn batch_entry() -> impl Strategy<Value = BatchEntry> {
     prop_oneof![
         3 => (small_key(), value_len()).prop_map(|(key, len)| BatchEntry::Put { key, len }),
         1 => small_key().prop_map(|key| BatchEntry::Delete { key }),
+        2 => (small_key(), 0..40usize).prop_map(|(key, len)| BatchEntry::Merge { key, len }),
     ]
 }
 
@@ -739,6 +797,10 @@ fn op() -> impl Strategy<Value = Op> {
         30 => (small_key(), value_len(), proptest::bool::weighted(0.03))
             .prop_map(|(key, len, sync)| Op::Put { key, len, sync }),
         10 => small_key().prop_map(|key| Op::Delete { key }),
+        12 => (small_key(), prop_oneof![8 => 0..40usize, 1 => 40..3000usize])
+            .prop_map(|(key, len)| Op::Merge { key, len }),
+        1 => (0..BULK_SPACE, 1..2000u16, 1..5u16, 0..200u16)
+            .prop_map(|(start, count, step, len)| Op::BulkMerge { start, count, step, len }),
         8 => proptest::collection::vec(batch_entry(), 1..8).prop_map(Op::Batch),
         2 => (0..BULK_SPACE, 1..1000u16, any::<u8>())
             .prop_map(|(start, count, seed)| Op::Bulk { start, count, seed }),
@@ -868,10 +930,24 @@ impl Rng {
     /// One operation, with roughly the proptest mix but rarer bulk work and reopens.
     fn op(&mut self) -> Op {
         match self.below(1000) {
-            0..=329 => Op::Put {
+            0..=259 => Op::Put {
                 key: self.small_key(),
                 len: self.value_len(),
                 sync: self.chance(5),
+            },
+            260..=319 => Op::Merge {
+                key: self.small_key(),
+                len: if self.chance(50) {
+                    40 + self.below(3000) as usize
+                } else {
+                    self.below(40) as usize
+                },
+            },
+            320..=329 => Op::BulkMerge {
+                start: self.below(u64::from(BULK_SPACE)) as u16,
+                count: 1 + self.below(2000) as u16,
+                step: 1 + self.below(4) as u16,
+                len: self.below(200) as u16,
             },
             330..=439 => Op::Delete {
                 key: self.small_key(),
@@ -882,6 +958,11 @@ impl Rng {
                         if self.chance(250) {
                             BatchEntry::Delete {
                                 key: self.small_key(),
+                            }
+                        } else if self.chance(200) {
+                            BatchEntry::Merge {
+                                key: self.small_key(),
+                                len: self.below(40) as usize,
                             }
                         } else {
                             BatchEntry::Put {
@@ -956,6 +1037,7 @@ fn long_run(seed: u64, config: Config, n: usize) -> Totals {
     assert!(totals.read_only_opens > 0, "{totals:?}");
     assert!(totals.snapshot_reads > 0, "{totals:?}");
     assert!(totals.checkpoints > 0, "{totals:?}");
+    assert!(totals.merges > 0, "{totals:?}");
     totals
 }
 
@@ -975,6 +1057,7 @@ fn deterministic_long_run_hybrid() {
     );
     assert!(t.compactions > 0, "{t:?}");
     assert!(t.gc_segments_freed > 0, "{t:?}");
+    assert!(t.deltas_folded > 0, "{t:?}");
 }
 
 #[test]

@@ -160,11 +160,17 @@ impl Gen {
         for _ in 0..n {
             let sync = self.rng.chance(10);
             let op = match self.rng.below(100) {
-                0..=47 => {
+                0..=39 => {
                     let key = self.pick_key(keys);
                     let class = self.pick_class();
                     let value = self.value(class);
                     Op::Put { key, value, sync }
+                }
+                40..=47 => {
+                    let key = self.pick_key(keys);
+                    let step = self.ops.len();
+                    let operand = common::operand(&mut self.rng, step);
+                    Op::Merge { key, operand, sync }
                 }
                 48..=59 => Op::Delete {
                     key: self.pick_key(keys),
@@ -223,9 +229,18 @@ impl Gen {
                 self.ops.push(Op::Compact);
             }
             let unsynced_delete = i >= first && self.rng.chance(15);
+            // A delta keeps its large base live: GC must move the base (folded), not drop it.
+            let delta = !unsynced_delete && self.rng.chance(15);
             let op = if unsynced_delete {
                 Op::Delete {
                     key: key(base + j),
+                    sync: false,
+                }
+            } else if delta {
+                let step = self.ops.len();
+                Op::Merge {
+                    key: key(base + j),
+                    operand: common::operand(&mut self.rng, step),
                     sync: false,
                 }
             } else {
@@ -345,6 +360,9 @@ fn describe(op: &Op) -> String {
             format!("put {} ({} B, sync {sync})", k(key), value.len())
         }
         Op::Delete { key, sync } => format!("delete {} (sync {sync})", k(key)),
+        Op::Merge { key, operand, sync } => {
+            format!("merge {} ({} B, sync {sync})", k(key), operand.len())
+        }
         Op::Batch { ops, sync } => format!("batch of {} (sync {sync})", ops.len()),
         Op::Get { key } => format!("get {}", k(key)),
         other => format!("{other:?}"),
@@ -411,7 +429,9 @@ fn fingerprints(ops: &[Op]) -> Vec<u64> {
     for op in ops {
         let mut touched = Vec::new();
         match op {
-            Op::Put { key, .. } | Op::Delete { key, .. } => touched.push(key.clone()),
+            Op::Put { key, .. } | Op::Delete { key, .. } | Op::Merge { key, .. } => {
+                touched.push(key.clone())
+            }
             Op::Batch { ops, .. } => touched.extend(ops.iter().map(|(k, _)| k.clone())),
             _ => {}
         }

@@ -27,6 +27,9 @@ impl HybridEngine {
             sync: config.sync,
             background_threads: config.background_threads,
             bloom_bits_per_key: if config.bloom { 10 } else { 0 },
+            merge_operator: config
+                .rmw_as_merge
+                .then(|| std::sync::Arc::new(super::patch::FieldPatch) as _),
             ..Options::default()
         };
         match kind {
@@ -86,6 +89,14 @@ impl Engine for HybridEngine {
         Ok(count)
     }
 
+    fn rmw_is_merge(&self) -> bool {
+        self.options.merge_operator.is_some()
+    }
+
+    fn merge(&self, key: &[u8], delta: &[u8]) -> Result<()> {
+        self.db.merge(key, delta).map_err(|e| self.err(e))
+    }
+
     fn finish(&self) -> Result<()> {
         self.db.flush().map_err(|e| self.err(e))?;
         self.db.compact().map_err(|e| self.err(e))
@@ -100,6 +111,7 @@ impl Engine for HybridEngine {
             bloom: self.bloom_asked,
             sync: o.sync,
             background_threads: o.background_threads,
+            rmw_as_merge: o.merge_operator.is_some(),
         });
         m.insert(
             "engine".into(),

@@ -8,6 +8,7 @@
 
 mod fjall_engine;
 mod hybrid;
+pub mod patch;
 #[cfg(feature = "rocksdb")]
 mod rocks;
 
@@ -52,6 +53,17 @@ pub trait Engine: Send + Sync {
     /// caused (flushes, compactions) is done, so that the phase's cost is all counted and
     /// the next phase starts from a quiet database.
     fn finish(&self) -> Result<()>;
+    /// Whether `read_modify_write` runs as a merge here (the runner then writes a field
+    /// patch with [`Engine::merge`] instead of reading and rewriting the record).
+    fn rmw_is_merge(&self) -> bool {
+        false
+    }
+    /// Writes `delta` (a field patch, `patch`) for the engine's merge operator to fold.
+    fn merge(&self, _key: &[u8], _delta: &[u8]) -> Result<()> {
+        Err(crate::error::BenchError::Usage(
+            "this engine has no merge operator: run it with --rmw read-write".into(),
+        ))
+    }
     /// The options this engine runs with (printed and recorded in the results).
     fn options(&self) -> EngineOptions;
     /// The engine's own counters, if it has any worth recording.
@@ -75,6 +87,9 @@ pub struct EngineConfig {
     pub sync: bool,
     /// Background (flush/compaction) threads.
     pub background_threads: usize,
+    /// YCSB's read-modify-write as a merge (a field patch folded by the engine's merge
+    /// operator, `patch`) instead of a read and a rewrite.
+    pub rmw_as_merge: bool,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +101,7 @@ impl Default for EngineConfig {
             bloom: false,
             sync: false,
             background_threads: 2,
+            rmw_as_merge: false,
         }
     }
 }

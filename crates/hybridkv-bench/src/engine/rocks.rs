@@ -59,6 +59,17 @@ impl RocksEngine {
             o.set_enable_blob_gc(true);
             o.set_blob_gc_age_cutoff(BLOB_GC_AGE_CUTOFF);
         }
+        if config.rmw_as_merge {
+            // The same field patch as hybridkv's operator; no partial merge (operands are
+            // kept until they meet their base), as hybridkv's `FieldPatch`.
+            o.set_merge_operator(
+                super::patch::NAME,
+                |_key: &[u8], base: Option<&[u8]>, deltas: &rocksdb::MergeOperands| {
+                    Some(super::patch::apply(base, deltas.iter()))
+                },
+                |_key: &[u8], _base: Option<&[u8]>, _deltas: &rocksdb::MergeOperands| None,
+            );
+        }
         let db = DB::open(&o, dir).map_err(|e| BenchError::engine(name, e))?;
         let mut write = WriteOptions::default();
         write.set_sync(config.sync);
@@ -106,6 +117,16 @@ impl Engine for RocksEngine {
         }
         it.status().map_err(|e| self.err(e))?;
         Ok(count)
+    }
+
+    fn rmw_is_merge(&self) -> bool {
+        self.config.rmw_as_merge
+    }
+
+    fn merge(&self, key: &[u8], delta: &[u8]) -> Result<()> {
+        self.db
+            .merge_opt(key, delta, &self.write)
+            .map_err(|e| self.err(e))
     }
 
     fn finish(&self) -> Result<()> {

@@ -1,15 +1,21 @@
 //! Runs one merge: sorted sources (newest first) -> one new level file. The order and the
 //! shadowing come from `crate::merge`; this module decides what happens to each survivor.
 //!
-//! Values in logs are never read here: pointers are copied as they are. Every large pair
-//! the merge drops (shadowed by a newer version) adds its record length to its segment's
-//! garbage count, so garbage collection knows what is dead without looking anything up.
+//! Values in logs are not read here (pointers are copied as they are), but for the base of
+//! deltas: deltas that meet their base in the merge are folded into it with the merge
+//! operator (the base read from its log if it lives in one) and the result is written in
+//! place; deltas that meet none are folded into one operand where the operator can (and
+//! into a value at the bottom of the tree, where nothing older exists). Every large pair
+//! the merge drops (shadowed by a newer version, or folded) adds its record length to its
+//! segment's garbage count, so garbage collection knows what is dead without looking
+//! anything up.
 
 use super::transient::{TransientReader, TransientSink};
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
 use crate::level::{EntryValue, LevelBuilder, LevelEntry, LevelMeta, LevelValue};
+use crate::log::large::SegmentSet;
 use crate::memtable::{MemVersion, Memtable};
 use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use crate::options::Options;
@@ -101,6 +107,8 @@ impl MergeSource for crate::level::reader::LevelScanner {
 pub(crate) struct MergeOutcome {
     pub meta: LevelMeta,
     pub entries_in: u64,
+    /// Keys whose deltas were folded into a value (with their base, or at the bottom).
+    pub deltas_folded: u64,
     pub dropped_shadowed: u64,
     pub dropped_tombstones: u64,
     /// Bytes of large-log records that became garbage, by segment.
@@ -137,6 +145,8 @@ pub(crate) struct MergeJob<'a> {
     pub index_size: usize,
     /// The output is the bottom of the tree: tombstones are dropped.
     pub drop_tombstones: bool,
+    /// The log segments the inputs point into (to read the base of deltas).
+    pub segments: &'a SegmentSet,
 }
 
 impl MergeJob<'_> {
@@ -178,16 +188,20 @@ impl MergeJob<'_> {
                 out.drop_value(&older.value);
                 Ok(())
             })?;
-            let Some(MergeEntry {
+            let Some(mut entry) = next else {
+                break;
+            };
+            out.entries_in += 1 + entry.below.len() as u64;
+            if entry.value.is_deltas() {
+                entry.value = self.fold(&merge, &mut entry, &mut medium, &mut out, &path)?;
+            }
+            let MergeEntry {
                 key,
                 lsn,
                 value,
                 source,
-            }) = next
-            else {
-                break;
-            };
-            out.entries_in += 1;
+                ..
+            } = entry;
             let value = match merge.source(source) {
                 Some(s) => s.load_overflow(value)?,
                 None => {
@@ -216,7 +230,8 @@ impl MergeJob<'_> {
                 LevelValue::Large(p) => EntryValue::Large(*p),
                 LevelValue::Medium(p) => EntryValue::Medium(*p),
                 LevelValue::Tombstone => EntryValue::Tombstone,
-                LevelValue::Overflow { offset, .. } => {
+                LevelValue::Deltas(b) => EntryValue::Deltas(b),
+                LevelValue::Overflow { offset, .. } | LevelValue::DeltasOverflow { offset, .. } => {
                     return Err(Error::corruption(
                         &path,
                         *offset,
@@ -250,6 +265,90 @@ impl MergeJob<'_> {
         let meta = builder.finish()?;
         out.meta = meta;
         Ok((Some(meta), out))
+    }
+}
+
+impl MergeJob<'_> {
+    /// The value an entry holding deltas is written as: folded into its base (read from
+    /// wherever it lives) when the merge met one, into nothing at the bottom of the tree,
+    /// else kept as deltas (combined into one operand where the operator can).
+    fn fold<S: MergeSource + ?Sized>(
+        &self,
+        merge: &Merge<&mut S>,
+        entry: &mut MergeEntry,
+        medium: &mut MediumPolicy<'_, '_>,
+        out: &mut MergeOutcome,
+        path: &Path,
+    ) -> Result<LevelValue> {
+        let op = crate::delta::require(self.opts.merge_operator.as_ref())?;
+        let load = |source: usize, v: LevelValue| match merge.source(source) {
+            Some(s) => s.load_overflow(v),
+            None => Err(Error::Internal(format!(
+                "compaction into {}: deltas of source {source}, which does not exist",
+                path.display()
+            ))),
+        };
+        let (list, base) = entry.take_stack(load)?;
+        let key = entry.key.as_slice();
+        let base_bytes = match base {
+            None if !self.drop_tombstones => {
+                return Ok(LevelValue::Deltas(crate::delta::fold_partial(
+                    op, key, list,
+                )?));
+            }
+            None => None,
+            Some(b) => {
+                let value = load(b.source, b.value)?;
+                if let LevelValue::Large(p) = &value {
+                    if self.segments.get(&p.segment).is_none() {
+                        // GC freed the base's segment, so the base was dead: a newer
+                        // version that is not a delta shadows this key (through deltas
+                        // GC would have found the base live and moved it). The stack is
+                        // dead too; it is kept as deltas, for that newer version to drop.
+                        return Ok(LevelValue::Deltas(crate::delta::fold_partial(
+                            op, key, list,
+                        )?));
+                    }
+                }
+                out.drop_value(&value);
+                match value {
+                    LevelValue::Inline(v) => Some(v),
+                    LevelValue::Tombstone => None,
+                    LevelValue::Medium(p) => Some(match medium {
+                        MediumPolicy::Inline(reader) => reader.read(key, p)?,
+                        _ => self.read_log(key, p, crate::log::large::SegmentKind::Transient)?,
+                    }),
+                    LevelValue::Large(p) => {
+                        Some(self.read_log(key, p, crate::log::large::SegmentKind::Large)?)
+                    }
+                    other => {
+                        return Err(Error::Internal(format!(
+                            "compaction into {}: the base of deltas loaded as {other:?}",
+                            path.display()
+                        )))
+                    }
+                }
+            }
+        };
+        out.deltas_folded += 1;
+        crate::delta::fold_full(op, key, base_bytes.as_deref(), &list).map(LevelValue::Inline)
+    }
+
+    /// Reads the log record `p` of `key` (the base of deltas).
+    fn read_log(
+        &self,
+        key: &[u8],
+        p: crate::log::ptr::LogPtr,
+        kind: crate::log::large::SegmentKind,
+    ) -> Result<Vec<u8>> {
+        match self.segments.get(&p.segment) {
+            Some(seg) => seg.read_through_cache(p, key),
+            None => Err(Error::corruption(
+                kind.file_name(p.segment),
+                p.offset,
+                "pointer to a log segment that does not exist",
+            )),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use crate::filename::{DbFile, FileKind};
 use crate::io::IoComponent;
 use crate::level::reader::LevelScanner;
 use crate::level::{LevelFile, LevelMeta};
-use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
+use crate::log::large::{SegmentFile, SegmentKind, SegmentSet, SegmentWriter};
 use crate::log::ptr::LOG_PTR_SIZE;
 use crate::log::small;
 use crate::manifest::edit::VersionEdit;
@@ -59,17 +59,19 @@ impl Engine {
         Counters::add(&c.compaction_entries_in, out.entries_in);
         Counters::add(&c.dropped_shadowed, out.dropped_shadowed);
         Counters::add(&c.dropped_tombstones, out.dropped_tombstones);
+        Counters::add(&c.deltas_folded, out.deltas_folded);
         Counters::add(&c.medium_values_merged, reader.values());
         Counters::add(&c.medium_bytes_merged, reader.bytes_read());
         Counters::add(&c.medium_values_logged, logged);
     }
 
-    fn merge_job(
-        &self,
+    fn merge_job<'a>(
+        &'a self,
         file_id: u64,
         component: IoComponent,
         drop_tombstones: bool,
-    ) -> MergeJob<'_> {
+        segments: &'a SegmentSet,
+    ) -> MergeJob<'a> {
         MergeJob {
             opts: &self.opts,
             io: &self.io,
@@ -79,6 +81,7 @@ impl Engine {
             leaf_size: self.opts.leaf_size,
             index_size: self.opts.index_node_size,
             drop_tombstones,
+            segments,
         }
     }
 
@@ -126,8 +129,8 @@ impl Engine {
         let output = self.versions.begin_output();
         let id = output.id;
         // Older runs of L1 may hold the key: a flush never drops tombstones.
-        let job = self.merge_job(id, IoComponent::Flush, false);
         let segments = Arc::clone(&self.snapshot().0.segments);
+        let job = self.merge_job(id, IoComponent::Flush, false, &segments);
         let create = || self.new_transient_segment(id);
         let mut sink = TransientSink::new(&create);
         let reader = TransientReader::new(&segments);
@@ -205,6 +208,8 @@ impl Engine {
                             LevelValue::Overflow { len, .. } => u64::from(len),
                             LevelValue::Medium(_) | LevelValue::Large(_) => LOG_PTR_SIZE as u64,
                             LevelValue::Tombstone => 0,
+                            LevelValue::Deltas(b) => b.len() as u64,
+                            LevelValue::DeltasOverflow { len, .. } => u64::from(len),
                         };
                         k.len() as u64 + value
                     })
@@ -290,8 +295,13 @@ impl Engine {
         let merge_here = version.is_merge_level(level + 1, self.opts.medium_merge_level);
         let output = self.versions.begin_output();
         let id = output.id;
-        let job = self.merge_job(id, IoComponent::Compaction, version.is_bottom(level + 1));
         let segments = Arc::clone(&self.snapshot().0.segments);
+        let job = self.merge_job(
+            id,
+            IoComponent::Compaction,
+            version.is_bottom(level + 1),
+            &segments,
+        );
         let mut reader = TransientReader::new(&segments);
         let policy = if merge_here {
             MediumPolicy::Inline(&mut reader)

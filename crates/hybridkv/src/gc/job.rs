@@ -121,12 +121,21 @@ impl Engine {
     }
 
     /// Whether the index's newest version of `key` is the large record at `ptr`.
+    /// Whether the value of `key` is the record at `ptr`: its newest version, or the base
+    /// below its newest deltas (the record is live: the deltas apply to it).
     fn still_points_at(&self, key: &[u8], ptr: LogPtr) -> Result<bool> {
+        Ok(self.deltas_over(key, ptr)?.is_some())
+    }
+
+    /// When the value of `key` is the record at `ptr`: the operand list of the deltas
+    /// above it (empty if none); `None` when the record is dead.
+    fn deltas_over(&self, key: &[u8], ptr: LogPtr) -> Result<Option<Vec<u8>>> {
         let (sv, _) = self.snapshot();
-        Ok(matches!(
-            crate::read::lookup(&sv, u64::MAX, key)?,
-            Some((LevelValue::Large(p), _)) if p == ptr
-        ))
+        let found = crate::read::lookup(&sv, u64::MAX, key)?;
+        Ok(match found.base {
+            Some((LevelValue::Large(p), _)) if p == ptr => Some(found.deltas),
+            _ => None,
+        })
     }
 
     fn collect_segment(&self, id: u64, report: &mut GcReport) -> Result<()> {
@@ -173,11 +182,33 @@ impl Engine {
         // A write failure since the pass began poisoned the engine: append nothing more.
         self.check_poison()?;
         self.writes.make_room(self, &mut log)?;
-        let mut ops = Vec::with_capacity(chunk.len());
+        // A value under deltas is relocated folded with them (it becomes the newest
+        // version; the deltas it folds are then shadowed).
+        // `None`: dead; `Some(None)`: moved as it is; `Some(Some(v))`: folded into `v`.
+        let mut folded: Vec<Option<Option<Vec<u8>>>> = Vec::with_capacity(chunk.len());
         for (old, rec) in chunk {
-            if self.still_points_at(&rec.key, *old)? {
-                ops.push(BatchOp::Put(&rec.key, &rec.value));
-            } // else updated or deleted since the first check
+            folded.push(match self.deltas_over(&rec.key, *old)? {
+                None => None, // updated or deleted since the first check
+                Some(deltas) if deltas.is_empty() => Some(None),
+                Some(deltas) => {
+                    let op = crate::delta::require(self.opts.merge_operator.as_ref())?;
+                    Counters::add(&self.counters.deltas_folded, 1);
+                    Some(Some(crate::delta::fold_full(
+                        op,
+                        &rec.key,
+                        Some(&rec.value),
+                        &deltas,
+                    )?))
+                }
+            });
+        }
+        let mut ops = Vec::with_capacity(chunk.len());
+        for ((_, rec), f) in chunk.iter().zip(&folded) {
+            match f {
+                None => {}
+                Some(None) => ops.push(BatchOp::Put(&rec.key, &rec.value)),
+                Some(Some(v)) => ops.push(BatchOp::Put(&rec.key, v)),
+            }
         }
         if ops.is_empty() {
             return Ok(());

@@ -5,8 +5,9 @@
 use super::filter::BloomBuilder;
 use super::footer::Footer;
 use super::node::{
-    NodeBuf, INDEX_FIXED, INLINE_FIXED, KIND_LARGE, KIND_MEDIUM, NODE_BLOB, NODE_INDEX, NODE_LEAF,
-    OVERFLOW_FIXED, POINTER_FIXED, TOMBSTONE_FIXED,
+    NodeBuf, INDEX_FIXED, INLINE_FIXED, KIND_DELTAS, KIND_DELTAS_OVERFLOW, KIND_LARGE, KIND_MEDIUM,
+    KIND_OVERFLOW, NODE_BLOB, NODE_INDEX, NODE_LEAF, OVERFLOW_FIXED, POINTER_FIXED,
+    TOMBSTONE_FIXED,
 };
 use crate::error::Result;
 use crate::format::crc32c;
@@ -27,6 +28,8 @@ pub(crate) enum EntryValue<'a> {
     /// A large pair in the large log.
     Large(LogPtr),
     Tombstone,
+    /// An operand list (deltas): inline, or as an overflow blob when too big for a leaf.
+    Deltas(&'a [u8]),
 }
 
 /// What a finished level file holds.
@@ -119,8 +122,10 @@ impl LevelBuilder {
         let inline = |v: &[u8]| INLINE_FIXED + key.len() + v.len() + 4 <= max_inline;
         let entry_len = match value {
             EntryValue::Tombstone => TOMBSTONE_FIXED + key.len(),
-            EntryValue::Bytes(v) if inline(v) => INLINE_FIXED + key.len() + v.len(),
-            EntryValue::Bytes(_) => OVERFLOW_FIXED + key.len(),
+            EntryValue::Bytes(v) | EntryValue::Deltas(v) if inline(v) => {
+                INLINE_FIXED + key.len() + v.len()
+            }
+            EntryValue::Bytes(_) | EntryValue::Deltas(_) => OVERFLOW_FIXED + key.len(),
             EntryValue::Medium(_) | EntryValue::Large(_) => POINTER_FIXED + key.len(),
         };
         if !self.leaf.fits(entry_len) {
@@ -146,7 +151,23 @@ impl LevelBuilder {
             EntryValue::Bytes(v) => {
                 let (offset, crc) = self.write_blob(v)?;
                 self.leaf
-                    .push_overflow(key, lsn, v.len() as u32, offset, crc);
+                    .push_overflow(KIND_OVERFLOW, key, lsn, v.len() as u32, offset, crc);
+                Some(v.len())
+            }
+            EntryValue::Deltas(v) if inline(v) => {
+                self.leaf.push_bytes(KIND_DELTAS, key, lsn, v);
+                Some(v.len())
+            }
+            EntryValue::Deltas(v) => {
+                let (offset, crc) = self.write_blob(v)?;
+                self.leaf.push_overflow(
+                    KIND_DELTAS_OVERFLOW,
+                    key,
+                    lsn,
+                    v.len() as u32,
+                    offset,
+                    crc,
+                );
                 Some(v.len())
             }
             EntryValue::Medium(p) | EntryValue::Large(p) => {

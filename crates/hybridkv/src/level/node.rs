@@ -23,6 +23,10 @@ pub(crate) const KIND_MEDIUM: u8 = 2;
 /// A large pair whose value is in the large log.
 pub(crate) const KIND_LARGE: u8 = 3;
 pub(crate) const KIND_TOMBSTONE: u8 = 4;
+/// Deltas for the merge operator: an operand list in the leaf (laid out as `KIND_INLINE`).
+pub(crate) const KIND_DELTAS: u8 = 5;
+/// An operand list too big for a leaf, as an overflow blob (laid out as `KIND_OVERFLOW`).
+pub(crate) const KIND_DELTAS_OVERFLOW: u8 = 6;
 
 const OFFSET_MASK: u32 = (1 << 29) - 1;
 
@@ -46,6 +50,10 @@ pub(crate) enum ValueRef<'a> {
     Large(LogPtr),
     /// The key was deleted.
     Tombstone,
+    /// An operand list (deltas), in the leaf.
+    Deltas(&'a [u8]),
+    /// An operand list in an overflow blob of the same level file.
+    DeltasOverflow { offset: u64, len: u32, crc: u32 },
 }
 
 /// One decoded leaf entry.
@@ -102,7 +110,12 @@ impl NodeBuf {
     }
 
     pub(crate) fn push_inline(&mut self, key: &[u8], lsn: u64, value: &[u8]) {
-        let dst = self.reserve(KIND_INLINE, INLINE_FIXED + key.len() + value.len());
+        self.push_bytes(KIND_INLINE, key, lsn, value);
+    }
+
+    /// An entry of `KIND_INLINE`'s layout: `KIND_INLINE` or `KIND_DELTAS`.
+    pub(crate) fn push_bytes(&mut self, kind: u8, key: &[u8], lsn: u64, value: &[u8]) {
+        let dst = self.reserve(kind, INLINE_FIXED + key.len() + value.len());
         let mut w = Writer(dst, 0);
         w.put(&(key.len() as u16).to_le_bytes());
         w.put(&lsn.to_le_bytes());
@@ -111,8 +124,17 @@ impl NodeBuf {
         w.put(value);
     }
 
-    pub(crate) fn push_overflow(&mut self, key: &[u8], lsn: u64, len: u32, offset: u64, crc: u32) {
-        let dst = self.reserve(KIND_OVERFLOW, OVERFLOW_FIXED + key.len());
+    /// An entry of `KIND_OVERFLOW`'s layout: `KIND_OVERFLOW` or `KIND_DELTAS_OVERFLOW`.
+    pub(crate) fn push_overflow(
+        &mut self,
+        kind: u8,
+        key: &[u8],
+        lsn: u64,
+        len: u32,
+        offset: u64,
+        crc: u32,
+    ) {
+        let dst = self.reserve(kind, OVERFLOW_FIXED + key.len());
         let mut w = Writer(dst, 0);
         w.put(&(key.len() as u16).to_le_bytes());
         w.put(&lsn.to_le_bytes());
@@ -259,8 +281,8 @@ impl<'a> NodeView<'a> {
         let klen = d.u16()? as usize;
         let skip = match (self.kind, kind) {
             (NODE_INDEX, _) => 8,
-            (_, KIND_INLINE) => 12,
-            (_, KIND_OVERFLOW) => 24,
+            (_, KIND_INLINE | KIND_DELTAS) => 12,
+            (_, KIND_OVERFLOW | KIND_DELTAS_OVERFLOW) => 24,
             (_, KIND_TOMBSTONE) => 8,
             (_, KIND_MEDIUM | KIND_LARGE) => 8 + LOG_PTR_SIZE,
             _ => return None,
@@ -276,17 +298,21 @@ impl<'a> NodeView<'a> {
         let klen = d.u16()? as usize;
         let lsn = d.u64()?;
         match kind {
-            KIND_INLINE => {
+            KIND_INLINE | KIND_DELTAS => {
                 let vlen = d.u32()? as usize;
                 let key = d.bytes(klen)?;
                 let value = d.bytes(vlen)?;
                 Some(LeafEntry {
                     key,
                     lsn,
-                    value: ValueRef::Inline(value),
+                    value: if kind == KIND_DELTAS {
+                        ValueRef::Deltas(value)
+                    } else {
+                        ValueRef::Inline(value)
+                    },
                 })
             }
-            KIND_OVERFLOW => {
+            KIND_OVERFLOW | KIND_DELTAS_OVERFLOW => {
                 let len = d.u32()?;
                 let offset = d.u64()?;
                 let crc = d.u32()?;
@@ -294,7 +320,11 @@ impl<'a> NodeView<'a> {
                 Some(LeafEntry {
                     key,
                     lsn,
-                    value: ValueRef::Overflow { offset, len, crc },
+                    value: if kind == KIND_DELTAS_OVERFLOW {
+                        ValueRef::DeltasOverflow { offset, len, crc }
+                    } else {
+                        ValueRef::Overflow { offset, len, crc }
+                    },
                 })
             }
             KIND_MEDIUM | KIND_LARGE => {
@@ -357,7 +387,7 @@ mod tests {
         let mut n = NodeBuf::new(8192, NODE_LEAF);
         n.push_inline(b"apple", 7, b"red");
         n.push_tombstone(b"banana", 8);
-        n.push_overflow(b"cherry", 9, 100_000, 4096, 0xdead_beef);
+        n.push_overflow(KIND_OVERFLOW, b"cherry", 9, 100_000, 4096, 0xdead_beef);
         let p = LogPtr {
             segment: 3,
             offset: 16,

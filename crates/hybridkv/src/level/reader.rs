@@ -29,6 +29,10 @@ impl From<ValueRef<'_>> for LevelValue {
             ValueRef::Medium(p) => LevelValue::Medium(p),
             ValueRef::Large(p) => LevelValue::Large(p),
             ValueRef::Tombstone => LevelValue::Tombstone,
+            ValueRef::Deltas(b) => LevelValue::Deltas(b.to_vec()),
+            ValueRef::DeltasOverflow { offset, len, crc } => {
+                LevelValue::DeltasOverflow { offset, len, crc }
+            }
         }
     }
 }
@@ -379,13 +383,17 @@ impl LevelFile {
         Ok(buf)
     }
 
-    /// Reads an overflow value into `Inline`; every other value is returned unchanged
+    /// Reads an overflow value into `Inline` (an overflow operand list into `Deltas`);
+    /// every other value is returned unchanged
     /// (log pointers are dereferenced by the caller, which knows the logs).
     pub(crate) fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         match v {
             LevelValue::Overflow { offset, len, crc } => self
                 .read_blob(self.file.as_ref(), offset, len, crc)
                 .map(LevelValue::Inline),
+            LevelValue::DeltasOverflow { offset, len, crc } => self
+                .read_blob(self.file.as_ref(), offset, len, crc)
+                .map(LevelValue::Deltas),
             other => Ok(other),
         }
     }
@@ -723,6 +731,10 @@ impl LevelScanner {
                 .file
                 .read_blob(self.reader.as_ref(), offset, len, crc)
                 .map(LevelValue::Inline),
+            LevelValue::DeltasOverflow { offset, len, crc } => self
+                .file
+                .read_blob(self.reader.as_ref(), offset, len, crc)
+                .map(LevelValue::Deltas),
             other => Ok(other),
         }
     }

@@ -142,12 +142,14 @@ pub(crate) enum MemValue<'a> {
     /// A large pair: its value is in the large log.
     Large(LogPtr),
     Tombstone,
+    /// A delta (one operand) for the merge operator.
+    Delta(&'a [u8]),
 }
 
 impl MemValue<'_> {
     fn size(&self) -> usize {
         match self {
-            MemValue::Value(v) => v.len(),
+            MemValue::Value(v) | MemValue::Delta(v) => v.len(),
             MemValue::Large(_) => LOG_PTR_SIZE,
             MemValue::Tombstone => 0,
         }
@@ -161,12 +163,15 @@ enum Slot {
     Inline,
     Large(LogPtr),
     Tombstone,
+    /// A delta: its operand's bytes follow the key's in `MemKey`.
+    Delta,
 }
 
 /// The stored value of a version.
 fn level_value(k: &MemKey, slot: &Slot) -> LevelValue {
     match slot {
         Slot::Inline => LevelValue::Inline(k.tail().to_vec()),
+        Slot::Delta => LevelValue::Deltas(crate::delta::single(k.tail())),
         Slot::Large(p) => LevelValue::Large(*p),
         Slot::Tombstone => LevelValue::Tombstone,
     }
@@ -206,6 +211,7 @@ impl Memtable {
             MemValue::Value(v) => (MemKey::with_value(key, lsn, v), Slot::Inline),
             MemValue::Large(p) => (MemKey::new(key, lsn), Slot::Large(p)),
             MemValue::Tombstone => (MemKey::new(key, lsn), Slot::Tombstone),
+            MemValue::Delta(d) => (MemKey::with_value(key, lsn, d), Slot::Delta),
         };
         self.map.insert(k, slot);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
@@ -232,6 +238,7 @@ impl Memtable {
     }
 
     /// Newest version of `key` with `lsn <= snapshot`.
+    #[cfg(test)]
     pub(crate) fn get(&self, key: &[u8], snapshot: u64) -> Option<Found> {
         let probe = MemKey::new(key, snapshot);
         let entry = self.map.lower_bound(Bound::Included(&probe))?;
@@ -239,9 +246,27 @@ impl Memtable {
         (k.key() == key).then(|| (k.lsn, level_value(k, entry.value())))
     }
 
-    /// Up to `limit` entries in key order starting after (or at, if `inclusive`) `from`,
-    /// one per key: its newest version with `lsn <= snapshot`. Keys whose versions are all
-    /// newer than the snapshot are skipped.
+    /// The versions of `key` with `lsn <= snapshot`, newest first, as long as `more` says
+    /// the caller wants the next one (a read collecting deltas stops at a base).
+    pub(crate) fn versions_of(
+        &self,
+        key: &[u8],
+        snapshot: u64,
+        mut more: impl FnMut(Found) -> bool,
+    ) {
+        let probe = MemKey::new(key, snapshot);
+        for entry in self.map.range(probe..) {
+            let k = entry.key();
+            if k.key() != key || !more((k.lsn, level_value(k, entry.value()))) {
+                return;
+            }
+        }
+    }
+
+    /// Up to `limit` keys in key order starting after (or at, if `inclusive`) `from`: for
+    /// each, its newest version with `lsn <= snapshot`, and when that is a delta the older
+    /// versions down to the first that is not (the merge folds them). Keys whose versions
+    /// are all newer than the snapshot are skipped.
     pub(crate) fn collect_from(
         &self,
         from: Bound<&[u8]>,
@@ -260,39 +285,50 @@ impl Memtable {
             (Some(s), _) => Bound::Included(s),
         };
         let mut out: Vec<MemEntry> = Vec::new();
+        let mut keys = 0;
         for entry in self.map.range((lower, Bound::Unbounded)) {
             let k = entry.key();
             if k.lsn > snapshot {
                 continue;
             }
-            if out
-                .last()
-                .is_some_and(|(last, _, _)| last.as_slice() == k.key())
-            {
-                continue; // an older version of a key already taken
+            if let Some((last, _, v)) = out.last() {
+                if last.as_slice() == k.key() {
+                    if matches!(v, LevelValue::Deltas(_)) {
+                        // The chain of deltas goes on (never cut between batches).
+                        out.push((k.key().to_vec(), k.lsn, level_value(k, entry.value())));
+                    }
+                    continue; // else an older version of a key already taken
+                }
             }
-            if out.len() == limit {
+            if keys == limit {
                 break;
             }
+            keys += 1;
             out.push((k.key().to_vec(), k.lsn, level_value(k, entry.value())));
         }
         out
     }
 
     /// Every version in key order, newest first per key (used by flush; the memtable is
-    /// immutable then). Only the newest version of a key is copied out; an older one
-    /// yields just its large-log pointer, if it has one (its record becomes garbage).
+    /// immutable then). The newest version of a key is copied out, and so are the older
+    /// ones below a chain of deltas, down to the first that is not a delta (the merge
+    /// folds them); any other older version yields just its large-log pointer, if it has
+    /// one (its record becomes garbage).
     pub(crate) fn versions(&self) -> impl Iterator<Item = MemVersion> + '_ {
         let mut prev: Option<crossbeam_skiplist::map::Entry<'_, MemKey, Slot>> = None;
+        // The version copied out before this one was a delta of the same key.
+        let mut chain = false;
         self.map.iter().map(move |e| {
             let k = e.key();
-            let newest = prev.as_ref().is_none_or(|p| p.key().key() != k.key());
+            let newest = prev.as_ref().is_none_or(|p| p.key().key() != k.key()) || chain;
+            chain = newest && matches!(e.value(), Slot::Delta);
             let out = if newest {
                 // The flush's input: its buffers come back through `value::recycle`.
                 let value = match e.value() {
                     Slot::Inline => LevelValue::Inline(crate::value::buffer_from(k.tail())),
                     slot => level_value(k, slot),
                 };
+                // (Older versions below a delta are `Newest` too: copied for the fold.)
                 MemVersion::Newest((crate::value::buffer_from(k.key()), k.lsn, value))
             } else {
                 MemVersion::Shadowed(match e.value() {

@@ -114,6 +114,8 @@ pub struct DbIterator {
     state: State,
     /// An argument error reported as the first and only item.
     error: Option<Error>,
+    /// Folds the deltas of a key into its value.
+    operator: Option<Arc<dyn crate::delta::MergeOperator>>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -151,7 +153,17 @@ impl DbIterator {
             expected: None,
             state: State::Unstarted,
             error: None,
+            operator: None,
         }
+    }
+
+    /// The merge operator that folds deltas into values (the database's).
+    pub(crate) fn with_operator(
+        mut self,
+        operator: Option<Arc<dyn crate::delta::MergeOperator>>,
+    ) -> Self {
+        self.operator = operator;
+        self
     }
 
     /// An iterator that yields `err` once.
@@ -169,6 +181,7 @@ impl DbIterator {
             expected: None,
             state: State::Done,
             error: Some(err),
+            operator: None,
         }
     }
 
@@ -379,11 +392,34 @@ impl DbIterator {
         let Some(merge) = self.merge.as_mut() else {
             return Ok(None);
         };
-        Ok(merge.next()?.map(
-            |MergeEntry {
-                 key, value, source, ..
-             }| (key, source, value),
-        ))
+        let Some(mut entry) = merge.next()? else {
+            return Ok(None);
+        };
+        if entry.value.is_deltas() {
+            entry.value = LevelValue::Inline(self.fold_deltas(&mut entry)?);
+        }
+        Ok(Some((entry.key, entry.source, entry.value)))
+    }
+
+    /// The value of a key whose newest version holds deltas: its base (if the merge met
+    /// one) with every delta above it folded in.
+    fn fold_deltas(&self, entry: &mut MergeEntry) -> Result<Vec<u8>> {
+        let op = crate::delta::require(self.operator.as_ref())?;
+        let file_of = |source: usize| {
+            self.merge
+                .as_ref()
+                .and_then(|m| m.source(source))
+                .and_then(Cursor::file)
+        };
+        let (list, base) = entry.take_stack(|source, v| match file_of(source) {
+            Some(f) => f.load_overflow(v),
+            None => Ok(v),
+        })?;
+        let base = match base {
+            Some(b) => super::resolve_with(&self.segments, &b.key, b.value, file_of(b.source))?,
+            None => None,
+        };
+        crate::delta::fold_full(op, &entry.key, base.as_deref(), &list)
     }
 
     /// Runs `f` as a step of this iterator: an error or the end finishes it.
@@ -417,6 +453,9 @@ impl DbIterator {
                     LevelValue::Medium(p) => (record(p), ValueHome::Transient(u64::from(p.len))),
                     LevelValue::Large(p) => (record(p), ValueHome::Large(u64::from(p.len))),
                     LevelValue::Tombstone => (0, ValueHome::InPlace),
+                    // Folded by `next_raw`: never met here.
+                    LevelValue::Deltas(b) => (b.len() as u64, ValueHome::InPlace),
+                    LevelValue::DeltasOverflow { len, .. } => (u64::from(*len), ValueHome::InPlace),
                 };
                 (key, len, home)
             }))
@@ -505,6 +544,9 @@ impl LazyPair {
             LevelValue::Medium(p) | LevelValue::Large(p) => u64::from(p.len)
                 .saturating_sub((self.key.len() + crate::log::large::RECORD_HEADER) as u64),
             LevelValue::Tombstone => 0,
+            // Folded by the iterator: never held by a pair.
+            LevelValue::Deltas(b) => b.len() as u64,
+            LevelValue::DeltasOverflow { len, .. } => u64::from(*len),
         }
     }
 

@@ -1,13 +1,15 @@
 //! The read path: point lookups and merged iterators over the memtables and levels.
 //!
 //! Owns: finding the newest visible version of a key (memtable, immutable memtables, then
-//! L1..Ln; the first match wins), dereferencing log pointers through the captured segment
+//! L1..Ln; the first match wins, but for deltas, which take every older version down to
+//! their base, folded with the merge operator), dereferencing log pointers through the captured segment
 //! set, and the iterators (one cursor per source, merged in key order by `crate::merge`).
 //! Never: writes anything; it reads from a captured `SuperVersion`, so every file and
 //! segment it reads stays alive.
 
 pub(crate) mod iter;
 
+use crate::delta::MergeOperator;
 use crate::error::{Error, Result};
 use crate::level::{LevelFile, LevelValue};
 use crate::log::large::SegmentKind;
@@ -16,38 +18,90 @@ use std::sync::Arc;
 pub(crate) use crate::log::large::SegmentSet;
 pub(crate) use crate::version_set::SuperVersion;
 
-/// The newest version of `key` visible at `snapshot`, as stored (pointers not followed),
-/// with the level file it came from (to read overflow blobs).
-pub(crate) fn lookup(
-    sv: &SuperVersion,
-    snapshot: u64,
-    key: &[u8],
-) -> Result<Option<(LevelValue, Option<Arc<LevelFile>>)>> {
+/// A stored version (pointers not followed) with the level file it came from (to read
+/// overflow blobs); `None` for the memtable.
+pub(crate) type Stored = (LevelValue, Option<Arc<LevelFile>>);
+
+/// What a lookup found for a key: the deltas above its base, if any, and the base.
+#[derive(Debug, Default)]
+pub(crate) struct Lookup {
+    /// The operand list of every delta newer than the base (oldest first); empty if the
+    /// newest version is not a delta.
+    pub deltas: Vec<u8>,
+    /// The newest version that is not a delta (a tombstone included); `None` if there is
+    /// none below the deltas, or no version at all.
+    pub base: Option<Stored>,
+}
+
+impl Lookup {
+    /// Whether the key has a delta above its base.
+    pub(crate) fn has_deltas(&self) -> bool {
+        !self.deltas.is_empty()
+    }
+
+    /// Takes `v`: a delta is stacked below the ones already met; anything else is the
+    /// base. True while the lookup must look further (no base yet).
+    fn take(&mut self, key: &[u8], v: LevelValue, file: Option<&Arc<LevelFile>>) -> Result<bool> {
+        let v = match (&v, file) {
+            (LevelValue::DeltasOverflow { .. }, Some(f)) => f.load_overflow(v)?,
+            _ => v,
+        };
+        match v {
+            LevelValue::Deltas(older) => {
+                self.deltas = if self.deltas.is_empty() {
+                    older
+                } else {
+                    crate::delta::stack_older(&self.deltas, &older, key)?
+                };
+                Ok(true)
+            }
+            LevelValue::DeltasOverflow { offset, .. } => Err(Error::Internal(format!(
+                "an overflow operand list at offset {offset} outside a level file"
+            ))),
+            base => {
+                self.base = Some((base, file.cloned()));
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// The versions of `key` visible at `snapshot` that make its value: the newest, and below
+/// a delta every older one down to the first that is not a delta.
+pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Lookup> {
+    let mut found = Lookup::default();
     for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
-        if let Some((_, v)) = mem.get(key, snapshot) {
-            return Ok(Some((v, None)));
+        let mut more = true;
+        let mut failed = None;
+        mem.versions_of(key, snapshot, |(_, v)| {
+            more = match found.take(key, v, None) {
+                Ok(m) => m,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            };
+            more
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if !more {
+            return Ok(found);
         }
     }
     for file in sv.version.all_runs() {
         if let Some((_, v)) = file.get(key)? {
-            return Ok(Some((v, Some(Arc::clone(file)))));
+            if !found.take(key, v, Some(file))? {
+                return Ok(found);
+            }
         }
     }
-    Ok(None)
+    Ok(found)
 }
 
 /// The bytes of a stored value: reads overflow blobs and follows log pointers.
 /// `None` for a tombstone.
-pub(crate) fn resolve(
-    sv: &SuperVersion,
-    key: &[u8],
-    value: LevelValue,
-    file: Option<&LevelFile>,
-) -> Result<Option<Vec<u8>>> {
-    resolve_with(&sv.segments, key, value, file)
-}
-
-/// [`resolve`] with just the segment set.
 pub(crate) fn resolve_with(
     segments: &SegmentSet,
     key: &[u8],
@@ -66,6 +120,9 @@ pub(crate) fn resolve_with(
                 "overflow value outside a level file".into(),
             )),
         },
+        LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. } => Err(Error::Internal(
+            "deltas resolved as a value (they must be folded first)".into(),
+        )),
         LevelValue::Large(p) | LevelValue::Medium(p) => match segments.get(&p.segment) {
             Some(seg) => seg.read_through_cache(p, key).map(Some),
             None => Err(Error::corruption(
@@ -81,10 +138,33 @@ pub(crate) fn resolve_with(
     }
 }
 
-/// The newest value of `key` visible at `snapshot` (`None` if absent or deleted).
-pub(crate) fn get(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    match lookup(sv, snapshot, key)? {
-        Some((v, file)) => resolve(sv, key, v, file.as_deref()),
-        None => Ok(None),
+/// The value a lookup found: its base's bytes with the deltas above it folded in by
+/// `operator` (`None` if absent or deleted).
+pub(crate) fn value_of(
+    segments: &SegmentSet,
+    operator: Option<&Arc<dyn MergeOperator>>,
+    key: &[u8],
+    found: Lookup,
+) -> Result<Option<Vec<u8>>> {
+    let has_deltas = found.has_deltas();
+    let base = match found.base {
+        Some((v, file)) => resolve_with(segments, key, v, file.as_deref())?,
+        None => None,
+    };
+    if !has_deltas {
+        return Ok(base);
     }
+    let op = crate::delta::require(operator)?;
+    crate::delta::fold_full(op, key, base.as_deref(), &found.deltas).map(Some)
+}
+
+/// The value of `key` visible at `snapshot` (`None` if absent or deleted).
+pub(crate) fn get(
+    sv: &SuperVersion,
+    operator: Option<&Arc<dyn MergeOperator>>,
+    snapshot: u64,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>> {
+    let found = lookup(sv, snapshot, key)?;
+    value_of(&sv.segments, operator, key, found)
 }

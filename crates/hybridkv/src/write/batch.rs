@@ -12,6 +12,8 @@ pub(crate) const OP_PUT: u8 = 1;
 pub(crate) const OP_DELETE: u8 = 2;
 /// Only in the small log: a large put whose value went to the large log (key + pointer).
 pub(crate) const OP_PUT_LARGE: u8 = 3;
+/// A delta for the merge operator (key + operand; same layout as a put).
+pub(crate) const OP_MERGE: u8 = 4;
 
 /// Largest encoded batch accepted (keeps a log record's length in 32 bits with room).
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -21,6 +23,8 @@ pub const MAX_BATCH_BYTES: usize = 1 << 30;
 pub struct WriteBatch {
     rep: Vec<u8>,
     count: u32,
+    /// Merge operations held (checked against the operator before the commit).
+    merges: u32,
     /// First argument error, reported when the batch is written (builder methods are
     /// infallible so they chain).
     invalid: Option<String>,
@@ -33,6 +37,8 @@ pub(crate) enum BatchOp<'a> {
     Delete(&'a [u8]),
     /// Decoded from the small log only: the value is in the large log.
     PutLarge(&'a [u8], LogPtr),
+    /// A delta (key, operand) for the merge operator.
+    Merge(&'a [u8], &'a [u8]),
 }
 
 /// Encodes a large put's log record for the small log (`OP_PUT_LARGE`).
@@ -46,8 +52,12 @@ pub(crate) fn encode_put_large(out: &mut Vec<u8>, key: &[u8], ptr: LogPtr) {
 /// Re-encodes a plain op (put or delete) in the batch payload format.
 pub(crate) fn encode_op(out: &mut Vec<u8>, op: BatchOp<'_>) {
     match op {
-        BatchOp::Put(k, v) => {
-            out.push(OP_PUT);
+        BatchOp::Put(k, v) | BatchOp::Merge(k, v) => {
+            out.push(if matches!(op, BatchOp::Merge(..)) {
+                OP_MERGE
+            } else {
+                OP_PUT
+            });
             out.extend_from_slice(&(k.len() as u32).to_le_bytes());
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(k);
@@ -89,6 +99,30 @@ impl WriteBatch {
         self.rep.extend_from_slice(value);
         self.count += 1;
         self
+    }
+
+    /// Adds a delta for `key`: the merge operator (`Options::merge_operator`) folds
+    /// `operand` into the key's value (reads see the folded value). Refused when the batch
+    /// is written if the database has no merge operator or the operator refuses `operand`.
+    pub fn merge(&mut self, key: impl AsRef<[u8]>, operand: impl AsRef<[u8]>) -> &mut Self {
+        let (key, operand) = (key.as_ref(), operand.as_ref());
+        self.note(check_key(key).and_then(|()| check_value(operand)));
+        self.rep.reserve(1 + 4 + 4 + key.len() + operand.len());
+        self.rep.push(OP_MERGE);
+        self.rep
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.rep
+            .extend_from_slice(&(operand.len() as u32).to_le_bytes());
+        self.rep.extend_from_slice(key);
+        self.rep.extend_from_slice(operand);
+        self.count += 1;
+        self.merges += 1;
+        self
+    }
+
+    /// Whether the batch holds a merge operation.
+    pub(crate) fn has_merges(&self) -> bool {
+        self.merges > 0
     }
 
     /// Adds a delete of `key`.
@@ -158,12 +192,16 @@ pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>>
     let mut ops = Vec::with_capacity(ops_capacity(payload.len(), count));
     for _ in 0..count {
         match d.u8()? {
-            OP_PUT => {
+            op @ (OP_PUT | OP_MERGE) => {
                 let klen = d.u32()? as usize;
                 let vlen = d.u32()? as usize;
                 let key = d.bytes(klen)?;
                 let value = d.bytes(vlen)?;
-                ops.push(BatchOp::Put(key, value));
+                ops.push(if op == OP_MERGE {
+                    BatchOp::Merge(key, value)
+                } else {
+                    BatchOp::Put(key, value)
+                });
             }
             OP_DELETE => {
                 let klen = d.u32()? as usize;
@@ -187,9 +225,19 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut b = WriteBatch::new();
-        b.put("a", "1").delete("b").put("c", vec![7u8; 300]);
-        assert_eq!(b.len(), 3);
+        b.put("a", "1")
+            .delete("b")
+            .put("c", vec![7u8; 300])
+            .merge("d", "+1");
+        assert_eq!(b.len(), 4);
+        assert!(b.has_merges());
         let ops = decode_ops(b.payload(), b.count()).unwrap();
+        assert_eq!(ops[3], BatchOp::Merge(b"d", b"+1"));
+        let mut again = Vec::new();
+        for op in &ops {
+            encode_op(&mut again, *op);
+        }
+        assert_eq!(again, b.payload());
         assert_eq!(ops[0], BatchOp::Put(b"a", b"1"));
         assert_eq!(ops[1], BatchOp::Delete(b"b"));
         assert!(matches!(ops[2], BatchOp::Put(b"c", v) if v.len() == 300));

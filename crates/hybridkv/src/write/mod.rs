@@ -105,6 +105,7 @@ pub(crate) struct CommitRecord<'a> {
 pub(crate) struct Committed {
     pub puts: u64,
     pub deletes: u64,
+    pub merges: u64,
     /// Key + value bytes of the operations.
     pub bytes: u64,
     /// Values appended to the large log, and their record bytes.
@@ -166,6 +167,17 @@ impl WritePath {
         if batch.is_empty() {
             return Ok(());
         }
+        if batch.has_merges() {
+            // Refused here, alone: a bad operand must not fail the rest of a commit group.
+            let op = crate::delta::require(env.opts().merge_operator.as_ref())?;
+            let ops = decode_ops(batch.payload(), batch.count())
+                .ok_or_else(|| Error::InvalidArgument("malformed write batch".into()))?;
+            for o in ops {
+                if let BatchOp::Merge(k, d) = o {
+                    crate::delta::check_operand(op, k, d)?;
+                }
+            }
+        }
         env.check_poison()?;
         let req = Request::new(batch, sync);
         self.queue
@@ -198,6 +210,7 @@ impl WritePath {
         let c = env.counters();
         Counters::add(&c.puts, done.puts);
         Counters::add(&c.deletes, done.deletes);
+        Counters::add(&c.merges, done.merges);
         Counters::add(&c.user_bytes_written, done.bytes);
         Counters::add(&c.large_bytes_written, done.large_bytes);
         Counters::add(&c.commit_groups, 1);
@@ -279,6 +292,12 @@ impl WritePath {
                         }
                         (k, MemValue::Tombstone)
                     }
+                    BatchOp::Merge(k, d) => {
+                        if let Some(p) = payload.as_mut() {
+                            encode_op(p, *op);
+                        }
+                        (k, MemValue::Delta(d))
+                    }
                     // Refused above, before any append.
                     BatchOp::PutLarge(..) => continue,
                 };
@@ -290,6 +309,10 @@ impl WritePath {
                     BatchOp::Put(k, v) => {
                         done.puts += 1;
                         done.bytes += (k.len() + v.len()) as u64;
+                    }
+                    BatchOp::Merge(k, d) => {
+                        done.merges += 1;
+                        done.bytes += (k.len() + d.len()) as u64;
                     }
                     BatchOp::PutLarge(..) => {}
                 }
@@ -470,6 +493,7 @@ pub(crate) fn replay_ops(mem: &Memtable, first_lsn: u64, ops: Vec<BatchOp<'_>>) 
             BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v)),
             BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
             BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
+            BatchOp::Merge(k, d) => mem.insert(k, lsn, MemValue::Delta(d)),
         }
         lsn = lsn.saturating_add(1);
     }
@@ -580,6 +604,7 @@ mod tests {
                         BatchOp::Put(k, _) => (k.to_vec(), "put"),
                         BatchOp::Delete(k) => (k.to_vec(), "delete"),
                         BatchOp::PutLarge(k, _) => (k.to_vec(), "put-large"),
+                        BatchOp::Merge(k, _) => (k.to_vec(), "merge"),
                     })
                     .collect();
                 out.push((rec.first_lsn, ops));

@@ -26,6 +26,8 @@ pub const DIR: &str = "/db";
 /// garbage. GC runs only when the workload asks.
 pub fn small_opts() -> Options {
     Options {
+        // Merges append: an operator whose result depends on the order of the deltas.
+        merge_operator: Some(std::sync::Arc::new(hybridkv::Append)),
         memtable_size: 64 << 10,
         growth_factor: 2,
         large_segment_size: 64 << 10,
@@ -47,6 +49,12 @@ pub enum Op {
         key: Vec<u8>,
         sync: bool,
     },
+    /// A delta: the `Append` operator appends `operand` to the value.
+    Merge {
+        key: Vec<u8>,
+        operand: Vec<u8>,
+        sync: bool,
+    },
     /// `None` deletes.
     Batch {
         ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
@@ -63,11 +71,17 @@ pub enum Op {
 
 impl Op {
     pub fn is_write(&self) -> bool {
-        matches!(self, Op::Put { .. } | Op::Delete { .. } | Op::Batch { .. })
+        matches!(
+            self,
+            Op::Put { .. } | Op::Delete { .. } | Op::Merge { .. } | Op::Batch { .. }
+        )
     }
     pub fn is_sync_write(&self) -> bool {
         match self {
-            Op::Put { sync, .. } | Op::Delete { sync, .. } | Op::Batch { sync, .. } => *sync,
+            Op::Put { sync, .. }
+            | Op::Delete { sync, .. }
+            | Op::Merge { sync, .. }
+            | Op::Batch { sync, .. } => *sync,
             _ => false,
         }
     }
@@ -125,7 +139,14 @@ pub fn value(rng: &mut Rng, version: usize) -> Vec<u8> {
     v
 }
 
-/// `n` seeded steps: puts (small, medium, large), deletes, batches, some synced; reads;
+/// A delta operand for step `version`: 1 to 24 bytes that name the step.
+pub fn operand(rng: &mut Rng, version: usize) -> Vec<u8> {
+    let mut d = format!("+{version}").into_bytes();
+    d.resize(1 + rng.below(24) as usize, b'.');
+    d
+}
+
+/// `n` seeded steps: puts (small, medium, large), deletes, merges, batches, some synced; reads;
 /// and flush / compact / gc calls.
 pub fn workload(seed: u64, n: usize) -> Vec<Op> {
     let mut rng = Rng::new(seed);
@@ -140,9 +161,14 @@ pub fn workload(seed: u64, n: usize) -> Vec<Op> {
             Op::Gc
         } else {
             match rng.below(100) {
-                0..=57 => Op::Put {
+                0..=49 => Op::Put {
                     key: key(rng.below(KEYS)),
                     value: value(&mut rng, i),
+                    sync,
+                },
+                50..=57 => Op::Merge {
+                    key: key(rng.below(KEYS)),
+                    operand: operand(&mut rng, i),
                     sync,
                 },
                 58..=71 => Op::Delete {
@@ -181,6 +207,12 @@ pub fn apply(model: &mut Model, op: &Op) {
         Op::Delete { key, .. } => {
             model.remove(key);
         }
+        Op::Merge { key, operand, .. } => {
+            model
+                .entry(key.clone())
+                .or_default()
+                .extend_from_slice(operand);
+        }
         Op::Batch { ops, .. } => {
             for (k, v) in ops {
                 match v {
@@ -209,7 +241,10 @@ pub fn universe(ops: &[Op]) -> BTreeSet<Vec<u8>> {
     let mut keys = BTreeSet::new();
     for op in ops {
         match op {
-            Op::Put { key, .. } | Op::Delete { key, .. } | Op::Get { key } => {
+            Op::Put { key, .. }
+            | Op::Delete { key, .. }
+            | Op::Merge { key, .. }
+            | Op::Get { key } => {
                 keys.insert(key.clone());
             }
             Op::Batch { ops, .. } => keys.extend(ops.iter().map(|(k, _)| k.clone())),
@@ -246,6 +281,11 @@ pub fn run_op(db: &Db, op: &Op, acked: &Model) -> Result<(), Error> {
             let mut b = WriteBatch::new();
             b.delete(key);
             db.write_opt(b, &w(true))
+        }
+        Op::Merge { key, operand, sync } => {
+            let mut b = WriteBatch::new();
+            b.merge(key, operand);
+            db.write_opt(b, &w(*sync))
         }
         Op::Batch { ops, sync } => {
             let mut b = WriteBatch::new();

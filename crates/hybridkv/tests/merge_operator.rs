@@ -1,0 +1,291 @@
+//! Merges (deltas folded by a merge operator): what a user sees through gets, scans and
+//! snapshots while the deltas sit in the memtable, in runs above their base, folded at a
+//! flush or a compaction, and under a large value that garbage collection moves; refusals
+//! that name what is wrong; recovery of deltas from the small log.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use hybridkv::{Append, CounterAdd, Db, Error, Max, MergeOperator, Options, WriteBatch};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn opts(op: Arc<dyn MergeOperator>) -> Options {
+    Options {
+        memtable_size: 64 << 10,
+        growth_factor: 2,
+        large_segment_size: 64 << 10,
+        gc_interval: Duration::from_secs(3600),
+        merge_operator: Some(op),
+        ..Options::default()
+    }
+}
+
+fn n(x: u64) -> [u8; 8] {
+    x.to_le_bytes()
+}
+
+fn count(db: &Db, key: &str) -> Option<u64> {
+    db.get(key)
+        .unwrap()
+        .map(|v| u64::from_le_bytes(v.try_into().expect("a counter is 8 bytes")))
+}
+
+#[test]
+fn without_an_operator_merge_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let e = db.merge("k", n(1)).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("merge_operator")),
+        "{e}"
+    );
+    let mut b = WriteBatch::new();
+    b.put("a", "1").merge("k", n(1));
+    assert!(matches!(db.write(b), Err(Error::InvalidArgument(_))));
+    assert_eq!(
+        db.get("a").unwrap(),
+        None,
+        "a refused batch wrote part of itself"
+    );
+    assert_eq!(db.stats().unwrap().merges, 0);
+}
+
+#[test]
+fn an_operand_the_operator_refuses_fails_its_batch_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+    let mut b = WriteBatch::new();
+    b.put("a", "1").merge("c", [1u8, 2, 3]);
+    let e = db.write(b).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Error::MergeFailed { .. }), "{e:?}");
+    assert!(
+        text.contains("counter_add") && text.contains("\"c\"") && text.contains("3 bytes"),
+        "{text}"
+    );
+    assert_eq!(db.get("a").unwrap(), None);
+    db.merge("c", n(2)).unwrap();
+    assert_eq!(count(&db, "c"), Some(2));
+}
+
+#[test]
+fn counters_add_up_through_flushes_compactions_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = 3000u64;
+    let mut want = vec![0u64; keys as usize];
+    {
+        let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+        // A base for every third key, then rounds of deltas with flushes between: the
+        // deltas land in runs above their base and in the memtable.
+        for k in (0..keys).step_by(3) {
+            db.put(format!("c{k:05}"), n(1000)).unwrap();
+            want[k as usize] = 1000;
+        }
+        for round in 1..=6u64 {
+            for k in 0..keys {
+                if (k + round) % 2 == 0 {
+                    db.merge(format!("c{k:05}"), n(round)).unwrap();
+                    want[k as usize] += round;
+                }
+            }
+            if round % 2 == 0 {
+                db.flush().unwrap();
+            }
+        }
+        for k in (0..keys).step_by(97) {
+            assert_eq!(
+                count(&db, &format!("c{k:05}")),
+                Some(want[k as usize]),
+                "key {k}"
+            );
+        }
+        db.compact_all().unwrap();
+        let s = db.stats().unwrap();
+        assert!(s.merges > 0 && s.deltas_folded > 0, "{s:?}");
+        // A merge after a delete starts from nothing.
+        db.delete("c00000").unwrap();
+        db.merge("c00000", n(5)).unwrap();
+        want[0] = 5;
+    }
+    let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+    let mut seen = 0;
+    for pair in db.prefix("c") {
+        let (k, v) = pair.unwrap();
+        let i: usize = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
+        assert_eq!(v, n(want[i]), "key {i} by scan");
+        seen += 1;
+    }
+    let present = want.iter().filter(|&&w| w > 0).count();
+    assert_eq!(seen, present);
+    assert_eq!(count(&db, "c00000"), Some(5));
+}
+
+#[test]
+fn deltas_apply_to_small_medium_and_large_bases_and_survive_gc() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    // Bases of the three size classes (small < 120 B <= medium < 1024 B <= large).
+    let bases: Vec<(String, Vec<u8>)> = (0..300u32)
+        .map(|i| {
+            let len = [9usize, 300, 3000][(i % 3) as usize];
+            (format!("key{i:04}"), vec![b'a' + (i % 26) as u8; len])
+        })
+        .collect();
+    for (k, v) in &bases {
+        db.put(k, v).unwrap();
+    }
+    db.flush().unwrap();
+    let mut want: Vec<Vec<u8>> = bases.iter().map(|(_, v)| v.clone()).collect();
+    for (i, (k, _)) in bases.iter().enumerate() {
+        let d = format!("|d{i}");
+        db.merge(k, &d).unwrap();
+        want[i].extend_from_slice(d.as_bytes());
+    }
+    // Fill the large log with values that die, so its segments are worth collecting:
+    // the large bases under deltas share segments with them.
+    for round in 0..4 {
+        for i in 0..200u32 {
+            db.put(format!("junk{i:04}"), vec![round as u8; 2000])
+                .unwrap();
+        }
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    let report = db.gc().unwrap();
+    assert!(report.segments_freed > 0, "{report:?}");
+    for (i, (k, _)) in bases.iter().enumerate() {
+        assert_eq!(
+            db.get(k).unwrap().as_ref(),
+            Some(&want[i]),
+            "key {k} after gc"
+        );
+    }
+    db.compact_all().unwrap();
+    while db.gc().unwrap().segments_freed > 0 {}
+    for (i, (k, _)) in bases.iter().enumerate() {
+        assert_eq!(
+            db.get(k).unwrap().as_ref(),
+            Some(&want[i]),
+            "key {k} after compact_all"
+        );
+    }
+    assert!(db.check().unwrap().is_ok());
+    drop(db);
+    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    let got: Vec<Vec<u8>> = db.prefix("key").map(|p| p.unwrap().1).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_snapshot_sees_the_deltas_of_its_moment_and_scans_fold_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(Max))).unwrap();
+    db.merge("m", "b").unwrap();
+    db.merge("m", "a").unwrap();
+    let snap = db.snapshot().unwrap();
+    db.merge("m", "c").unwrap();
+    db.flush().unwrap();
+    db.merge("m", "bb").unwrap();
+    assert_eq!(snap.get("m").unwrap().as_deref(), Some(&b"b"[..]));
+    assert_eq!(db.get("m").unwrap().as_deref(), Some(&b"c"[..]));
+    let pairs: Vec<_> = snap.iter().map(|p| p.unwrap()).collect();
+    assert_eq!(pairs, vec![(b"m".to_vec(), b"b".to_vec())]);
+    let pairs: Vec<_> = db.iter().map(|p| p.unwrap()).collect();
+    assert_eq!(pairs, vec![(b"m".to_vec(), b"c".to_vec())]);
+    // Keys only: a key with deltas and no base exists.
+    let keys: Vec<_> = db.keys::<&[u8], _>(..).map(|k| k.unwrap()).collect();
+    assert_eq!(keys, vec![b"m".to_vec()]);
+}
+
+#[test]
+fn many_deltas_without_a_base_outgrow_a_leaf_and_still_fold() {
+    // `Append` has a partial merge, so a custom operator without one keeps every operand:
+    // the list outgrows a leaf and is stored as an overflow blob of the level file.
+    struct Concat;
+    impl MergeOperator for Concat {
+        fn name(&self) -> &str {
+            "test.concat"
+        }
+        fn full_merge(
+            &self,
+            _key: &[u8],
+            base: Option<&[u8]>,
+            deltas: &[&[u8]],
+        ) -> Result<Vec<u8>, hybridkv::MergeError> {
+            let mut out = base.unwrap_or(b"<none>").to_vec();
+            for d in deltas {
+                out.push(b',');
+                out.extend_from_slice(d);
+            }
+            Ok(out)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        max_levels: 4,
+        ..opts(Arc::new(Concat))
+    };
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let mut want = b"<none>".to_vec();
+    for i in 0..400 {
+        let d = format!("delta-{i:03}-{}", "x".repeat(20));
+        db.merge("list", &d).unwrap();
+        want.push(b',');
+        want.extend_from_slice(d.as_bytes());
+        if i % 50 == 49 {
+            db.flush().unwrap();
+            // Another key keeps the runs from being only this one.
+            db.put(format!("other{i}"), "v").unwrap();
+        }
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    assert_eq!(db.get("list").unwrap(), Some(want.clone()));
+    drop(db);
+    let db = Db::open(dir.path(), o).unwrap();
+    assert_eq!(db.get("list").unwrap(), Some(want.clone()));
+    db.compact_all().unwrap();
+    assert_eq!(db.get("list").unwrap(), Some(want));
+    assert!(db.check().unwrap().is_ok());
+}
+
+#[test]
+fn a_database_written_with_an_operator_opens_only_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+        db.put("plain", "v").unwrap();
+        db.merge("c", n(1)).unwrap();
+    }
+    // A writable open would flush the deltas: without their operator it is refused.
+    for other in [None, Some(Arc::new(Append) as Arc<dyn MergeOperator>)] {
+        let e = Db::open(
+            dir.path(),
+            Options {
+                merge_operator: other,
+                ..opts(Arc::new(CounterAdd))
+            },
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, Error::InvalidArgument(_)) && text.contains("hybridkv.counter_add"),
+            "{text}"
+        );
+    }
+    // Read-only, without the operator: plain keys read, a key with deltas is an error
+    // (never a wrong value).
+    let ro = Db::open_read_only(
+        dir.path(),
+        Options {
+            merge_operator: None,
+            ..opts(Arc::new(CounterAdd))
+        },
+    )
+    .unwrap();
+    assert_eq!(ro.get("plain").unwrap().as_deref(), Some(&b"v"[..]));
+    assert!(matches!(ro.get("c"), Err(Error::InvalidArgument(_))));
+    drop(ro);
+    let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+    assert_eq!(count(&db, "c"), Some(1));
+}
