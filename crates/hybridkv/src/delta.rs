@@ -71,7 +71,10 @@ fn read_u64(what: &str, bytes: &[u8]) -> Result<u64, MergeError> {
     Ok(u64::from_le_bytes(arr))
 }
 
-/// Adds unsigned 64-bit little-endian integers (wrapping); a missing base counts as 0.
+/// Adds unsigned 64-bit little-endian integers (wrapping). A missing base counts as 0, and
+/// so does a base that is not 8 bytes (a value that is not a counter is replaced, as
+/// RocksDB's `uint64add` does): the operator never fails on data already written, and
+/// deltas are checked when they are written.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CounterAdd;
 
@@ -85,10 +88,9 @@ impl MergeOperator for CounterAdd {
         base: Option<&[u8]>,
         deltas: &[&[u8]],
     ) -> Result<Vec<u8>, MergeError> {
-        let mut sum = match base {
-            Some(b) => read_u64("the base value", b)?,
-            None => 0,
-        };
+        let mut sum = base
+            .and_then(|b| read_u64("the base value", b).ok())
+            .unwrap_or(0);
         for d in deltas {
             sum = sum.wrapping_add(read_u64("a delta", d)?);
         }
@@ -180,41 +182,100 @@ fn merge_failed(op: &dyn MergeOperator, key: &[u8], e: MergeError) -> Error {
     }
 }
 
-/// An operand list holding one operand.
-pub(crate) fn single(operand: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(8 + operand.len());
-    out.extend_from_slice(&1u32.to_le_bytes());
-    out.extend_from_slice(&(operand.len() as u32).to_le_bytes());
-    out.extend_from_slice(operand);
-    out
+/// Bit of an operand list's head word: the list does not apply to older versions (it is
+/// its key's value on its own: its deltas over the base it carries, or over nothing).
+const CLOSED: u32 = 1 << 31;
+/// Bit of the head word (with `CLOSED`): the first operand is the base value.
+const WITH_BASE: u32 = 1 << 30;
+const COUNT_MASK: u32 = WITH_BASE - 1;
+
+/// Largest value a fold may produce: the largest value a put accepts
+/// (`options::MAX_VALUE_SIZE`, which a test there keeps equal; `options` names this module,
+/// so this one does not name it back).
+pub(crate) const MAX_FOLDED_VALUE: usize = 16 << 20;
+
+/// Largest operand list the engine builds (the level format stores lengths in 32 bits).
+pub(crate) const MAX_LIST_BYTES: usize = 1 << 30;
+
+/// A decoded operand list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct List<'a> {
+    /// The list is its key's whole value: older versions do not matter.
+    pub closed: bool,
+    /// The base a closed list carries (`None`: it applies to nothing).
+    pub base: Option<&'a [u8]>,
+    /// The deltas, oldest first.
+    pub operands: Vec<&'a [u8]>,
 }
 
-fn encode(operands: &[&[u8]]) -> Vec<u8> {
-    let len = 4 + operands.iter().map(|o| 4 + o.len()).sum::<usize>();
+/// An operand list holding one operand.
+pub(crate) fn single(operand: &[u8]) -> Vec<u8> {
+    encode(false, None, &[operand])
+}
+
+fn encode(closed: bool, base: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+    let all = || base.into_iter().chain(operands.iter().copied());
+    let len = 4 + all().map(|o| 4 + o.len()).sum::<usize>();
     let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(&(operands.len() as u32).to_le_bytes());
-    for o in operands {
+    let mut head = all().count() as u32 & COUNT_MASK;
+    if closed {
+        head |= CLOSED;
+    }
+    if base.is_some() {
+        head |= CLOSED | WITH_BASE;
+    }
+    out.extend_from_slice(&head.to_le_bytes());
+    for o in all() {
         out.extend_from_slice(&(o.len() as u32).to_le_bytes());
         out.extend_from_slice(o);
     }
     out
 }
 
-/// The operands of a list, oldest first. `None` if the bytes are not a well-formed list
-/// (every length is checked against what is left; nothing may follow the last operand).
-pub(crate) fn decode(list: &[u8]) -> Option<Vec<&[u8]>> {
-    let mut d = Decoder::new(list);
-    let count = d.u32()? as usize;
-    // Each operand takes at least its 4-byte length: a damaged count cannot size this.
-    let mut out = Vec::with_capacity(count.min(d.remaining() / 4));
-    for _ in 0..count {
-        let len = d.u32()? as usize;
-        out.push(d.bytes(len)?);
-    }
-    (d.remaining() == 0).then_some(out)
+/// Whether the list in `bytes` is closed (read from its head word only; `false` if the
+/// bytes are too short to tell, which the full decoding then reports).
+pub(crate) fn is_closed(bytes: &[u8]) -> bool {
+    bytes
+        .first_chunk::<4>()
+        .is_some_and(|h| u32::from_le_bytes(*h) & CLOSED != 0)
 }
 
-fn decoded<'a>(list: &'a [u8], key: &[u8]) -> Result<Vec<&'a [u8]>> {
+/// A list's parts. `None` if the bytes are not a well-formed list (every length is checked
+/// against what is left; nothing may follow the last operand; a base needs an operand
+/// to hold it).
+pub(crate) fn decode(list: &[u8]) -> Option<List<'_>> {
+    let mut d = Decoder::new(list);
+    let head = d.u32()?;
+    let (closed, with_base) = (head & CLOSED != 0, head & WITH_BASE != 0);
+    if with_base && !closed {
+        return None;
+    }
+    let count = (head & COUNT_MASK) as usize;
+    // Each operand takes at least its 4-byte length: a damaged count cannot size this.
+    let mut operands = Vec::with_capacity(count.min(d.remaining() / 4));
+    for _ in 0..count {
+        let len = d.u32()? as usize;
+        operands.push(d.bytes(len)?);
+    }
+    if d.remaining() != 0 {
+        return None;
+    }
+    let base = if with_base {
+        if operands.is_empty() {
+            return None;
+        }
+        Some(operands.remove(0))
+    } else {
+        None
+    };
+    Some(List {
+        closed,
+        base,
+        operands,
+    })
+}
+
+fn decoded<'a>(list: &'a [u8], key: &[u8]) -> Result<List<'a>> {
     decode(list).ok_or_else(|| {
         Error::Internal(format!(
             "the operand list of key {} is malformed ({} bytes)",
@@ -224,33 +285,109 @@ fn decoded<'a>(list: &'a [u8], key: &[u8]) -> Result<Vec<&'a [u8]>> {
     })
 }
 
-/// `newer` with the operands of `older` put before its own (both lists oldest first).
-pub(crate) fn stack_older(newer: &[u8], older: &[u8], key: &[u8]) -> Result<Vec<u8>> {
-    let mut all = decoded(older, key)?;
-    all.extend(decoded(newer, key)?);
-    Ok(encode(&all))
+/// The operand lists met for one key, newest first, made into one list once (in time
+/// linear in their bytes, however many there are).
+#[derive(Debug, Default)]
+pub(crate) struct Stack {
+    lists: Vec<Vec<u8>>,
 }
 
-/// The value after the list's deltas are applied to `base`.
+impl Stack {
+    /// Adds a list older than every list added before.
+    pub(crate) fn push_older(&mut self, list: Vec<u8>) {
+        self.lists.push(list);
+    }
+
+    /// Whether no list was added.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lists.is_empty()
+    }
+
+    /// Whether the oldest list added is closed: no older version of the key matters.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lists.last().is_some_and(|l| is_closed(l))
+    }
+
+    /// One list of every operand, oldest first (closed, with its base, if the oldest list
+    /// added is). Every list is checked; a closed list may only be the oldest.
+    pub(crate) fn into_list(mut self, key: &[u8]) -> Result<Vec<u8>> {
+        if self.lists.len() == 1 {
+            let list = self.lists.pop().unwrap_or_default();
+            decoded(&list, key)?;
+            return Ok(list);
+        }
+        let mut closed = false;
+        let mut base = None;
+        let mut operands = Vec::new();
+        let last = self.lists.len().saturating_sub(1);
+        for (i, list) in self.lists.iter().enumerate().rev() {
+            let l = decoded(list, key)?;
+            if l.closed && i != last {
+                return Err(Error::Internal(format!(
+                    "a closed operand list of key {} above older versions",
+                    show_key(key)
+                )));
+            }
+            closed |= l.closed;
+            base = base.or(l.base);
+            operands.extend(l.operands);
+        }
+        let bytes: usize = self.lists.iter().map(Vec::len).sum();
+        if bytes > MAX_LIST_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "the unfolded deltas of key {} take {bytes} bytes, over {MAX_LIST_BYTES}: the \
+                 merge operator has no partial merge and their base was not met",
+                show_key(key)
+            )));
+        }
+        Ok(encode(closed, base, &operands))
+    }
+}
+
+/// The value after the list's deltas are applied to `base` (for a closed list: to the
+/// base it carries, `base` is ignored). `Error::MergeFailed` if the operator refuses, or
+/// if the value would be over `MAX_VALUE_SIZE`.
 pub(crate) fn fold_full(
     op: &dyn MergeOperator,
     key: &[u8],
     base: Option<&[u8]>,
     list: &[u8],
 ) -> Result<Vec<u8>> {
-    let operands = decoded(list, key)?;
-    op.full_merge(key, base, &operands)
-        .map_err(|e| merge_failed(op, key, e))
+    let l = decoded(list, key)?;
+    let base = if l.closed { l.base } else { base };
+    let value = op
+        .full_merge(key, base, &l.operands)
+        .map_err(|e| merge_failed(op, key, e))?;
+    if value.len() > MAX_FOLDED_VALUE {
+        return Err(merge_failed(
+            op,
+            key,
+            MergeError(format!(
+                "the folded value is {} bytes, over the maximum value size {}",
+                value.len(),
+                MAX_FOLDED_VALUE
+            )),
+        ));
+    }
+    Ok(value)
+}
+
+/// A closed list of `list`'s deltas over `base`: what a flush or compaction keeps when
+/// the operator refuses to fold them (that key's reads then report the refusal).
+pub(crate) fn close(key: &[u8], base: Option<&[u8]>, list: &[u8]) -> Result<Vec<u8>> {
+    let l = decoded(list, key)?;
+    let base = if l.closed { l.base } else { base };
+    Ok(encode(true, base, &l.operands))
 }
 
 /// The list with its operands combined into one where the operator can (else unchanged).
 pub(crate) fn fold_partial(op: &dyn MergeOperator, key: &[u8], list: Vec<u8>) -> Result<Vec<u8>> {
-    let operands = decoded(&list, key)?;
-    if operands.len() < 2 {
+    let l = decoded(&list, key)?;
+    if l.operands.len() < 2 {
         return Ok(list);
     }
-    Ok(match op.partial_merge(key, &operands) {
-        Some(one) => single(&one),
+    Ok(match op.partial_merge(key, &l.operands) {
+        Some(one) => encode(l.closed, l.base, &[&one]),
         None => list,
     })
 }
@@ -265,18 +402,67 @@ pub(crate) fn check_operand(op: &dyn MergeOperator, key: &[u8], operand: &[u8]) 
 mod tests {
     use super::*;
 
+    fn n8(x: u64) -> Vec<u8> {
+        x.to_le_bytes().to_vec()
+    }
+
+    fn open(operands: &[&[u8]]) -> Vec<u8> {
+        encode(false, None, operands)
+    }
+
+    fn stack_older(newer: &[u8], older: &[u8], key: &[u8]) -> Result<Vec<u8>> {
+        let mut s = Stack::default();
+        s.push_older(newer.to_vec());
+        s.push_older(older.to_vec());
+        s.into_list(key)
+    }
+
     #[test]
     fn lists_round_trip_and_stack_oldest_first() {
         let a = single(b"one");
-        assert_eq!(decode(&a), Some(vec![&b"one"[..]]));
-        let b = stack_older(&single(b"three"), &encode(&[b"one", b""]), b"k").unwrap();
-        assert_eq!(decode(&b), Some(vec![&b"one"[..], b"", b"three"]));
-        assert_eq!(decode(&encode(&[])), Some(vec![]));
+        assert_eq!(decode(&a).unwrap().operands, vec![&b"one"[..]]);
+        let b = stack_older(&single(b"three"), &open(&[b"one", b""]), b"k").unwrap();
+        assert_eq!(
+            decode(&b).unwrap().operands,
+            vec![&b"one"[..], b"", b"three"]
+        );
+        assert!(decode(&open(&[])).unwrap().operands.is_empty());
+        // A closed list keeps its base below the newer operands.
+        let c = close(b"k", Some(b"base"), &single(b"x")).unwrap();
+        assert!(is_closed(&c) && !is_closed(&a));
+        let d = stack_older(&single(b"y"), &c, b"k").unwrap();
+        let l = decode(&d).unwrap();
+        assert!(l.closed);
+        assert_eq!(l.base, Some(&b"base"[..]));
+        assert_eq!(l.operands, vec![&b"x"[..], b"y"]);
+        assert_eq!(
+            fold_full(&Append, b"k", Some(b"ignored"), &d).unwrap(),
+            b"basexy"
+        );
+        // A closed list above an older one is a broken invariant, not a value.
+        assert!(stack_older(&c, &single(b"z"), b"k").is_err());
+        // Many lists stack in one pass, oldest first.
+        let mut s = Stack::default();
+        for i in (0..2000u32).rev() {
+            s.push_older(single(&i.to_le_bytes()));
+        }
+        let l = s.into_list(b"k").unwrap();
+        let first = decode(&l).unwrap().operands;
+        assert_eq!(first.len(), 2000);
+        assert_eq!(first[0], 0u32.to_le_bytes());
+        assert_eq!(first[1999], 1999u32.to_le_bytes());
+    }
+
+    #[test]
+    fn an_unfoldable_value_is_refused_past_the_maximum_size() {
+        let big = vec![0u8; MAX_FOLDED_VALUE];
+        let e = fold_full(&Append, b"k", Some(&big), &single(b"x")).unwrap_err();
+        assert!(matches!(e, Error::MergeFailed { .. }), "{e:?}");
     }
 
     #[test]
     fn damaged_lists_are_refused_never_panic() {
-        let good = encode(&[b"abc", b"de"]);
+        let good = open(&[b"abc", b"de"]);
         for cut in 0..good.len() {
             assert!(decode(&good[..cut]).is_none(), "cut at {cut}");
         }
@@ -285,8 +471,14 @@ mod tests {
         assert!(decode(&trailing).is_none());
         // A count far beyond what the bytes hold.
         let mut huge = good.clone();
-        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[..4].copy_from_slice(&COUNT_MASK.to_le_bytes());
         assert!(decode(&huge).is_none());
+        // A base flag without the closed flag, or without an operand to hold the base.
+        let mut odd = good.clone();
+        odd[..4].copy_from_slice(&(WITH_BASE | 2).to_le_bytes());
+        assert!(decode(&odd).is_none());
+        assert!(decode(&(CLOSED | WITH_BASE).to_le_bytes()).is_none());
+        assert!(decode(&[]).is_none());
         assert!(matches!(
             fold_full(&Append, b"k", None, &huge),
             Err(Error::Internal(_))
@@ -313,32 +505,38 @@ mod tests {
         ];
         for (op, deltas, base) in ops {
             let refs: Vec<&[u8]> = deltas.iter().map(Vec::as_slice).collect();
-            let whole = fold_full(op, b"k", base.as_deref(), &encode(&refs)).unwrap();
+            let whole = fold_full(op, b"k", base.as_deref(), &open(&refs)).unwrap();
             // Split anywhere: the first part folded partially, then everything fully.
             for split in 0..=refs.len() {
-                let head = fold_partial(op, b"k", encode(&refs[..split])).unwrap();
-                let list = stack_older(&encode(&refs[split..]), &head, b"k").unwrap();
+                let head = fold_partial(op, b"k", open(&refs[..split])).unwrap();
+                let list = stack_older(&open(&refs[split..]), &head, b"k").unwrap();
                 let again = fold_full(op, b"k", base.as_deref(), &list).unwrap();
                 assert_eq!(again, whole, "{} split at {split}", op.name());
             }
         }
         assert_eq!(
-            fold_full(&CounterAdd, b"k", Some(&n(1)), &encode(&[&n(2), &n(3)])).unwrap(),
+            fold_full(&CounterAdd, b"k", Some(&n(1)), &open(&[&n(2), &n(3)])).unwrap(),
             n(6)
         );
         assert_eq!(
-            fold_full(&Append, b"k", Some(b"a"), &encode(&[b"b", b"c"])).unwrap(),
+            fold_full(&Append, b"k", Some(b"a"), &open(&[b"b", b"c"])).unwrap(),
             b"abc"
         );
         assert_eq!(
-            fold_full(&Max, b"k", None, &encode(&[b"a", b"c", b"b"])).unwrap(),
+            fold_full(&Max, b"k", None, &open(&[b"a", b"c", b"b"])).unwrap(),
             b"c"
         );
     }
 
     #[test]
     fn an_operator_refusal_names_operator_key_and_reason() {
-        let e = fold_full(&CounterAdd, b"count", Some(b"abc"), &single(&[0; 8])).unwrap_err();
+        // A base that is not a counter is replaced, never an error.
+        assert_eq!(
+            fold_full(&CounterAdd, b"count", Some(b"abc"), &single(&n8(2))).unwrap(),
+            n8(2)
+        );
+        // A delta that is not one (written before `check_operand` existed, say) is refused.
+        let e = fold_full(&CounterAdd, b"count", None, &single(b"abc")).unwrap_err();
         let text = e.to_string();
         assert!(matches!(e, Error::MergeFailed { .. }), "{e:?}");
         assert!(

@@ -72,49 +72,70 @@ impl MergeEntry {
     }
 
     /// Whether the fold of this entry's deltas still takes older versions (it holds
-    /// deltas and has met no base yet).
+    /// deltas, has met no base yet, and the last list met is not closed; a closed list
+    /// that is still an overflow blob is found closed by [`MergeEntry::take_stack`]).
     fn folds_more(&self) -> bool {
-        self.value.is_deltas() && self.below.last().is_none_or(|b| b.value.is_deltas())
+        let last = self.below.last().map_or(&self.value, |b| &b.value);
+        match last {
+            LevelValue::Deltas(list) => !crate::delta::is_closed(list),
+            LevelValue::DeltasOverflow { .. } => true,
+            _ => false,
+        }
     }
 
     /// For an entry holding deltas: one operand list of its own deltas and those below
-    /// (oldest first), and the base the merge met (if any). `load(source, value)` reads an
-    /// operand list that is an overflow blob of that source into `LevelValue::Deltas`.
+    /// (oldest first), the base the merge met (if any, and if no closed list came first),
+    /// and the versions below a closed list (shadowed by it). `load(source, value)` reads
+    /// an operand list that is an overflow blob of that source into `LevelValue::Deltas`.
     pub(crate) fn take_stack(
         &mut self,
         mut load: impl FnMut(usize, LevelValue) -> Result<LevelValue>,
-    ) -> Result<(Vec<u8>, Option<MergeEntry>)> {
-        let mut list = Vec::new();
-        let mut base = None;
+    ) -> Result<Stacked> {
+        let mut stack = crate::delta::Stack::default();
+        let mut out = Stacked::default();
         let below = std::mem::take(&mut self.below);
         let own = std::mem::replace(&mut self.value, LevelValue::Tombstone);
-        for (source, value, e) in
-            std::iter::once((self.source, own, None)).chain(below.into_iter().map(|mut e| {
-                let v = std::mem::replace(&mut e.value, LevelValue::Tombstone);
-                (e.source, v, Some(e))
-            }))
-        {
+        let mut rest = below.into_iter();
+        let mut next: Option<(usize, LevelValue, Option<MergeEntry>)> =
+            Some((self.source, own, None));
+        while let Some((source, value, entry)) = next.take() {
             if !value.is_deltas() {
-                if let Some(mut e) = e {
+                if let Some(mut e) = entry {
                     e.value = value;
-                    base = Some(e);
+                    out.base = Some(e);
                 }
                 break;
             }
-            let LevelValue::Deltas(older) = load(source, value)? else {
+            let LevelValue::Deltas(list) = load(source, value)? else {
                 return Err(Error::Internal(format!(
                     "an operand list of key {} did not load as deltas",
                     show_key(&self.key)
                 )));
             };
-            list = if list.is_empty() {
-                older
-            } else {
-                crate::delta::stack_older(&list, &older, &self.key)?
-            };
+            stack.push_older(list);
+            if stack.is_closed() {
+                break;
+            }
+            next = rest.next().map(|mut e| {
+                let v = std::mem::replace(&mut e.value, LevelValue::Tombstone);
+                (e.source, v, Some(e))
+            });
         }
-        Ok((list, base))
+        out.shadowed = rest.collect();
+        out.list = stack.into_list(&self.key)?;
+        Ok(out)
     }
+}
+
+/// What [`MergeEntry::take_stack`] made of an entry holding deltas.
+#[derive(Debug, Default)]
+pub(crate) struct Stacked {
+    /// Every delta, oldest first (closed, with its base, if the oldest list met was).
+    pub list: Vec<u8>,
+    /// The version the deltas apply to, if the merge met one before a closed list.
+    pub base: Option<MergeEntry>,
+    /// Older versions below a closed list: dead.
+    pub shadowed: Vec<MergeEntry>,
 }
 
 /// Orders heads so that the max-heap's top is the smallest key and, among equal keys, the

@@ -279,6 +279,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_fold_is_bounded_like_a_put() {
+        assert_eq!(crate::delta::MAX_FOLDED_VALUE, MAX_VALUE_SIZE);
+    }
+
+    #[test]
     fn defaults_are_valid() {
         Options::default().validate().unwrap();
     }

@@ -234,21 +234,32 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
     Ok(())
 }
 
-/// The name of the merge operator stored in `dir`'s options file (escaped as written), if
-/// the file names one: a database written with deltas needs its operator to flush and
-/// merge them.
-pub(crate) fn stored_merge_operator(io: &Io, dir: &Path) -> Result<Option<String>> {
+/// The name of the merge operator stored in `dir`'s options file (escaped as written,
+/// trimmed), if the file names one: a database written with deltas needs its operator to
+/// flush and merge them. A file that cannot be read or decoded names none here (the open
+/// goes on, as without this check, and stores a new file once it succeeded).
+pub(crate) fn stored_merge_operator(io: &Io, dir: &Path) -> Option<String> {
     let path = dir.join(OPTIONS);
-    if io.fs().kind(&path)?.is_none() {
-        return Ok(None);
-    }
-    let data = io.read_all(&path, IoComponent::Manifest)?;
-    decode(&data, &path)?; // checked: the payload below is whole and UTF-8
+    let data = match io.fs().kind(&path) {
+        Ok(Some(_)) => io.read_all(&path, IoComponent::Manifest),
+        _ => return None,
+    };
+    let checked = data.and_then(|d| decode(&d, &path).map(|_| d));
+    let data = match checked {
+        Ok(d) => d,
+        Err(e) => {
+            log::warn!(
+                "{}: options file not used to check the merge operator: {e}",
+                dir.display()
+            );
+            return None;
+        }
+    };
     let text = std::str::from_utf8(data.get(HEADER..).unwrap_or_default()).unwrap_or_default();
-    Ok(text.lines().find_map(|line| {
+    text.lines().find_map(|line| {
         let (name, value) = line.split_once('=')?;
         (name.trim() == "merge_operator").then(|| value.trim().to_string())
-    }))
+    })
 }
 
 /// The options stored in `dir`, or `None` if it has no options file.

@@ -67,11 +67,11 @@ impl Engine {
         if !read_only {
             // Flushes and merges fold deltas: a writable open needs the operator the
             // database was written with (a read-only open reports a delta when it meets one).
-            let stored = crate::options_file::stored_merge_operator(&io, dir)?;
+            let stored = crate::options_file::stored_merge_operator(&io, dir);
             let given = opts
                 .merge_operator
                 .as_ref()
-                .map(|m| m.name().escape_debug().to_string());
+                .map(|m| m.name().escape_debug().to_string().trim().to_string());
             if let Some(stored) = stored {
                 if given.as_deref() != Some(stored.as_str()) {
                     return Err(Error::InvalidArgument(format!(

@@ -289,3 +289,89 @@ fn a_database_written_with_an_operator_opens_only_with_it() {
     let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
     assert_eq!(count(&db, "c"), Some(1));
 }
+
+/// Appends, but refuses to fold onto the base `poison`.
+struct Picky;
+
+impl MergeOperator for Picky {
+    fn name(&self) -> &str {
+        "test.picky"
+    }
+    fn full_merge(
+        &self,
+        _key: &[u8],
+        base: Option<&[u8]>,
+        deltas: &[&[u8]],
+    ) -> Result<Vec<u8>, hybridkv::MergeError> {
+        if base == Some(b"poison") {
+            return Err(hybridkv::MergeError("will not touch poison".into()));
+        }
+        Append.full_merge(b"", base, deltas)
+    }
+}
+
+#[test]
+fn an_operator_refusal_in_the_background_costs_only_that_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(Picky))).unwrap();
+    db.put("bad", "poison").unwrap();
+    db.merge("bad", "+1").unwrap();
+    db.put("good", "a").unwrap();
+    db.merge("good", "b").unwrap();
+    // The flush meets the refused fold: it keeps the deltas with their base, poisons
+    // nothing, and only that key's reads report the refusal.
+    db.flush().unwrap();
+    let refused = |db: &Db| {
+        let e = db.get("bad").unwrap_err();
+        assert!(
+            matches!(&e, Error::MergeFailed { reason, .. } if reason.contains("poison")),
+            "{e:?}"
+        );
+    };
+    refused(&db);
+    assert_eq!(db.get("good").unwrap().as_deref(), Some(&b"ab"[..]));
+    for i in 0..3000 {
+        db.put(format!("fill{i:05}"), [7u8; 40]).unwrap();
+    }
+    db.merge("bad", "+2").unwrap();
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    refused(&db);
+    drop(db);
+    let db = Db::open(dir.path(), opts(Arc::new(Picky))).unwrap();
+    refused(&db);
+    assert!(db.check().unwrap().is_ok());
+    // A new value ends it.
+    db.put("bad", "fine").unwrap();
+    db.merge("bad", "!").unwrap();
+    db.compact_all().unwrap();
+    assert_eq!(db.get("bad").unwrap().as_deref(), Some(&b"fine!"[..]));
+}
+
+#[test]
+fn a_counter_replaces_a_base_that_is_not_a_counter() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+    db.put("c", "not a number").unwrap();
+    db.merge("c", n(4)).unwrap();
+    assert_eq!(count(&db, "c"), Some(4));
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    assert_eq!(count(&db, "c"), Some(4));
+}
+
+#[test]
+fn a_damaged_options_file_does_not_stop_an_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+        db.merge("c", n(1)).unwrap();
+    }
+    let path = dir.path().join("OPTIONS");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+    assert_eq!(count(&db, "c"), Some(1));
+}

@@ -15,6 +15,7 @@ pub(crate) struct HybridEngine {
     db: Db,
     options: Options,
     bloom_asked: bool,
+    rmw_as_merge: bool,
 }
 
 impl HybridEngine {
@@ -27,9 +28,8 @@ impl HybridEngine {
             sync: config.sync,
             background_threads: config.background_threads,
             bloom_bits_per_key: if config.bloom { 10 } else { 0 },
-            merge_operator: config
-                .rmw_as_merge
-                .then(|| std::sync::Arc::new(super::patch::FieldPatch) as _),
+            // Always set: a database a merge run wrote must open for any later phase.
+            merge_operator: Some(std::sync::Arc::new(super::patch::FieldPatch)),
             ..Options::default()
         };
         match kind {
@@ -56,6 +56,7 @@ impl HybridEngine {
             db,
             options,
             bloom_asked: config.bloom,
+            rmw_as_merge: config.rmw_as_merge,
         })
     }
 
@@ -90,7 +91,7 @@ impl Engine for HybridEngine {
     }
 
     fn rmw_is_merge(&self) -> bool {
-        self.options.merge_operator.is_some()
+        self.rmw_as_merge
     }
 
     fn merge(&self, key: &[u8], delta: &[u8]) -> Result<()> {
@@ -111,7 +112,7 @@ impl Engine for HybridEngine {
             bloom: self.bloom_asked,
             sync: o.sync,
             background_threads: o.background_threads,
-            rmw_as_merge: o.merge_operator.is_some(),
+            rmw_as_merge: self.rmw_as_merge,
         });
         m.insert(
             "engine".into(),

@@ -285,6 +285,16 @@ pub(crate) fn common_options(config: &EngineConfig) -> EngineOptions {
             "on, no fsync per write (writes reach the OS)".into()
         },
     );
+    if config.rmw_as_merge {
+        o.insert(
+            "read_modify_write".into(),
+            format!(
+                "as a merge: a field patch of up to {} bytes folded by {}",
+                patch::PATCH_BYTES,
+                patch::NAME
+            ),
+        );
+    }
     o
 }
 

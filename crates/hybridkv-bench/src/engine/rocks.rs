@@ -59,15 +59,17 @@ impl RocksEngine {
             o.set_enable_blob_gc(true);
             o.set_blob_gc_age_cutoff(BLOB_GC_AGE_CUTOFF);
         }
-        if config.rmw_as_merge {
-            // The same field patch as hybridkv's operator; no partial merge (operands are
-            // kept until they meet their base), as hybridkv's `FieldPatch`.
+        {
+            // The same field patch as hybridkv's operator, with the same partial merge.
+            // Always set: a database a merge run wrote must open for any later phase.
             o.set_merge_operator(
                 super::patch::NAME,
                 |_key: &[u8], base: Option<&[u8]>, deltas: &rocksdb::MergeOperands| {
                     Some(super::patch::apply(base, deltas.iter()))
                 },
-                |_key: &[u8], _base: Option<&[u8]>, _deltas: &rocksdb::MergeOperands| None,
+                |_key: &[u8], _base: Option<&[u8]>, deltas: &rocksdb::MergeOperands| {
+                    Some(super::patch::combine(deltas.iter()))
+                },
             );
         }
         let db = DB::open(&o, dir).map_err(|e| BenchError::engine(name, e))?;

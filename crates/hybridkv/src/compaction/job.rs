@@ -147,6 +147,9 @@ pub(crate) struct MergeJob<'a> {
     pub drop_tombstones: bool,
     /// The log segments the inputs point into (to read the base of deltas).
     pub segments: &'a SegmentSet,
+    /// Whether the large record at a pointer is the live base of its key now (asked only
+    /// when a base's segment is gone: dead, or lost).
+    pub large_base_is_live: &'a dyn Fn(&[u8], crate::log::ptr::LogPtr) -> Result<bool>,
 }
 
 impl MergeJob<'_> {
@@ -288,10 +291,15 @@ impl MergeJob<'_> {
                 path.display()
             ))),
         };
-        let (list, base) = entry.take_stack(load)?;
-        let key = entry.key.as_slice();
-        let base_bytes = match base {
-            None if !self.drop_tombstones => {
+        let stacked = entry.take_stack(load)?;
+        for dead in &stacked.shadowed {
+            out.dropped_shadowed += 1;
+            out.drop_value(&dead.value);
+        }
+        let (list, key) = (stacked.list, entry.key.as_slice());
+        let closed = crate::delta::is_closed(&list);
+        let base_bytes = match stacked.base {
+            None if !closed && !self.drop_tombstones => {
                 return Ok(LevelValue::Deltas(crate::delta::fold_partial(
                     op, key, list,
                 )?));
@@ -301,10 +309,17 @@ impl MergeJob<'_> {
                 let value = load(b.source, b.value)?;
                 if let LevelValue::Large(p) = &value {
                     if self.segments.get(&p.segment).is_none() {
-                        // GC freed the base's segment, so the base was dead: a newer
-                        // version that is not a delta shadows this key (through deltas
-                        // GC would have found the base live and moved it). The stack is
-                        // dead too; it is kept as deltas, for that newer version to drop.
+                        if (self.large_base_is_live)(key, *p)? {
+                            return Err(Error::corruption(
+                                crate::log::large::SegmentKind::Large.file_name(p.segment),
+                                p.offset,
+                                "the live base of deltas is in a log segment that does not exist",
+                            ));
+                        }
+                        // GC freed the segment of a base that is dead: a newer version
+                        // that is not a delta shadows this key (through deltas GC finds
+                        // the base live and moves it). The stack is dead too; it is kept
+                        // as deltas, for that newer version to drop.
                         return Ok(LevelValue::Deltas(crate::delta::fold_partial(
                             op, key, list,
                         )?));
@@ -330,8 +345,19 @@ impl MergeJob<'_> {
                 }
             }
         };
-        out.deltas_folded += 1;
-        crate::delta::fold_full(op, key, base_bytes.as_deref(), &list).map(LevelValue::Inline)
+        match crate::delta::fold_full(op, key, base_bytes.as_deref(), &list) {
+            Ok(v) => {
+                out.deltas_folded += 1;
+                Ok(LevelValue::Inline(v))
+            }
+            // The operator refuses: the deltas are kept with their base (a closed list),
+            // so only this key's reads report it, and nothing is lost.
+            Err(e @ Error::MergeFailed { .. }) => {
+                log::warn!("{}: deltas kept unfolded: {e}", path.display());
+                crate::delta::close(key, base_bytes.as_deref(), &list).map(LevelValue::Deltas)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Reads the log record `p` of `key` (the base of deltas).

@@ -87,6 +87,13 @@ impl Engine {
         for id in pick_victims(&usage, active, threshold, MAX_SEGMENTS_PER_PASS) {
             match self.collect_segment(id, &mut report) {
                 Ok(()) => {}
+                // A value under deltas its operator refuses to fold stays where it is
+                // (the segment with it) until a merge keeps the two together.
+                Err(e @ Error::MergeFailed { .. }) => {
+                    report.segments_damaged += 1;
+                    report.damage.push(format!("{}: {e}", large::file_name(id)));
+                    Counters::add(&self.counters.gc_errors, 1);
+                }
                 // Damage in the victim itself: nothing was relocated or freed (the segment
                 // is read whole, strictly, before anything moves): leave it, keep its live
                 // records readable where they are intact, and collect the others. Damage
@@ -127,13 +134,19 @@ impl Engine {
         Ok(self.deltas_over(key, ptr)?.is_some())
     }
 
-    /// When the value of `key` is the record at `ptr`: the operand list of the deltas
-    /// above it (empty if none); `None` when the record is dead.
-    fn deltas_over(&self, key: &[u8], ptr: LogPtr) -> Result<Option<Vec<u8>>> {
+    /// When the value of `key` is the record at `ptr`: the deltas above it (none, or
+    /// their operand list); `None` when the record is dead.
+    fn deltas_over(&self, key: &[u8], ptr: LogPtr) -> Result<Option<Option<Vec<u8>>>> {
         let (sv, _) = self.snapshot();
         let found = crate::read::lookup(&sv, u64::MAX, key)?;
         Ok(match found.base {
-            Some((LevelValue::Large(p), _)) if p == ptr => Some(found.deltas),
+            Some((LevelValue::Large(p), _)) if p == ptr => {
+                if found.deltas.is_empty() {
+                    Some(None)
+                } else {
+                    Some(Some(found.deltas.into_list(key)?))
+                }
+            }
             _ => None,
         })
     }
@@ -189,8 +202,8 @@ impl Engine {
         for (old, rec) in chunk {
             folded.push(match self.deltas_over(&rec.key, *old)? {
                 None => None, // updated or deleted since the first check
-                Some(deltas) if deltas.is_empty() => Some(None),
-                Some(deltas) => {
+                Some(None) => Some(None),
+                Some(Some(deltas)) => {
                     let op = crate::delta::require(self.opts.merge_operator.as_ref())?;
                     Counters::add(&self.counters.deltas_folded, 1);
                     Some(Some(crate::delta::fold_full(

@@ -411,14 +411,15 @@ impl DbIterator {
                 .and_then(|m| m.source(source))
                 .and_then(Cursor::file)
         };
-        let (list, base) = entry.take_stack(|source, v| match file_of(source) {
+        let stacked = entry.take_stack(|source, v| match file_of(source) {
             Some(f) => f.load_overflow(v),
             None => Ok(v),
         })?;
-        let base = match base {
+        let base = match stacked.base {
             Some(b) => super::resolve_with(&self.segments, &b.key, b.value, file_of(b.source))?,
             None => None,
         };
+        let list = stacked.list;
         crate::delta::fold_full(op, &entry.key, base.as_deref(), &list)
     }
 

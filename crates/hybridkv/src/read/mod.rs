@@ -25,35 +25,26 @@ pub(crate) type Stored = (LevelValue, Option<Arc<LevelFile>>);
 /// What a lookup found for a key: the deltas above its base, if any, and the base.
 #[derive(Debug, Default)]
 pub(crate) struct Lookup {
-    /// The operand list of every delta newer than the base (oldest first); empty if the
+    /// The operand lists of every delta newer than the base, newest first; empty if the
     /// newest version is not a delta.
-    pub deltas: Vec<u8>,
+    pub deltas: crate::delta::Stack,
     /// The newest version that is not a delta (a tombstone included); `None` if there is
-    /// none below the deltas, or no version at all.
+    /// none below the deltas (or a closed list ended them), or no version at all.
     pub base: Option<Stored>,
 }
 
 impl Lookup {
-    /// Whether the key has a delta above its base.
-    pub(crate) fn has_deltas(&self) -> bool {
-        !self.deltas.is_empty()
-    }
-
     /// Takes `v`: a delta is stacked below the ones already met; anything else is the
-    /// base. True while the lookup must look further (no base yet).
-    fn take(&mut self, key: &[u8], v: LevelValue, file: Option<&Arc<LevelFile>>) -> Result<bool> {
+    /// base. True while the lookup must look further (no base, no closed list yet).
+    fn take(&mut self, v: LevelValue, file: Option<&Arc<LevelFile>>) -> Result<bool> {
         let v = match (&v, file) {
             (LevelValue::DeltasOverflow { .. }, Some(f)) => f.load_overflow(v)?,
             _ => v,
         };
         match v {
             LevelValue::Deltas(older) => {
-                self.deltas = if self.deltas.is_empty() {
-                    older
-                } else {
-                    crate::delta::stack_older(&self.deltas, &older, key)?
-                };
-                Ok(true)
+                self.deltas.push_older(older);
+                Ok(!self.deltas.is_closed())
             }
             LevelValue::DeltasOverflow { offset, .. } => Err(Error::Internal(format!(
                 "an overflow operand list at offset {offset} outside a level file"
@@ -74,7 +65,7 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
         let mut more = true;
         let mut failed = None;
         mem.versions_of(key, snapshot, |(_, v)| {
-            more = match found.take(key, v, None) {
+            more = match found.take(v, None) {
                 Ok(m) => m,
                 Err(e) => {
                     failed = Some(e);
@@ -92,7 +83,7 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
     }
     for file in sv.version.all_runs() {
         if let Some((_, v)) = file.get(key)? {
-            if !found.take(key, v, Some(file))? {
+            if !found.take(v, Some(file))? {
                 return Ok(found);
             }
         }
@@ -146,16 +137,16 @@ pub(crate) fn value_of(
     key: &[u8],
     found: Lookup,
 ) -> Result<Option<Vec<u8>>> {
-    let has_deltas = found.has_deltas();
     let base = match found.base {
         Some((v, file)) => resolve_with(segments, key, v, file.as_deref())?,
         None => None,
     };
-    if !has_deltas {
+    if found.deltas.is_empty() {
         return Ok(base);
     }
     let op = crate::delta::require(operator)?;
-    crate::delta::fold_full(op, key, base.as_deref(), &found.deltas).map(Some)
+    let list = found.deltas.into_list(key)?;
+    crate::delta::fold_full(op, key, base.as_deref(), &list).map(Some)
 }
 
 /// The value of `key` visible at `snapshot` (`None` if absent or deleted).
