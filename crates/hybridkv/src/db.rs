@@ -245,8 +245,16 @@ impl Db {
 
     /// The value stored under `key`, if any.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let key = key.as_ref();
         let (sv, lsn) = self.engine.snapshot();
-        crate::snapshot::get_at(&self.engine, &sv, lsn, key.as_ref())
+        let (value, folded) = crate::snapshot::get_noting_folds(&self.engine, &sv, lsn, key)?;
+        if folded && self.engine.opts.fold_on_read && self.check_writable().is_ok() {
+            if let Some(v) = &value {
+                drop(sv); // the write-back captures the state anew
+                self.engine.fold_back(key, v, lsn);
+            }
+        }
+        Ok(value)
     }
 
     /// Pairs whose keys fall in `range`, in key order, as of now. An invalid range (start

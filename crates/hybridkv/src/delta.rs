@@ -303,6 +303,11 @@ impl Stack {
         self.lists.is_empty()
     }
 
+    /// Lists added (one per delta in a memtable, one per run).
+    pub(crate) fn len(&self) -> usize {
+        self.lists.len()
+    }
+
     /// Whether the oldest list added is closed: no older version of the key matters.
     pub(crate) fn is_closed(&self) -> bool {
         self.lists.last().is_some_and(|l| is_closed(l))

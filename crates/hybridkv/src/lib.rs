@@ -30,6 +30,7 @@ mod delta;
 mod engine;
 mod error;
 mod filename;
+mod fold_back;
 mod format;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

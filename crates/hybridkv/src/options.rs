@@ -95,6 +95,13 @@ pub struct Options {
     /// operator each time (its name is stored in the `OPTIONS` file). Ready operators:
     /// [`crate::CounterAdd`], [`crate::Append`], [`crate::Max`].
     pub merge_operator: Option<std::sync::Arc<dyn crate::delta::MergeOperator>>,
+    /// A get that folds deltas read from level files (with their base, or at the bottom)
+    /// writes the folded value back as a put, unless the key was written since (KDSep's
+    /// fold of deltas into their base): later reads of the key stop at the memtable, and
+    /// its deltas are dropped by the next merges instead of being carried down the levels.
+    /// The write-back never waits: it is skipped when another write holds the log or the
+    /// memtable is full. Default `true`.
+    pub fold_on_read: bool,
 }
 
 /// The level at which medium pairs are merged in place (`Options::medium_merge_level`).
@@ -132,6 +139,7 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             pinned_index_bytes: 256 << 20,
             merge_operator: None,
+            fold_on_read: true,
         }
     }
 }

@@ -79,6 +79,7 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ),
         ("bloom_bits_per_key", o.bloom_bits_per_key.to_string()),
         ("pinned_index_bytes", o.pinned_index_bytes.to_string()),
+        ("fold_on_read", o.fold_on_read.to_string()),
     ]
     .into_iter()
     // The operator's name, for tools (an operator is code: it cannot be loaded back).
@@ -227,6 +228,7 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         }
         "bloom_bits_per_key" => o.bloom_bits_per_key = num(value)?,
         "pinned_index_bytes" => o.pinned_index_bytes = num(value)?,
+        "fold_on_read" => o.fold_on_read = flag(value)?,
         // Informative: an operator is code, set by whoever opens the database.
         "merge_operator" => {}
         _ => log::warn!("options file: skipping unknown option {name:?}"),
@@ -317,6 +319,7 @@ mod tests {
             bloom_bits_per_key: 0,
             pinned_index_bytes: 99,
             merge_operator: None,
+            fold_on_read: false,
         }
     }
 

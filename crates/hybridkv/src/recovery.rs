@@ -356,7 +356,7 @@ impl Engine {
                     cut = Some(rec.offset);
                     break;
                 }
-                last_lsn = replay_ops(&mem, rec.first_lsn, ops);
+                last_lsn = replay_ops(&mem, rec.first_lsn, ops, opts.merge_operator.as_deref());
             }
             // Cut the torn tail so the file reads cleanly from now on. A log may hold
             // records that reached the OS but not the disk (a process crash): make them

@@ -86,15 +86,25 @@ pub(crate) fn get_at(
     lsn: u64,
     key: &[u8],
 ) -> Result<Option<Vec<u8>>> {
+    get_noting_folds(engine, sv, lsn, key).map(|(v, _)| v)
+}
+
+/// [`get_at`], and whether the value folded deltas read from level files.
+pub(crate) fn get_noting_folds(
+    engine: &Engine,
+    sv: &SuperVersion,
+    lsn: u64,
+    key: &[u8],
+) -> Result<(Option<Vec<u8>>, bool)> {
     engine.check_open()?;
     check_key(key)?;
-    let v = crate::read::get(sv, engine.opts.merge_operator.as_ref(), lsn, key)?;
+    let (v, folded) = crate::read::get(sv, engine.opts.merge_operator.as_ref(), lsn, key)?;
     let c = &engine.counters;
     Counters::add(&c.gets, 1);
     if let Some(v) = &v {
         Counters::add(&c.user_bytes_read, (key.len() + v.len()) as u64);
     }
-    Ok(v)
+    Ok((v, folded))
 }
 
 /// A user's range at a captured view. An invalid range (start after end) yields one

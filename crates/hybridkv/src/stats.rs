@@ -15,6 +15,7 @@ pub(crate) struct Counters {
     pub deletes: AtomicU64,
     pub merges: AtomicU64,
     pub deltas_folded: AtomicU64,
+    pub reads_folded_back: AtomicU64,
     pub gets: AtomicU64,
     pub scans: AtomicU64,
     pub user_bytes_written: AtomicU64,
@@ -89,6 +90,9 @@ pub struct Stats {
     pub merges: u64,
     /// Keys whose deltas a flush, compaction or GC relocation folded into a value.
     pub deltas_folded: u64,
+    /// Gets that wrote the value they folded from level files back as a put
+    /// (`Options::fold_on_read`).
+    pub reads_folded_back: u64,
     /// Point lookups.
     pub gets: u64,
     /// Key and value bytes written by users.
@@ -177,6 +181,7 @@ impl Stats {
         self.deletes = Counters::get(&c.deletes);
         self.merges = Counters::get(&c.merges);
         self.deltas_folded = Counters::get(&c.deltas_folded);
+        self.reads_folded_back = Counters::get(&c.reads_folded_back);
         self.gets = Counters::get(&c.gets);
         self.scans = Counters::get(&c.scans);
         self.user_bytes_written = Counters::get(&c.user_bytes_written);

@@ -375,3 +375,102 @@ fn a_damaged_options_file_does_not_stop_an_open() {
     let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
     assert_eq!(count(&db, "c"), Some(1));
 }
+
+#[test]
+fn reads_fold_back_while_merges_go_on_and_lose_no_delta() {
+    // Writers add to counters while readers read them (each read may write the value it
+    // folded back as a put, racing the writers): every increment must survive.
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+    const KEYS: u64 = 40;
+    const ROUNDS: u64 = 400;
+    for k in 0..KEYS {
+        db.put(format!("c{k:02}"), n(0)).unwrap();
+    }
+    db.flush().unwrap();
+    std::thread::scope(|s| {
+        for w in 0..2u64 {
+            let db = db.clone();
+            s.spawn(move || {
+                for r in 0..ROUNDS {
+                    for k in 0..KEYS {
+                        db.merge(format!("c{k:02}"), n(w + 1)).unwrap();
+                    }
+                    if r % 100 == 99 {
+                        db.flush().unwrap();
+                    }
+                }
+            });
+        }
+        let db = db.clone();
+        s.spawn(move || {
+            let mut last = vec![0u64; KEYS as usize];
+            for i in 0..20_000u64 {
+                let k = i % KEYS;
+                let v = count(&db, &format!("c{k:02}")).unwrap();
+                // A counter only grows: a read never goes back in time.
+                assert!(
+                    v >= last[k as usize],
+                    "key {k}: {v} after {}",
+                    last[k as usize]
+                );
+                last[k as usize] = v;
+            }
+        });
+    });
+    for k in 0..KEYS {
+        assert_eq!(count(&db, &format!("c{k:02}")), Some(3 * ROUNDS), "key {k}");
+    }
+    db.compact_all().unwrap();
+    drop(db);
+    let db = Db::open(dir.path(), opts(Arc::new(CounterAdd))).unwrap();
+    for k in 0..KEYS {
+        assert_eq!(
+            count(&db, &format!("c{k:02}")),
+            Some(3 * ROUNDS),
+            "key {k} reopened"
+        );
+    }
+}
+
+#[test]
+fn a_read_of_deltas_on_disk_writes_the_value_back_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    db.put("k", "base").unwrap();
+    db.flush().unwrap();
+    db.merge("k", "+1").unwrap();
+    db.flush().unwrap();
+    let snap = db.snapshot().unwrap();
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"base+1"[..]));
+    assert_eq!(db.stats().unwrap().reads_folded_back, 1);
+    // The value is in the memtable now: the next read folds nothing.
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"base+1"[..]));
+    assert_eq!(db.stats().unwrap().reads_folded_back, 1);
+    // The flush folds the next delta into the value written back (both in the memtable).
+    db.merge("k", "+2").unwrap();
+    db.flush().unwrap();
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"base+1+2"[..]));
+    assert_eq!(db.stats().unwrap().reads_folded_back, 1);
+    // A snapshot read never writes.
+    db.merge("k", "+3").unwrap();
+    db.flush().unwrap();
+    assert_eq!(snap.get("k").unwrap().as_deref(), Some(&b"base+1"[..]));
+    assert_eq!(db.stats().unwrap().reads_folded_back, 1);
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"base+1+2+3"[..]));
+    assert_eq!(db.stats().unwrap().reads_folded_back, 2);
+    // Off: reads fold but write nothing.
+    drop((snap, db));
+    let db = Db::open(
+        dir.path(),
+        Options {
+            fold_on_read: false,
+            ..opts(Arc::new(Append))
+        },
+    )
+    .unwrap();
+    db.merge("k", "+4").unwrap();
+    db.flush().unwrap();
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"base+1+2+3+4"[..]));
+    assert_eq!(db.stats().unwrap().reads_folded_back, 0);
+}

@@ -218,6 +218,41 @@ impl Memtable {
         self.max_lsn.fetch_max(lsn, AtomicOrdering::Relaxed);
     }
 
+    /// Inserts a delta; when the key's newest version here is a value in the node (or a
+    /// tombstone) and `op` folds the delta onto it, inserts the folded value instead (the
+    /// same value a read would compute, without the chain of deltas a hot key would grow).
+    pub(crate) fn insert_delta(
+        &self,
+        key: &[u8],
+        lsn: u64,
+        operand: &[u8],
+        op: Option<&dyn crate::delta::MergeOperator>,
+    ) {
+        if let Some(op) = op {
+            let newest = self
+                .map
+                .range(MemKey::new(key, u64::MAX)..)
+                .next()
+                .filter(|e| e.key().key() == key);
+            if let Some(e) = newest {
+                let base = match e.value() {
+                    Slot::Inline => Some(Some(e.key().tail())),
+                    Slot::Tombstone => Some(None),
+                    Slot::Large(_) | Slot::Delta => None,
+                };
+                if let Some(base) = base {
+                    if let Ok(v) = op.full_merge(key, base, &[operand]) {
+                        if v.len() <= crate::delta::MAX_FOLDED_VALUE {
+                            self.insert(key, lsn, MemValue::Value(&v));
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        self.insert(key, lsn, MemValue::Delta(operand));
+    }
+
     /// Approximate bytes held.
     pub(crate) fn size(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)

@@ -31,12 +31,15 @@ pub(crate) struct Lookup {
     /// The newest version that is not a delta (a tombstone included); `None` if there is
     /// none below the deltas (or a closed list ended them), or no version at all.
     pub base: Option<Stored>,
+    /// Level files that gave a delta list or the base.
+    pub from_files: usize,
 }
 
 impl Lookup {
     /// Takes `v`: a delta is stacked below the ones already met; anything else is the
     /// base. True while the lookup must look further (no base, no closed list yet).
     fn take(&mut self, v: LevelValue, file: Option<&Arc<LevelFile>>) -> Result<bool> {
+        self.from_files += usize::from(file.is_some());
         let v = match (&v, file) {
             (LevelValue::DeltasOverflow { .. }, Some(f)) => f.load_overflow(v)?,
             _ => v,
@@ -149,13 +152,41 @@ pub(crate) fn value_of(
     crate::delta::fold_full(op, key, base.as_deref(), &list).map(Some)
 }
 
-/// The value of `key` visible at `snapshot` (`None` if absent or deleted).
+/// Deltas of one key in the memtables that make a get's value worth writing back.
+const FOLD_BACK_CHAIN: usize = 16;
+
+/// The value of `key` visible at `snapshot` (`None` if absent or deleted), and whether it
+/// folded deltas read from level files, or [`FOLD_BACK_CHAIN`] deltas or more (a value
+/// worth writing back so that later reads of the key stop at the memtable's newest
+/// version: KDSep's fold into the base).
 pub(crate) fn get(
     sv: &SuperVersion,
     operator: Option<&Arc<dyn MergeOperator>>,
     snapshot: u64,
     key: &[u8],
-) -> Result<Option<Vec<u8>>> {
+) -> Result<(Option<Vec<u8>>, bool)> {
     let found = lookup(sv, snapshot, key)?;
-    value_of(&sv.segments, operator, key, found)
+    let worth =
+        !found.deltas.is_empty() && (found.from_files > 0 || found.deltas.len() >= FOLD_BACK_CHAIN);
+    Ok((value_of(&sv.segments, operator, key, found)?, worth))
+}
+
+/// The LSN of the newest version of `key` in `sv` (any kind; `None` if it has none).
+pub(crate) fn newest_lsn(sv: &SuperVersion, key: &[u8]) -> Result<Option<u64>> {
+    for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+        let mut newest = None;
+        mem.versions_of(key, u64::MAX, |(lsn, _)| {
+            newest = Some(lsn);
+            false
+        });
+        if newest.is_some() {
+            return Ok(newest);
+        }
+    }
+    for file in sv.version.all_runs() {
+        if let Some((lsn, _)) = file.get(key)? {
+            return Ok(Some(lsn));
+        }
+    }
+    Ok(None)
 }

@@ -138,6 +138,11 @@ impl WritePath {
         self.log.lock()
     }
 
+    /// The `log` mutex if no one holds it.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, LogState>> {
+        self.log.try_lock()
+    }
+
     /// Seals the active memtable (unless empty) so a flush can take it; returns the last
     /// LSN committed before it.
     pub(crate) fn seal_memtable(&self, env: &dyn WriteEnv) -> Result<u64> {
@@ -352,8 +357,12 @@ impl WritePath {
             return Err(e);
         }
         log.next_lsn = lsn;
+        let op = opts.merge_operator.as_deref();
         for (key, lsn, value) in staged {
-            log.mem.insert(key, lsn, value);
+            match value {
+                MemValue::Delta(d) => log.mem.insert_delta(key, lsn, d, op),
+                v => log.mem.insert(key, lsn, v),
+            }
         }
         env.versions().publish_visible(lsn - 1);
         Ok(done)
@@ -486,14 +495,19 @@ fn new_large_segment(env: &dyn WriteEnv) -> Result<SegmentWriter> {
 
 /// Recovery's memtable step for a small-log record already in the log: the same
 /// insertion a commit does after its log write, with pointers as logged.
-pub(crate) fn replay_ops(mem: &Memtable, first_lsn: u64, ops: Vec<BatchOp<'_>>) -> u64 {
+pub(crate) fn replay_ops(
+    mem: &Memtable,
+    first_lsn: u64,
+    ops: Vec<BatchOp<'_>>,
+    operator: Option<&dyn crate::delta::MergeOperator>,
+) -> u64 {
     let mut lsn = first_lsn;
     for op in ops {
         match op {
             BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v)),
             BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
             BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
-            BatchOp::Merge(k, d) => mem.insert(k, lsn, MemValue::Delta(d)),
+            BatchOp::Merge(k, d) => mem.insert_delta(k, lsn, d, operator),
         }
         lsn = lsn.saturating_add(1);
     }

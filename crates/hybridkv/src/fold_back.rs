@@ -1,0 +1,49 @@
+//! Fold-back (KDSep's fold of deltas into their base, on reads): a get that folded deltas
+//! read from level files writes the value it computed back as a put, so that later reads
+//! of the key stop at the memtable and the next merges drop the deltas instead of carrying
+//! them down the levels.
+//!
+//! Owns: deciding, under the write path's `log` mutex, whether the value a get computed at
+//! its snapshot is still the key's value (no version of the key newer than the snapshot),
+//! and committing it through the one commit path. Never: waits for the mutex or for room
+//! in the memtable (it is an optimization: skipped when either is busy), changes a value
+//! (the put holds exactly what a get returns at that moment), or fails the read.
+
+use crate::engine::Engine;
+use crate::stats::Counters;
+use crate::write::batch::BatchOp;
+use crate::write::CommitRecord;
+
+impl Engine {
+    /// Writes `value` back as the put of `key` if nothing wrote the key after `seen` (the
+    /// LSN of the get's snapshot). Errors are logged, not returned: the read succeeded.
+    pub(crate) fn fold_back(&self, key: &[u8], value: &[u8], seen: u64) {
+        let Some(mut log) = self.writes.try_lock() else {
+            return;
+        };
+        if self.check_poison().is_err() || log.mem.size() >= self.opts.memtable_size {
+            return;
+        }
+        // Under `log` no commit runs: the state captured now holds every write of `key`.
+        let (sv, _) = self.snapshot();
+        match crate::read::newest_lsn(&sv, key) {
+            Ok(Some(lsn)) if lsn <= seen => {}
+            Ok(_) => return, // written since (or gone): the get's value is not the newest
+            Err(e) => {
+                log::warn!("{}: fold-back of a read skipped: {e}", self.dir.display());
+                return;
+            }
+        }
+        drop(sv);
+        let record = CommitRecord {
+            ops: vec![BatchOp::Put(key, value)],
+            payload: None,
+            relocation: false,
+        };
+        match self.writes.commit(self, &mut log, &[record], false) {
+            Ok(_) => Counters::add(&self.counters.reads_folded_back, 1),
+            // The commit poisoned the engine: later writes report it.
+            Err(e) => log::warn!("{}: fold-back of a read failed: {e}", self.dir.display()),
+        }
+    }
+}
