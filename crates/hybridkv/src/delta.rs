@@ -187,7 +187,13 @@ fn merge_failed(op: &dyn MergeOperator, key: &[u8], e: MergeError) -> Error {
 const CLOSED: u32 = 1 << 31;
 /// Bit of the head word (with `CLOSED`): the first operand is the base value.
 const WITH_BASE: u32 = 1 << 30;
-const COUNT_MASK: u32 = WITH_BASE - 1;
+/// Bit of the head word (with `CLOSED`, not with `WITH_BASE`): the first operand is the
+/// encoded pointer (20 bytes) of the base value in the large log, which stays there.
+const BASE_PTR: u32 = 1 << 29;
+const COUNT_MASK: u32 = BASE_PTR - 1;
+/// Bytes of an encoded large-log pointer (`log::ptr::LOG_PTR_SIZE`; this module does
+/// not name `log`, which names `options`, which names this one).
+pub(crate) const BASE_PTR_BYTES: usize = 20;
 
 /// Largest value a fold may produce: the largest value a put accepts
 /// (`options::MAX_VALUE_SIZE`, which a test there keeps equal; `options` names this module,
@@ -202,8 +208,10 @@ pub(crate) const MAX_LIST_BYTES: usize = 1 << 30;
 pub(crate) struct List<'a> {
     /// The list is its key's whole value: older versions do not matter.
     pub closed: bool,
-    /// The base a closed list carries (`None`: it applies to nothing).
+    /// The base a closed list carries (`None`: it applies to nothing, or to `base_ptr`).
     pub base: Option<&'a [u8]>,
+    /// The encoded large-log pointer of the base a closed list applies to.
+    pub base_ptr: Option<&'a [u8]>,
     /// The deltas, oldest first.
     pub operands: Vec<&'a [u8]>,
 }
@@ -213,16 +221,30 @@ pub(crate) fn single(operand: &[u8]) -> Vec<u8> {
     encode(false, None, &[operand])
 }
 
-fn encode(closed: bool, base: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-    let all = || base.into_iter().chain(operands.iter().copied());
+/// Where a closed list's base is.
+#[derive(Debug, Clone, Copy)]
+enum Base<'a> {
+    /// The value's bytes.
+    Bytes(&'a [u8]),
+    /// The encoded large-log pointer of the value.
+    Ptr(&'a [u8]),
+}
+
+fn encode(closed: bool, base: Option<Base<'_>>, operands: &[&[u8]]) -> Vec<u8> {
+    let first = base.map(|b| match b {
+        Base::Bytes(v) | Base::Ptr(v) => v,
+    });
+    let all = || first.into_iter().chain(operands.iter().copied());
     let len = 4 + all().map(|o| 4 + o.len()).sum::<usize>();
     let mut out = Vec::with_capacity(len);
     let mut head = all().count() as u32 & COUNT_MASK;
     if closed {
         head |= CLOSED;
     }
-    if base.is_some() {
-        head |= CLOSED | WITH_BASE;
+    match base {
+        Some(Base::Bytes(_)) => head |= CLOSED | WITH_BASE,
+        Some(Base::Ptr(_)) => head |= CLOSED | BASE_PTR,
+        None => {}
     }
     out.extend_from_slice(&head.to_le_bytes());
     for o in all() {
@@ -246,8 +268,12 @@ pub(crate) fn is_closed(bytes: &[u8]) -> bool {
 pub(crate) fn decode(list: &[u8]) -> Option<List<'_>> {
     let mut d = Decoder::new(list);
     let head = d.u32()?;
-    let (closed, with_base) = (head & CLOSED != 0, head & WITH_BASE != 0);
-    if with_base && !closed {
+    let (closed, with_base, with_ptr) = (
+        head & CLOSED != 0,
+        head & WITH_BASE != 0,
+        head & BASE_PTR != 0,
+    );
+    if (with_base || with_ptr) && !closed || with_base && with_ptr {
         return None;
     }
     let count = (head & COUNT_MASK) as usize;
@@ -260,7 +286,7 @@ pub(crate) fn decode(list: &[u8]) -> Option<List<'_>> {
     if d.remaining() != 0 {
         return None;
     }
-    let base = if with_base {
+    let first = if with_base || with_ptr {
         if operands.is_empty() {
             return None;
         }
@@ -268,9 +294,18 @@ pub(crate) fn decode(list: &[u8]) -> Option<List<'_>> {
     } else {
         None
     };
+    if with_ptr && first.is_some_and(|p| p.len() != BASE_PTR_BYTES) {
+        return None;
+    }
+    let (base, base_ptr) = if with_ptr {
+        (None, first)
+    } else {
+        (first, None)
+    };
     Some(List {
         closed,
         base,
+        base_ptr,
         operands,
     })
 }
@@ -323,6 +358,7 @@ impl Stack {
         }
         let mut closed = false;
         let mut base = None;
+        let mut base_ptr = None;
         let mut operands = Vec::new();
         let last = self.lists.len().saturating_sub(1);
         for (i, list) in self.lists.iter().enumerate().rev() {
@@ -335,6 +371,7 @@ impl Stack {
             }
             closed |= l.closed;
             base = base.or(l.base);
+            base_ptr = base_ptr.or(l.base_ptr);
             operands.extend(l.operands);
         }
         let bytes: usize = self.lists.iter().map(Vec::len).sum();
@@ -345,12 +382,19 @@ impl Stack {
                 show_key(key)
             )));
         }
+        let base = base.map(Base::Bytes).or(base_ptr.map(Base::Ptr));
         Ok(encode(closed, base, &operands))
     }
 }
 
-/// The value after the list's deltas are applied to `base` (for a closed list: to the
-/// base it carries, `base` is ignored). `Error::MergeFailed` if the operator refuses, or
+/// The encoded base pointer of the list in `bytes`, if it is closed over one.
+pub(crate) fn base_ptr(bytes: &[u8]) -> Option<&[u8]> {
+    decode(bytes).and_then(|l| l.base_ptr)
+}
+
+/// The value after the list's deltas are applied to `base` (for a closed list that carries
+/// its base's bytes, to those: `base` is ignored; for one closed over a base pointer, the
+/// caller passes the value read there). `Error::MergeFailed` if the operator refuses, or
 /// if the value would be over `MAX_VALUE_SIZE`.
 pub(crate) fn fold_full(
     op: &dyn MergeOperator,
@@ -359,7 +403,11 @@ pub(crate) fn fold_full(
     list: &[u8],
 ) -> Result<Vec<u8>> {
     let l = decoded(list, key)?;
-    let base = if l.closed { l.base } else { base };
+    let base = if l.closed && l.base_ptr.is_none() {
+        l.base
+    } else {
+        base
+    };
     let value = op
         .full_merge(key, base, &l.operands)
         .map_err(|e| merge_failed(op, key, e))?;
@@ -381,8 +429,27 @@ pub(crate) fn fold_full(
 /// the operator refuses to fold them (that key's reads then report the refusal).
 pub(crate) fn close(key: &[u8], base: Option<&[u8]>, list: &[u8]) -> Result<Vec<u8>> {
     let l = decoded(list, key)?;
-    let base = if l.closed { l.base } else { base };
-    Ok(encode(true, base, &l.operands))
+    let base = if l.closed && l.base_ptr.is_none() {
+        l.base
+    } else {
+        base
+    };
+    Ok(encode(true, base.map(Base::Bytes), &l.operands))
+}
+
+/// A closed list of `list`'s deltas over the large-log value at `ptr` (encoded): what a
+/// flush or compaction keeps for deltas whose base is in the large log, which it does not
+/// read (KDSep's delta separation: the large value stays where it is; a read, a GC
+/// relocation or a fold-back folds them).
+pub(crate) fn close_over_ptr(key: &[u8], ptr: &[u8], list: &[u8]) -> Result<Vec<u8>> {
+    let l = decoded(list, key)?;
+    if l.closed && l.base_ptr != Some(ptr) {
+        return Err(Error::Internal(format!(
+            "deltas of key {} closed over another base met a base pointer",
+            show_key(key)
+        )));
+    }
+    Ok(encode(true, Some(Base::Ptr(ptr)), &l.operands))
 }
 
 /// The list with its operands combined into one where the operator can (else unchanged).
@@ -391,8 +458,9 @@ pub(crate) fn fold_partial(op: &dyn MergeOperator, key: &[u8], list: Vec<u8>) ->
     if l.operands.len() < 2 {
         return Ok(list);
     }
+    let base = l.base.map(Base::Bytes).or(l.base_ptr.map(Base::Ptr));
     Ok(match op.partial_merge(key, &l.operands) {
-        Some(one) => encode(l.closed, l.base, &[&one]),
+        Some(one) => encode(l.closed, base, &[&one]),
         None => list,
     })
 }
@@ -444,6 +512,19 @@ mod tests {
             fold_full(&Append, b"k", Some(b"ignored"), &d).unwrap(),
             b"basexy"
         );
+        // Closed over a base pointer: the caller reads the base and passes it.
+        let p = [7u8; BASE_PTR_BYTES];
+        let e = close_over_ptr(b"k", &p, &single(b"x")).unwrap();
+        assert_eq!(base_ptr(&e), Some(&p[..]));
+        let f = fold_partial(&Append, b"k", stack_older(&single(b"y"), &e, b"k").unwrap()).unwrap();
+        assert_eq!(base_ptr(&f), Some(&p[..]));
+        assert_eq!(decode(&f).unwrap().operands, vec![&b"xy"[..]]);
+        assert_eq!(
+            fold_full(&Append, b"k", Some(b"big"), &f).unwrap(),
+            b"bigxy"
+        );
+        assert!(close_over_ptr(b"k", &[8u8; BASE_PTR_BYTES], &f).is_err());
+        assert!(close_over_ptr(b"k", &p, &f).is_ok());
         // A closed list above an older one is a broken invariant, not a value.
         assert!(stack_older(&c, &single(b"z"), b"k").is_err());
         // Many lists stack in one pass, oldest first.
@@ -483,6 +564,18 @@ mod tests {
         odd[..4].copy_from_slice(&(WITH_BASE | 2).to_le_bytes());
         assert!(decode(&odd).is_none());
         assert!(decode(&(CLOSED | WITH_BASE).to_le_bytes()).is_none());
+        // A pointer flag without the closed flag, with the base flag, or of the wrong size.
+        let mut one = (BASE_PTR | 1).to_le_bytes().to_vec();
+        one.extend_from_slice(&(BASE_PTR_BYTES as u32).to_le_bytes());
+        one.extend_from_slice(&[0; BASE_PTR_BYTES]);
+        assert!(decode(&one).is_none());
+        one[..4].copy_from_slice(&(CLOSED | BASE_PTR | WITH_BASE | 1).to_le_bytes());
+        assert!(decode(&one).is_none());
+        one[..4].copy_from_slice(&(CLOSED | BASE_PTR | 1).to_le_bytes());
+        assert!(decode(&one).is_some());
+        one.push(0);
+        one[4..8].copy_from_slice(&(BASE_PTR_BYTES as u32 + 1).to_le_bytes());
+        assert!(decode(&one).is_none());
         assert!(decode(&[]).is_none());
         assert!(matches!(
             fold_full(&Append, b"k", None, &huge),

@@ -96,9 +96,9 @@ impl MergeEntry {
         let below = std::mem::take(&mut self.below);
         let own = std::mem::replace(&mut self.value, LevelValue::Tombstone);
         let mut rest = below.into_iter();
-        let mut next: Option<(usize, LevelValue, Option<MergeEntry>)> =
-            Some((self.source, own, None));
-        while let Some((source, value, entry)) = next.take() {
+        let mut next: Option<(usize, u64, LevelValue, Option<MergeEntry>)> =
+            Some((self.source, self.lsn, own, None));
+        while let Some((source, lsn, value, entry)) = next.take() {
             if !value.is_deltas() {
                 if let Some(mut e) = entry {
                     e.value = value;
@@ -112,13 +112,27 @@ impl MergeEntry {
                     show_key(&self.key)
                 )));
             };
+            let closed = crate::delta::is_closed(&list);
+            let ptr = closed
+                .then(|| crate::delta::base_ptr(&list).map(crate::log::ptr::LogPtr::from_bytes))
+                .flatten()
+                .flatten();
             stack.push_older(list);
-            if stack.is_closed() {
+            if closed {
+                if let Some(p) = ptr {
+                    // Closed over a value in the large log: that value is the base.
+                    out.base = Some(MergeEntry::new(
+                        self.key.clone(),
+                        lsn,
+                        LevelValue::Large(p),
+                        source,
+                    ));
+                }
                 break;
             }
             next = rest.next().map(|mut e| {
                 let v = std::mem::replace(&mut e.value, LevelValue::Tombstone);
-                (e.source, v, Some(e))
+                (e.source, e.lsn, v, Some(e))
             });
         }
         out.shadowed = rest.collect();

@@ -117,7 +117,17 @@ pub(crate) struct MergeOutcome {
 
 impl MergeOutcome {
     fn drop_value(&mut self, v: &LevelValue) {
-        if let LevelValue::Large(p) = v {
+        let ptr = match v {
+            LevelValue::Large(p) => Some(*p),
+            // Deltas closed over a large value hold it live: dropped, it is garbage (an
+            // operand list that is an overflow blob is not read for this: its base's
+            // bytes are found dead by GC's own check, only later).
+            LevelValue::Deltas(list) if crate::delta::is_closed(list) => {
+                crate::delta::base_ptr(list).and_then(crate::log::ptr::LogPtr::from_bytes)
+            }
+            _ => None,
+        };
+        if let Some(p) = ptr {
             *self.garbage.entry(p.segment).or_default() += u64::from(p.len);
         }
     }
@@ -145,11 +155,8 @@ pub(crate) struct MergeJob<'a> {
     pub index_size: usize,
     /// The output is the bottom of the tree: tombstones are dropped.
     pub drop_tombstones: bool,
-    /// The log segments the inputs point into (to read the base of deltas).
+    /// The log segments the inputs point into (to read a medium base of deltas).
     pub segments: &'a SegmentSet,
-    /// Whether the large record at a pointer is the live base of its key now (asked only
-    /// when a base's segment is gone: dead, or lost).
-    pub large_base_is_live: &'a dyn Fn(&[u8], crate::log::ptr::LogPtr) -> Result<bool>,
 }
 
 impl MergeJob<'_> {
@@ -308,22 +315,15 @@ impl MergeJob<'_> {
             Some(b) => {
                 let value = load(b.source, b.value)?;
                 if let LevelValue::Large(p) = &value {
-                    if self.segments.get(&p.segment).is_none() {
-                        if (self.large_base_is_live)(key, *p)? {
-                            return Err(Error::corruption(
-                                crate::log::large::SegmentKind::Large.file_name(p.segment),
-                                p.offset,
-                                "the live base of deltas is in a log segment that does not exist",
-                            ));
-                        }
-                        // GC freed the segment of a base that is dead: a newer version
-                        // that is not a delta shadows this key (through deltas GC finds
-                        // the base live and moves it). The stack is dead too; it is kept
-                        // as deltas, for that newer version to drop.
-                        return Ok(LevelValue::Deltas(crate::delta::fold_partial(
-                            op, key, list,
-                        )?));
-                    }
+                    // The base stays in the large log (it is not read here): the deltas
+                    // are kept closed over its pointer, combined where the operator can,
+                    // for a read, a GC relocation or a fold-back to fold (KDSep's delta
+                    // separation). A dead one (its segment freed) is dropped by the newer
+                    // version that shadows it.
+                    let mut ptr = Vec::with_capacity(crate::delta::BASE_PTR_BYTES);
+                    p.encode_into(&mut ptr);
+                    let list = crate::delta::fold_partial(op, key, list)?;
+                    return crate::delta::close_over_ptr(key, &ptr, &list).map(LevelValue::Deltas);
                 }
                 out.drop_value(&value);
                 match value {
@@ -333,9 +333,6 @@ impl MergeJob<'_> {
                         MediumPolicy::Inline(reader) => reader.read(key, p)?,
                         _ => self.read_log(key, p, crate::log::large::SegmentKind::Transient)?,
                     }),
-                    LevelValue::Large(p) => {
-                        Some(self.read_log(key, p, crate::log::large::SegmentKind::Large)?)
-                    }
                     other => {
                         return Err(Error::Internal(format!(
                             "compaction into {}: the base of deltas loaded as {other:?}",

@@ -71,7 +71,6 @@ impl Engine {
         component: IoComponent,
         drop_tombstones: bool,
         segments: &'a SegmentSet,
-        large_base_is_live: &'a dyn Fn(&[u8], crate::log::ptr::LogPtr) -> Result<bool>,
     ) -> MergeJob<'a> {
         MergeJob {
             opts: &self.opts,
@@ -83,18 +82,7 @@ impl Engine {
             index_size: self.opts.index_node_size,
             drop_tombstones,
             segments,
-            large_base_is_live,
         }
-    }
-
-    /// Whether the large record `p` is the live base of `key` now (its newest version,
-    /// or the base below its newest deltas).
-    fn large_base_is_live(&self, key: &[u8], p: crate::log::ptr::LogPtr) -> Result<bool> {
-        let (sv, _) = self.snapshot();
-        Ok(matches!(
-            crate::read::lookup(&sv, u64::MAX, key)?.base,
-            Some((LevelValue::Large(q), _)) if q == p
-        ))
     }
 
     /// Registers a new transient segment used by run `owner` (before its file exists, so
@@ -142,8 +130,7 @@ impl Engine {
         let id = output.id;
         // Older runs of L1 may hold the key: a flush never drops tombstones.
         let segments = Arc::clone(&self.snapshot().0.segments);
-        let live = |k: &[u8], p| self.large_base_is_live(k, p);
-        let job = self.merge_job(id, IoComponent::Flush, false, &segments, &live);
+        let job = self.merge_job(id, IoComponent::Flush, false, &segments);
         let create = || self.new_transient_segment(id);
         let mut sink = TransientSink::new(&create);
         let reader = TransientReader::new(&segments);
@@ -309,13 +296,11 @@ impl Engine {
         let output = self.versions.begin_output();
         let id = output.id;
         let segments = Arc::clone(&self.snapshot().0.segments);
-        let live = |k: &[u8], p| self.large_base_is_live(k, p);
         let job = self.merge_job(
             id,
             IoComponent::Compaction,
             version.is_bottom(level + 1),
             &segments,
-            &live,
         );
         let mut reader = TransientReader::new(&segments);
         let policy = if merge_here {

@@ -24,6 +24,13 @@ impl LogPtr {
         out.extend_from_slice(&self.len.to_le_bytes());
     }
 
+    /// The pointer encoded in exactly `bytes` (`None` if they are not one).
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let mut d = Decoder::new(bytes);
+        let p = Self::decode(&mut d)?;
+        (d.remaining() == 0).then_some(p)
+    }
+
     pub(crate) fn decode(d: &mut Decoder<'_>) -> Option<Self> {
         Some(LogPtr {
             segment: d.u64()?,

@@ -46,7 +46,17 @@ impl Lookup {
         };
         match v {
             LevelValue::Deltas(older) => {
+                let ptr = crate::delta::is_closed(&older)
+                    .then(|| {
+                        crate::delta::base_ptr(&older).map(crate::log::ptr::LogPtr::from_bytes)
+                    })
+                    .flatten()
+                    .flatten();
                 self.deltas.push_older(older);
+                if let Some(p) = ptr {
+                    // Closed over a value in the large log: that value is the base.
+                    self.base = Some((LevelValue::Large(p), file.cloned()));
+                }
                 Ok(!self.deltas.is_closed())
             }
             LevelValue::DeltasOverflow { offset, .. } => Err(Error::Internal(format!(
