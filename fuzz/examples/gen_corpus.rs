@@ -68,6 +68,7 @@ fn batches() -> Vec<Vec<Op>> {
             Op::PutLarge(b"user0002".to_vec(), p(9, 4096, 2000)),
             Op::Put(b"user0003".to_vec(), vec![]),
             Op::Delete(b"user0004".to_vec()),
+            Op::Merge(b"user0005".to_vec(), 1u64.to_le_bytes().to_vec()),
         ],
     ]
 }

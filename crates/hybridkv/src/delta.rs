@@ -387,6 +387,14 @@ impl Stack {
     }
 }
 
+/// The bytes of a decoded list (its encoding is canonical: `decode` then this gives the
+/// bytes back).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn reencode(l: &List<'_>) -> Vec<u8> {
+    let base = l.base.map(Base::Bytes).or(l.base_ptr.map(Base::Ptr));
+    encode(l.closed, base, &l.operands)
+}
+
 /// The encoded base pointer of the list in `bytes`, if it is closed over one.
 pub(crate) fn base_ptr(bytes: &[u8]) -> Option<&[u8]> {
     decode(bytes).and_then(|l| l.base_ptr)
@@ -537,6 +545,20 @@ mod tests {
         assert_eq!(first.len(), 2000);
         assert_eq!(first[0], 0u32.to_le_bytes());
         assert_eq!(first[1999], 1999u32.to_le_bytes());
+    }
+
+    #[test]
+    fn every_list_kind_encodes_canonically() {
+        let p = [3u8; BASE_PTR_BYTES];
+        for list in [
+            single(b"x"),
+            open(&[]),
+            close(b"k", Some(b"base"), &open(&[b"a", b"b"])).unwrap(),
+            close(b"k", None, &single(b"a")).unwrap(),
+            close_over_ptr(b"k", &p, &single(b"a")).unwrap(),
+        ] {
+            assert_eq!(reencode(&decode(&list).unwrap()), list);
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! background state, poisoning and closing, and `install` (an edit through the version
 //! set, poisoning when its store fails). Never: imports the modules that add their own
 //! `impl Engine` blocks: scheduling (`background`), flush/compaction
-//! (`compaction::worker`), GC (`gc::job`), recovery (`recovery`), `check` and `space`.
+//! (`compaction::worker`), GC (`gc::job`), the write-back of folded reads (`fold_back`),
+//! recovery (`recovery`), `check` and `space`.
 //!
 //! Lock order (code holding one of these locks takes only locks to its right):
 //! `gc_lock` -> `log` (the write path's mutex) -> `bg` -> `versions` (the version

@@ -91,6 +91,8 @@ pub enum Op {
     Delete(Vec<u8>),
     /// `op 3`: key, pointer to the value in the large log.
     PutLarge(Vec<u8>, LogPtr),
+    /// `op 4`: key, delta for the merge operator.
+    Merge(Vec<u8>, Vec<u8>),
 }
 
 impl Op {
@@ -99,6 +101,7 @@ impl Op {
             Op::Put(k, v) => BatchOp::Put(k, v),
             Op::Delete(k) => BatchOp::Delete(k),
             Op::PutLarge(k, p) => BatchOp::PutLarge(k, *p),
+            Op::Merge(k, d) => BatchOp::Merge(k, d),
         }
     }
 }
@@ -109,6 +112,7 @@ impl From<BatchOp<'_>> for Op {
             BatchOp::Put(k, v) => Op::Put(k.to_vec(), v.to_vec()),
             BatchOp::Delete(k) => Op::Delete(k.to_vec()),
             BatchOp::PutLarge(k, p) => Op::PutLarge(k.to_vec(), p),
+            BatchOp::Merge(k, d) => Op::Merge(k.to_vec(), d.to_vec()),
         }
     }
 }
@@ -511,4 +515,36 @@ pub fn decode_options(data: &[u8]) -> Result<crate::Options> {
 /// Encodes options as an `OPTIONS` file.
 pub fn encode_options(o: &crate::Options) -> Vec<u8> {
     crate::options_file::encode(o)
+}
+
+/// What [`operand_list`] found in a list that decodes.
+#[derive(Debug)]
+pub struct OperandList<'a> {
+    /// The list encoded again from its decoded parts.
+    pub again: Vec<u8>,
+    /// The base a fold uses: the list's own for a closed list that carries one, else the
+    /// base given.
+    pub base: Option<&'a [u8]>,
+    /// The deltas, oldest first.
+    pub operands: Vec<&'a [u8]>,
+    /// The value `Append` folds from the list.
+    pub folded: Result<Vec<u8>>,
+}
+
+/// An operand list (`docs/FORMAT.md`, "Operand list"), if `list` decodes.
+pub fn operand_list<'a>(list: &'a [u8], base: Option<&'a [u8]>) -> Option<OperandList<'a>> {
+    let l = crate::delta::decode(list)?;
+    let again = crate::delta::reencode(&l);
+    let used = if l.closed && l.base_ptr.is_none() {
+        l.base
+    } else {
+        base
+    };
+    let folded = crate::delta::fold_full(&crate::delta::Append, b"key", base, list);
+    Some(OperandList {
+        again,
+        base: used,
+        operands: l.operands,
+        folded,
+    })
 }
