@@ -113,10 +113,7 @@ impl MergeEntry {
                 )));
             };
             let closed = crate::delta::is_closed(&list);
-            let ptr = closed
-                .then(|| crate::delta::base_ptr(&list).map(crate::log::ptr::LogPtr::from_bytes))
-                .flatten()
-                .flatten();
+            let ptr = crate::log::ptr::LogPtr::closed_base_of(&list);
             stack.push_older(list);
             if closed {
                 if let Some(p) = ptr {

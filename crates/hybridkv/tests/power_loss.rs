@@ -720,6 +720,8 @@ struct Totals {
     gc_passes: u64,
     gc_freed: u64,
     gc_relocated: u64,
+    merges: u64,
+    deltas_folded: u64,
     trap_freed: u64,
 }
 
@@ -774,6 +776,8 @@ fn run_one(seed: u64, t: &mut Totals, verbose: bool) {
     t.gc_passes += s.gc_passes;
     t.gc_freed += s.gc_segments_freed;
     t.gc_relocated += s.gc_entries_relocated;
+    t.merges += s.merges;
+    t.deltas_folded += s.deltas_folded;
     t.trap_freed += rec.trap_freed;
 
     let history = rec.fs.history().expect("a recording file system");
@@ -866,7 +870,8 @@ fn power_loss_recovers_a_prefix_holding_every_synced_write() {
     println!(
         "engine counters (sum): flushes {}, compactions {}, transient segments created {} / \
          freed {}, medium values merged {}, GC passes {}, GC segments freed {} ({} by passes \
-         after unsynced overwrites), GC records relocated {}",
+         after unsynced overwrites), GC records relocated {}, merges {} (deltas folded by \
+         merges and GC: {})",
         t.flushes,
         t.compactions,
         t.transient_created,
@@ -875,7 +880,9 @@ fn power_loss_recovers_a_prefix_holding_every_synced_write() {
         t.gc_passes,
         t.gc_freed,
         t.trap_freed,
-        t.gc_relocated
+        t.gc_relocated,
+        t.merges,
+        t.deltas_folded
     );
     println!("panics: {}, time: {secs:.1} s", panics());
     println!(
@@ -885,6 +892,10 @@ fn power_loss_recovers_a_prefix_holding_every_synced_write() {
     assert!(t.transient_created > 0, "no transient segment was created");
     assert!(t.medium_merged > 0, "no medium value was merged in place");
     assert!(t.gc_freed > 0, "no GC pass freed a segment");
+    assert!(
+        t.merges > 0 && t.deltas_folded > 0,
+        "no delta was written and folded"
+    );
     assert!(
         t.trap_freed > 0,
         "no GC pass freed a segment whose records died by unsynced writes"

@@ -122,9 +122,7 @@ impl MergeOutcome {
             // Deltas closed over a large value hold it live: dropped, it is garbage (an
             // operand list that is an overflow blob is not read for this: its base's
             // bytes are found dead by GC's own check, only later).
-            LevelValue::Deltas(list) if crate::delta::is_closed(list) => {
-                crate::delta::base_ptr(list).and_then(crate::log::ptr::LogPtr::from_bytes)
-            }
+            LevelValue::Deltas(list) => crate::log::ptr::LogPtr::closed_base_of(list),
             _ => None,
         };
         if let Some(p) = ptr {

@@ -31,6 +31,15 @@ impl LogPtr {
         (d.remaining() == 0).then_some(p)
     }
 
+    /// The base a closed operand list points at (a list closed over a large value), if
+    /// `list` is one.
+    pub(crate) fn closed_base_of(list: &[u8]) -> Option<Self> {
+        if !crate::delta::is_closed(list) {
+            return None;
+        }
+        crate::delta::base_ptr(list).and_then(Self::from_bytes)
+    }
+
     pub(crate) fn decode(d: &mut Decoder<'_>) -> Option<Self> {
         Some(LogPtr {
             segment: d.u64()?,

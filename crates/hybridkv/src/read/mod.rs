@@ -46,12 +46,7 @@ impl Lookup {
         };
         match v {
             LevelValue::Deltas(older) => {
-                let ptr = crate::delta::is_closed(&older)
-                    .then(|| {
-                        crate::delta::base_ptr(&older).map(crate::log::ptr::LogPtr::from_bytes)
-                    })
-                    .flatten()
-                    .flatten();
+                let ptr = crate::log::ptr::LogPtr::closed_base_of(&older);
                 self.deltas.push_older(older);
                 if let Some(p) = ptr {
                     // Closed over a value in the large log: that value is the base.
