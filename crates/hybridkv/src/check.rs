@@ -113,23 +113,38 @@ impl Engine {
                         "the file's Bloom filter rules out a key the file holds",
                     ));
                 }
-                let result = match value {
-                    LevelValue::Overflow { .. } => scanner.load_overflow(value).map(drop),
+                let value = match value {
                     LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. } => {
                         match scanner.load_overflow(value) {
                             Ok(LevelValue::Deltas(list))
                                 if crate::delta::decode(&list).is_some() =>
                             {
-                                Ok(())
+                                // A list closed over a large value holds it live: its
+                                // pointer is checked like any other (a plain list: nothing
+                                // more to check, as for a tombstone).
+                                match LogPtr::closed_base_of(&list) {
+                                    Some(p) => LevelValue::Large(p),
+                                    None => LevelValue::Tombstone,
+                                }
                             }
-                            Ok(_) => Err(Error::corruption(
-                                run.path(),
-                                0,
-                                "an operand list (deltas) that does not decode",
-                            )),
-                            Err(e) => Err(e),
+                            Ok(_) => {
+                                report.problem(&Error::corruption(
+                                    run.path(),
+                                    0,
+                                    "an operand list (deltas) that does not decode",
+                                ));
+                                continue;
+                            }
+                            Err(e) => {
+                                report.problem(&e);
+                                continue;
+                            }
                         }
                     }
+                    v => v,
+                };
+                let result = match value {
+                    LevelValue::Overflow { .. } => scanner.load_overflow(value).map(drop),
                     LevelValue::Large(p) | LevelValue::Medium(p) => {
                         report.pointers_checked += 1;
                         match sv.segments.get(&p.segment) {

@@ -21,7 +21,11 @@ impl Engine {
         let Some(mut log) = self.writes.try_lock() else {
             return;
         };
-        if self.check_poison().is_err() || log.mem.size() >= self.opts.memtable_size {
+        // A close may have finished on another handle since the get began.
+        if self.check_open().is_err()
+            || self.check_poison().is_err()
+            || log.mem.size() >= self.opts.memtable_size
+        {
             return;
         }
         // Under `log` no commit runs: the state captured now holds every write of `key`.

@@ -511,6 +511,11 @@ fn deltas_over_large_values_stay_apart_from_them_through_merges_and_gc() {
         assert_eq!(scanned, want, "scan {when}");
     };
     check(&db, &want, "after compact_all");
+    // `check` follows the pointer of every list closed over a large value, as it follows
+    // plain pointers: 100 keys of each kind.
+    let report = db.check().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.pointers_checked, 200, "{report:?}");
     // The level files hold keys, pointers and deltas, not the large values.
     let level_bytes: u64 = db
         .stats()
