@@ -13,7 +13,6 @@ use crate::log::large::{self, SegmentKind};
 use crate::log::ptr::LogPtr;
 use crate::log::small;
 use crate::obsolete::{LiveFiles, Verdict};
-use crate::read::SuperVersion;
 use std::fmt;
 
 /// Problems reported beyond this many are counted but not listed.
@@ -79,15 +78,6 @@ impl fmt::Display for CheckReport {
 }
 
 impl Engine {
-    /// Whether the value of `key` is the pointer `p` (its newest version, or the base below
-    /// its newest deltas).
-    fn is_newest(sv: &SuperVersion, key: &[u8], p: LogPtr) -> Result<bool> {
-        Ok(matches!(
-            crate::read::lookup(sv, u64::MAX, key)?.base,
-            Some((LevelValue::Large(q) | LevelValue::Medium(q), _)) if q == p
-        ))
-    }
-
     pub(crate) fn check(&self) -> Result<CheckReport> {
         let mut report = CheckReport::default();
         let (sv, _) = self.snapshot();
@@ -152,7 +142,7 @@ impl Engine {
                             // Garbage collection frees a segment once every live record is
                             // relocated; older, shadowed pointers into it stay in the levels
                             // until a merge drops them. Only a live pointer must resolve.
-                            None if !Self::is_newest(&sv, &key, p)? => Ok(()),
+                            None if !crate::read::value_is_at(&sv, &key, p)? => Ok(()),
                             None => Err(Error::corruption(
                                 run.path(),
                                 0,

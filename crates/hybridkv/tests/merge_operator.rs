@@ -290,7 +290,7 @@ fn a_database_written_with_an_operator_opens_only_with_it() {
     assert_eq!(count(&db, "c"), Some(1));
 }
 
-/// Appends, but refuses to fold onto the base `poison`.
+/// Appends, but refuses to fold onto a base that starts with `poison`.
 struct Picky;
 
 impl MergeOperator for Picky {
@@ -303,7 +303,7 @@ impl MergeOperator for Picky {
         base: Option<&[u8]>,
         deltas: &[&[u8]],
     ) -> Result<Vec<u8>, hybridkv::MergeError> {
-        if base == Some(b"poison") {
+        if base.is_some_and(|b| b.starts_with(b"poison")) {
             return Err(hybridkv::MergeError("will not touch poison".into()));
         }
         Append.full_merge(b"", base, deltas)
@@ -551,4 +551,52 @@ fn deltas_over_large_values_stay_apart_from_them_through_merges_and_gc() {
     drop(db);
     let db = Db::open(dir.path(), o).unwrap();
     check(&db, &want, "after reopen");
+}
+
+#[test]
+fn gc_leaves_a_value_its_operator_will_not_fold_and_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        fold_on_read: false,
+        ..opts(Arc::new(Picky))
+    };
+    let db = Db::open(dir.path(), o).unwrap();
+    let mut poison = b"poison".to_vec();
+    poison.resize(3000, b'!');
+    db.put("p", &poison).unwrap();
+    for i in 0..40 {
+        db.put(format!("junk{i:02}"), vec![1u8; 3000]).unwrap();
+    }
+    db.merge("p", "+").unwrap();
+    // The junk dies: the segment holding `p`'s value is worth collecting.
+    for i in 0..40 {
+        db.delete(format!("junk{i:02}")).unwrap();
+    }
+    db.flush().unwrap();
+    let r = db.gc().unwrap();
+    assert!(r.segments_damaged > 0, "{r:?}");
+    assert!(
+        r.damage
+            .iter()
+            .any(|d| d.contains("test.picky") && d.contains("poison")),
+        "{r:?}"
+    );
+    // Left in place: the key still reports the refusal, and nothing else is harmed.
+    assert!(matches!(db.get("p"), Err(Error::MergeFailed { .. })));
+    db.put("q", "fine").unwrap();
+    // Written again, the key frees the segment at the next pass.
+    db.put("p", "fresh").unwrap();
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    let mut freed = 0;
+    loop {
+        let r = db.gc().unwrap();
+        assert!(r.damage.is_empty(), "{r:?}");
+        if r.segments_freed == 0 {
+            break;
+        }
+        freed += r.segments_freed;
+    }
+    assert!(freed > 0);
+    assert_eq!(db.get("p").unwrap().as_deref(), Some(&b"fresh"[..]));
 }

@@ -1,11 +1,12 @@
 //! Runs one merge: sorted sources (newest first) -> one new level file. The order and the
 //! shadowing come from `crate::merge`; this module decides what happens to each survivor.
 //!
-//! Values in logs are not read here (pointers are copied as they are), but for the base of
-//! deltas: deltas that meet their base in the merge are folded into it with the merge
-//! operator (the base read from its log if it lives in one) and the result is written in
-//! place; deltas that meet none are folded into one operand where the operator can (and
-//! into a value at the bottom of the tree, where nothing older exists). Every large pair
+//! Large values are never read here (pointers are copied as they are). Deltas that meet
+//! their base in the merge are folded into it with the merge operator when the base is in
+//! place or in the transient log (read from there), and the result is written in place;
+//! over a large value they are kept as a list closed over its pointer; deltas that meet
+//! none are folded into one operand where the operator can (and into a value at the
+//! bottom of the tree, where nothing older exists). Every large pair
 //! the merge drops (shadowed by a newer version, or folded) adds its record length to its
 //! segment's garbage count, so garbage collection knows what is dead without looking
 //! anything up.
@@ -277,9 +278,10 @@ impl MergeJob<'_> {
 }
 
 impl MergeJob<'_> {
-    /// The value an entry holding deltas is written as: folded into its base (read from
-    /// wherever it lives) when the merge met one, into nothing at the bottom of the tree,
-    /// else kept as deltas (combined into one operand where the operator can).
+    /// The value an entry holding deltas is written as: folded into its base when the merge
+    /// met one in place or in the transient log, closed over its pointer when it met a
+    /// large one, folded into nothing at the bottom of the tree, else kept as deltas
+    /// (combined into one operand where the operator can).
     fn fold<S: MergeSource + ?Sized>(
         &self,
         merge: &Merge<&mut S>,
@@ -329,7 +331,7 @@ impl MergeJob<'_> {
                     LevelValue::Tombstone => None,
                     LevelValue::Medium(p) => Some(match medium {
                         MediumPolicy::Inline(reader) => reader.read(key, p)?,
-                        _ => self.read_log(key, p, crate::log::large::SegmentKind::Transient)?,
+                        _ => self.read_transient(key, p)?,
                     }),
                     other => {
                         return Err(Error::Internal(format!(
@@ -355,17 +357,13 @@ impl MergeJob<'_> {
         }
     }
 
-    /// Reads the log record `p` of `key` (the base of deltas).
-    fn read_log(
-        &self,
-        key: &[u8],
-        p: crate::log::ptr::LogPtr,
-        kind: crate::log::large::SegmentKind,
-    ) -> Result<Vec<u8>> {
+    /// Reads the transient-log record `p` of `key` (a medium base of deltas, in a merge
+    /// that leaves medium values in the log).
+    fn read_transient(&self, key: &[u8], p: crate::log::ptr::LogPtr) -> Result<Vec<u8>> {
         match self.segments.get(&p.segment) {
             Some(seg) => seg.read_through_cache(p, key),
             None => Err(Error::corruption(
-                kind.file_name(p.segment),
+                crate::log::large::SegmentKind::Transient.file_name(p.segment),
                 p.offset,
                 "pointer to a log segment that does not exist",
             )),

@@ -88,7 +88,7 @@ impl Engine {
             match self.collect_segment(id, &mut report) {
                 Ok(()) => {}
                 // A value under deltas its operator refuses to fold stays where it is
-                // (the segment with it) until a merge keeps the two together.
+                // (the segment with it) until the key is written again.
                 Err(e @ Error::MergeFailed { .. }) => {
                     report.segments_damaged += 1;
                     report.damage.push(format!("{}: {e}", large::file_name(id)));
@@ -127,11 +127,10 @@ impl Engine {
         Ok(report)
     }
 
-    /// Whether the index's newest version of `key` is the large record at `ptr`.
-    /// Whether the value of `key` is the record at `ptr`: its newest version, or the base
-    /// below its newest deltas (the record is live: the deltas apply to it).
+    /// Whether the value of `key` is the record at `ptr` (see `read::value_is_at`).
     fn still_points_at(&self, key: &[u8], ptr: LogPtr) -> Result<bool> {
-        Ok(self.deltas_over(key, ptr)?.is_some())
+        let (sv, _) = self.snapshot();
+        crate::read::value_is_at(&sv, key, ptr)
     }
 
     /// When the value of `key` is the record at `ptr`: the deltas above it (none, or

@@ -298,6 +298,15 @@ impl Memtable {
         }
     }
 
+    /// The LSN of the newest version of `key` (nothing copied).
+    pub(crate) fn newest_lsn(&self, key: &[u8]) -> Option<u64> {
+        self.map
+            .range(MemKey::new(key, u64::MAX)..)
+            .next()
+            .filter(|e| e.key().key() == key)
+            .map(|e| e.key().lsn)
+    }
+
     /// Up to `limit` keys in key order starting after (or at, if `inclusive`) `from`: for
     /// each, its newest version with `lsn <= snapshot`, and when that is a delta the older
     /// versions down to the first that is not (the merge folds them). Keys whose versions

@@ -176,16 +176,25 @@ pub(crate) fn get(
     Ok((value_of(&sv.segments, operator, key, found)?, worth))
 }
 
+/// Whether the value of `key` in `sv` is the log record at `p`: its newest version, or the
+/// base below its newest deltas, or the value a closed list of deltas points at (the
+/// record is live). GC's liveness and `check`'s missing-segment test both ask this.
+pub(crate) fn value_is_at(
+    sv: &SuperVersion,
+    key: &[u8],
+    p: crate::log::ptr::LogPtr,
+) -> Result<bool> {
+    Ok(matches!(
+        lookup(sv, u64::MAX, key)?.base,
+        Some((LevelValue::Large(q) | LevelValue::Medium(q), _)) if q == p
+    ))
+}
+
 /// The LSN of the newest version of `key` in `sv` (any kind; `None` if it has none).
 pub(crate) fn newest_lsn(sv: &SuperVersion, key: &[u8]) -> Result<Option<u64>> {
     for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
-        let mut newest = None;
-        mem.versions_of(key, u64::MAX, |(lsn, _)| {
-            newest = Some(lsn);
-            false
-        });
-        if newest.is_some() {
-            return Ok(newest);
+        if let Some(lsn) = mem.newest_lsn(key) {
+            return Ok(Some(lsn));
         }
     }
     for file in sv.version.all_runs() {

@@ -86,11 +86,15 @@ impl WriteBatch {
 
     /// Adds a put of `key` -> `value`.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut Self {
-        let (key, value) = (key.as_ref(), value.as_ref());
+        self.push_pair(OP_PUT, key.as_ref(), value.as_ref())
+    }
+
+    /// Appends an operation of the put layout (`OP_PUT` or `OP_MERGE`).
+    fn push_pair(&mut self, op: u8, key: &[u8], value: &[u8]) -> &mut Self {
         self.note(check_key(key).and_then(|()| check_value(value)));
         // One allocation for a one-put batch instead of a doubling series of them.
         self.rep.reserve(1 + 4 + 4 + key.len() + value.len());
-        self.rep.push(OP_PUT);
+        self.rep.push(op);
         self.rep
             .extend_from_slice(&(key.len() as u32).to_le_bytes());
         self.rep
@@ -105,19 +109,8 @@ impl WriteBatch {
     /// `operand` into the key's value (reads see the folded value). Refused when the batch
     /// is written if the database has no merge operator or the operator refuses `operand`.
     pub fn merge(&mut self, key: impl AsRef<[u8]>, operand: impl AsRef<[u8]>) -> &mut Self {
-        let (key, operand) = (key.as_ref(), operand.as_ref());
-        self.note(check_key(key).and_then(|()| check_value(operand)));
-        self.rep.reserve(1 + 4 + 4 + key.len() + operand.len());
-        self.rep.push(OP_MERGE);
-        self.rep
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
-        self.rep
-            .extend_from_slice(&(operand.len() as u32).to_le_bytes());
-        self.rep.extend_from_slice(key);
-        self.rep.extend_from_slice(operand);
-        self.count += 1;
         self.merges += 1;
-        self
+        self.push_pair(OP_MERGE, key.as_ref(), operand.as_ref())
     }
 
     /// Whether the batch holds a merge operation.
