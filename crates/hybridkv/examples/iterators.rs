@@ -1,4 +1,5 @@
-//! Ranges, prefixes, key-only scans, lazy values, seeks, and a scan of known length.
+//! Ranges, prefixes, key-only scans, lazy values, seeks, a scan of known length, and
+//! walking backward (reverse and double-ended iteration, `seek_back`).
 //!
 //! Run: `cargo run -p hybridkv --example iterators`
 
@@ -59,6 +60,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .ok_or(hybridkv::Error::Internal("empty".into()))??;
     assert_eq!(k, b"city:kyiv");
+    // Backward: the same range, last pair first.
+    let newest_first: Vec<Vec<u8>> = db
+        .range("user:".."user;")
+        .rev()
+        .map(|p| p.map(|(k, _)| k))
+        .collect::<hybridkv::Result<_>>()?;
+    assert_eq!(
+        newest_first.first().map(Vec::as_slice),
+        Some(&b"user:dan"[..])
+    );
+    // Both ends at once: they meet in the middle without repeating a pair.
+    let mut both = db.keys("user:".."user;");
+    let first = both
+        .next()
+        .ok_or(hybridkv::Error::Internal("empty".into()))??;
+    let last = both
+        .next_back()
+        .ok_or(hybridkv::Error::Internal("empty".into()))??;
+    let middle = both.count();
+    println!(
+        "both ends: {} .. {} with {middle} between",
+        String::from_utf8_lossy(&first),
+        String::from_utf8_lossy(&last)
+    );
+    assert_eq!(middle, 2);
+    // seek_back: the last pair at or before a key (the back of the same range).
+    let mut it = db.prefix("city:");
+    it.seek_back("city:m");
+    let (k, _) = it
+        .next_back()
+        .ok_or(hybridkv::Error::Internal("empty".into()))??;
+    assert_eq!(k, b"city:lima");
     // Every key, in order.
     let all = db.keys::<&[u8], _>(..).count();
     assert_eq!(all, 8);

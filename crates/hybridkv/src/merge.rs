@@ -3,18 +3,19 @@
 //!
 //! Owns: the order in which versions from several sources come out, and which of them
 //! survive. [`MergeHeap`] is a binary heap holding the head of every source; it yields all
-//! versions ordered by key ascending and, for one key, newest first: by source (the caller
+//! versions ordered by key ascending (descending in a *backward* merge, which reverse
+//! iterators use) and, for one key, newest first in both directions: by source (the caller
 //! lists sources newest first, a lower index wins) and, within one source, in the order
 //! the source gives them (LSN descending). [`Merge`] is the layer on top: it keeps the
 //! newest version of each key and drops the older ones (*shadowing*, counted and handed to
 //! an observer); when the newest holds deltas it keeps, beside it, the older versions the
 //! deltas apply to (more deltas, down to the first *base* that is not), so that its caller
 //! can fold them ([`MergeEntry::take_stack`]); optionally hides versions above a snapshot LSN, keeps or drops tombstones
-//! as the caller asks, and optionally stops at an upper bound.
+//! as the caller asks, and optionally stops at a bound (the range's end in its direction).
 //!
 //! Never: reads a value behind a pointer or an overflow blob (callers resolve the winner),
 //! clones a key, or stops silently when an invariant breaks. A source that goes backwards
-//! (a key below its previous one, or the same key again without a lower LSN) is reported
+//! (a key behind its previous one, or the same key again without a lower LSN) is reported
 //! as [`Error::Internal`], because merging on would emit keys out of order or let an old
 //! version win.
 
@@ -24,7 +25,8 @@ use std::cmp::Ordering;
 use std::collections::binary_heap::{BinaryHeap, PeekMut};
 use std::ops::Bound;
 
-/// A stream of versions sorted by key ascending and, for one key, LSN descending.
+/// A stream of versions sorted by key ascending (descending for a backward merge) and, for
+/// one key, LSN descending.
 pub(crate) trait Source {
     /// The next version, or `None` at the end.
     fn next_entry(&mut self) -> Result<Option<LevelEntry>>;
@@ -149,34 +151,35 @@ pub(crate) struct Stacked {
     pub shadowed: Vec<MergeEntry>,
 }
 
-/// Orders heads so that the max-heap's top is the smallest key and, among equal keys, the
-/// lowest (newest) source. Each source has at most one head in the heap, so (key, source)
-/// is a total order on the heap's contents.
-struct Head(MergeEntry);
+/// Orders heads so that the max-heap's top is the smallest key (the largest when `BACK`)
+/// and, among equal keys, the lowest (newest) source. Each source has at most one head in
+/// the heap, so (key, source) is a total order on the heap's contents.
+struct Head<const BACK: bool>(MergeEntry);
 
-impl Ord for Head {
+impl<const BACK: bool> Ord for Head<BACK> {
     fn cmp(&self, other: &Self) -> Ordering {
-        other
-            .0
-            .key
-            .cmp(&self.0.key)
-            .then_with(|| other.0.source.cmp(&self.0.source))
+        let keys = if BACK {
+            self.0.key.cmp(&other.0.key)
+        } else {
+            other.0.key.cmp(&self.0.key)
+        };
+        keys.then_with(|| other.0.source.cmp(&self.0.source))
     }
 }
 
-impl PartialOrd for Head {
+impl<const BACK: bool> PartialOrd for Head<BACK> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl PartialEq for Head {
+impl<const BACK: bool> PartialEq for Head<BACK> {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
 }
 
-impl Eq for Head {}
+impl<const BACK: bool> Eq for Head<BACK> {}
 
 /// A key for error messages: at most 32 bytes, escaped.
 fn show_key(key: &[u8]) -> String {
@@ -185,15 +188,15 @@ fn show_key(key: &[u8]) -> String {
     format!("\"{}\"{more}", shown.escape_ascii())
 }
 
-/// Every version of N sorted sources in merged order (see the module doc). Allocates only
-/// when built: a step moves the source's next entry into the heap's top slot and sifts it
-/// down once.
-pub(crate) struct MergeHeap<S> {
+/// Every version of N sorted sources in merged order (see the module doc); keys descend
+/// when `BACK`. Allocates only when built: a step moves the source's next entry into the
+/// heap's top slot and sifts it down once.
+pub(crate) struct MergeHeap<S, const BACK: bool = false> {
     sources: Vec<S>,
-    heap: BinaryHeap<Head>,
+    heap: BinaryHeap<Head<BACK>>,
 }
 
-impl<S: Source> MergeHeap<S> {
+impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
     /// Reads the first entry of every source. `sources` are newest first.
     pub(crate) fn new(mut sources: Vec<S>) -> Result<Self> {
         let mut heap = BinaryHeap::with_capacity(sources.len());
@@ -231,7 +234,8 @@ impl<S: Source> MergeHeap<S> {
             return Ok(Some(PeekMut::pop(top).0));
         };
         let prev = &top.0;
-        let in_order = match key.as_slice().cmp(&prev.key) {
+        let step = key.as_slice().cmp(&prev.key);
+        let in_order = match if BACK { step.reverse() } else { step } {
             Ordering::Greater => true,
             Ordering::Equal => lsn < prev.lsn,
             Ordering::Less => false,
@@ -239,10 +243,11 @@ impl<S: Source> MergeHeap<S> {
         if !in_order {
             return Err(Error::Internal(format!(
                 "merge source {index} is out of order: key {} (LSN {lsn}) came after key {} \
-                 (LSN {}); sources must be sorted by key ascending, then LSN descending",
+                 (LSN {}); sources must be sorted by key {}, then LSN descending",
                 show_key(&key),
                 show_key(&prev.key),
-                prev.lsn
+                prev.lsn,
+                if BACK { "descending" } else { "ascending" }
             )));
         }
         // Writing through `top` makes the heap sift the new head down when `top` drops.
@@ -273,23 +278,34 @@ pub(crate) struct MergeCounts {
     pub hidden: u64,
 }
 
-/// The newest visible version of each key, in key order (see the module doc).
-pub(crate) struct Merge<S> {
-    heap: MergeHeap<S>,
+/// The newest visible version of each key, in key order (descending when `BACK`; see the
+/// module doc).
+pub(crate) struct Merge<S, const BACK: bool = false> {
+    heap: MergeHeap<S, BACK>,
     tombstones: Tombstones,
     snapshot: Option<u64>,
-    upper: Bound<Vec<u8>>,
+    /// Where the merge ends: the upper bound going forward, the lower one going back.
+    end: Bound<Vec<u8>>,
     counts: MergeCounts,
 }
 
 impl<S: Source> Merge<S> {
-    /// A merge of `sources` (newest first) that sees every version and never stops early.
+    /// A merge of `sources` (newest first) in ascending key order that sees every version
+    /// and never stops early.
     pub(crate) fn new(sources: Vec<S>, tombstones: Tombstones) -> Result<Self> {
+        Self::directed(sources, tombstones)
+    }
+}
+
+impl<S: Source, const BACK: bool> Merge<S, BACK> {
+    /// Like [`Merge::new`], in descending key order when `BACK` (each source then walks
+    /// backward: keys descending, the versions of one key still newest first).
+    pub(crate) fn directed(sources: Vec<S>, tombstones: Tombstones) -> Result<Self> {
         Ok(Merge {
             heap: MergeHeap::new(sources)?,
             tombstones,
             snapshot: None,
-            upper: Bound::Unbounded,
+            end: Bound::Unbounded,
             counts: MergeCounts::default(),
         })
     }
@@ -301,9 +317,10 @@ impl<S: Source> Merge<S> {
         self
     }
 
-    /// Ends the merge at the first key beyond `upper` (nothing past it is read further).
-    pub(crate) fn with_upper(mut self, upper: Bound<Vec<u8>>) -> Self {
-        self.upper = upper;
+    /// Ends the merge at the first key beyond `end` in its direction (above it going
+    /// forward, below it going back); nothing past it is read further.
+    pub(crate) fn with_end(mut self, end: Bound<Vec<u8>>) -> Self {
+        self.end = end;
         self
     }
 
@@ -317,11 +334,13 @@ impl<S: Source> Merge<S> {
         self.heap.source(i)
     }
 
-    fn beyond_upper(&self, key: &[u8]) -> bool {
-        match &self.upper {
-            Bound::Included(u) => key > u.as_slice(),
-            Bound::Excluded(u) => key >= u.as_slice(),
-            Bound::Unbounded => false,
+    fn beyond_end(&self, key: &[u8]) -> bool {
+        match (&self.end, BACK) {
+            (Bound::Included(u), false) => key > u.as_slice(),
+            (Bound::Excluded(u), false) => key >= u.as_slice(),
+            (Bound::Included(l), true) => key < l.as_slice(),
+            (Bound::Excluded(l), true) => key <= l.as_slice(),
+            (Bound::Unbounded, _) => false,
         }
     }
 
@@ -341,7 +360,7 @@ impl<S: Source> Merge<S> {
         loop {
             match self.heap.peek_key() {
                 None => return Ok(None),
-                Some(k) if self.beyond_upper(k) => return Ok(None),
+                Some(k) if self.beyond_end(k) => return Ok(None),
                 Some(_) => {}
             }
             let Some(mut winner) = self.heap.pop()? else {
@@ -427,7 +446,7 @@ mod tests {
 
     #[test]
     fn heap_yields_every_version_in_key_then_source_order() {
-        let mut h = MergeHeap::new(vec![
+        let mut h = MergeHeap::<_, false>::new(vec![
             src(&[("b", 9, Some("b9")), ("d", 8, Some("d8"))]),
             src(&[("a", 5, Some("a5")), ("b", 4, Some("b4"))]),
             src(&[("b", 2, Some("b2")), ("c", 1, Some("c1"))]),
@@ -607,7 +626,7 @@ mod tests {
         };
         let mut incl = Merge::new(sources(), Tombstones::Drop)
             .unwrap()
-            .with_upper(Bound::Included(b"c".to_vec()));
+            .with_end(Bound::Included(b"c".to_vec()));
         assert_eq!(
             drain(&mut incl),
             vec![row("a", 2, Some("a")), row("b", 1, Some("b"))]
@@ -615,7 +634,7 @@ mod tests {
         assert_eq!(incl.next().unwrap(), None);
         let mut excl = Merge::new(sources(), Tombstones::Keep)
             .unwrap()
-            .with_upper(Bound::Excluded(b"c".to_vec()));
+            .with_end(Bound::Excluded(b"c".to_vec()));
         assert_eq!(
             drain(&mut excl),
             vec![row("a", 2, Some("a")), row("b", 1, Some("b"))]
@@ -697,7 +716,7 @@ mod tests {
         let mut m = Merge::new(vec![Failing(0)], Tombstones::Keep).unwrap();
         assert!(matches!(m.next(), Err(Error::Closed)));
         assert!(matches!(
-            MergeHeap::new(vec![Failing(1)]),
+            MergeHeap::<_, false>::new(vec![Failing(1)]),
             Err(Error::Closed)
         ));
     }
@@ -821,7 +840,69 @@ mod tests {
                     c.hidden + c.shadowed + c.tombstones_dropped + got.len() as u64,
                     total
                 );
+                // The same sources walked backward (keys descending, one key's versions
+                // still newest first): the same winners in reverse order, the same counts.
+                let backward = sources
+                    .iter()
+                    .map(|s| VecSource(keys_reversed(s).into_iter()))
+                    .collect();
+                let mut b = Merge::<_, true>::directed(backward, tombstones).unwrap();
+                if let Some(s) = snapshot {
+                    b = b.with_snapshot(s);
+                }
+                let mut got_back = Vec::new();
+                while let Some(e) = b.next().unwrap() {
+                    let v = match e.value {
+                        LevelValue::Inline(b) => Some(b),
+                        _ => None,
+                    };
+                    got_back.push((e.key, e.lsn, v));
+                }
+                got_back.reverse();
+                assert_eq!(got_back, want, "backward, round {round}, {tombstones:?}");
+                assert_eq!(b.counts(), c, "backward, round {round}, {tombstones:?}");
             }
+        }
+    }
+
+    /// A source's entries as a backward walk gives them: keys descending, the versions of
+    /// one key in their order (newest first).
+    fn keys_reversed(entries: &[LevelEntry]) -> Vec<LevelEntry> {
+        let mut groups: Vec<Vec<LevelEntry>> = Vec::new();
+        for e in entries {
+            match groups.last_mut() {
+                Some(g) if g.last().is_some_and(|l| l.0 == e.0) => g.push(e.clone()),
+                _ => groups.push(vec![e.clone()]),
+            }
+        }
+        groups.into_iter().rev().flatten().collect()
+    }
+
+    #[test]
+    fn a_backward_merge_ends_at_its_lower_bound_and_rejects_a_source_going_up() {
+        let sources = || {
+            vec![
+                src(&[("d", 2, Some("d")), ("c", 2, None), ("a", 2, Some("a"))]),
+                src(&[("c", 1, Some("c")), ("b", 1, Some("b"))]),
+            ]
+        };
+        let mut m = Merge::<_, true>::directed(sources(), Tombstones::Drop)
+            .unwrap()
+            .with_end(Bound::Included(b"b".to_vec()));
+        let mut got = Vec::new();
+        while let Some(e) = m.next().unwrap() {
+            got.push((e.key, e.lsn));
+        }
+        // "c" at LSN 2 is a tombstone that shadows LSN 1; "a" is past the end.
+        assert_eq!(got, vec![(b"d".to_vec(), 2), (b"b".to_vec(), 1)]);
+        let mut up = Merge::<_, true>::directed(
+            vec![src(&[("b", 1, Some("b")), ("c", 1, Some("c"))])],
+            Tombstones::Drop,
+        )
+        .unwrap();
+        match up.next() {
+            Err(Error::Internal(msg)) => assert!(msg.contains("descending"), "{msg}"),
+            other => panic!("expected an internal error, got {other:?}"),
         }
     }
 }

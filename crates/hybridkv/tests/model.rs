@@ -138,6 +138,17 @@ enum Op {
         take: u8,
         to: Vec<u8>,
     },
+    /// Walks a range from both ends: takes `front` items from the front, moves the back
+    /// to `to` (`seek_back`), then alternates `next_back` and `next` until both ends are
+    /// done; pairs, or keys only with `keys`. The ends must meet without repeating or
+    /// skipping a key.
+    BothEnds {
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        front: u8,
+        to: Vec<u8>,
+        keys: bool,
+    },
     Flush,
     Compact,
     Gc,
@@ -237,6 +248,114 @@ fn diff_pairs(got: &[(Vec<u8>, Vec<u8>)], want: &[(&Vec<u8>, &Vec<u8>)]) -> Opti
         return Some(m);
     }
     None
+}
+
+/// A key, and its value when the iterator yields pairs.
+type EndItem = (Vec<u8>, Option<Vec<u8>>);
+
+/// A pair iterator or a key iterator, walked from either end.
+enum Ends {
+    Pairs(hybridkv::DbIterator),
+    Keys(hybridkv::KeyIterator),
+}
+
+impl Ends {
+    /// The next key (and value, for pairs) from the front or the back.
+    fn step(&mut self, back: bool) -> Option<Result<EndItem, Error>> {
+        match self {
+            Ends::Pairs(it) => {
+                let item = if back { it.next_back() } else { it.next() };
+                item.map(|r| r.map(|(k, v)| (k, Some(v))))
+            }
+            Ends::Keys(it) => {
+                let item = if back { it.next_back() } else { it.next() };
+                item.map(|r| r.map(|k| (k, None)))
+            }
+        }
+    }
+
+    fn seek_back(&mut self, to: &[u8]) {
+        match self {
+            Ends::Pairs(it) => it.seek_back(to),
+            Ends::Keys(it) => it.seek_back(to),
+        }
+    }
+}
+
+/// What a double-ended iterator must yield, from the model's pairs of its range: the
+/// front takes keys ascending, the back descending, neither at or past the last key the
+/// other took; an end that found nothing stays done until it is moved.
+struct ModelEnds<'a> {
+    pairs: Vec<(&'a Vec<u8>, &'a Vec<u8>)>,
+    /// The front's next pair.
+    front: usize,
+    /// The back's next pair is the one before this.
+    back: usize,
+    front_last: Option<&'a Vec<u8>>,
+    back_last: Option<&'a Vec<u8>>,
+    front_done: bool,
+    back_done: bool,
+}
+
+impl<'a> ModelEnds<'a> {
+    fn new(pairs: Vec<(&'a Vec<u8>, &'a Vec<u8>)>) -> Self {
+        let back = pairs.len();
+        ModelEnds {
+            pairs,
+            front: 0,
+            back,
+            front_last: None,
+            back_last: None,
+            front_done: false,
+            back_done: false,
+        }
+    }
+
+    fn step(&mut self, back: bool) -> Option<(&'a Vec<u8>, &'a Vec<u8>)> {
+        if back {
+            if self.back_done {
+                return None;
+            }
+            let pair = self
+                .back
+                .checked_sub(1)
+                .and_then(|i| self.pairs.get(i))
+                .copied();
+            match pair {
+                Some((k, v)) if self.front_last.is_none_or(|f| k > f) => {
+                    self.back -= 1;
+                    self.back_last = Some(k);
+                    Some((k, v))
+                }
+                _ => {
+                    self.back_done = true;
+                    None
+                }
+            }
+        } else {
+            if self.front_done {
+                return None;
+            }
+            match self.pairs.get(self.front).copied() {
+                Some((k, v)) if self.back_last.is_none_or(|b| k < b) => {
+                    self.front += 1;
+                    self.front_last = Some(k);
+                    Some((k, v))
+                }
+                _ => {
+                    self.front_done = true;
+                    None
+                }
+            }
+        }
+    }
+
+    /// `seek_back(to)`: the back starts again at the last key at or before `to`.
+    fn seek_back(&mut self, to: &[u8]) {
+        self.back = self.pairs.partition_point(|(k, _)| k.as_slice() <= to);
+        self.back_last = None;
+        self.back_done = false;
+    }
 }
 
 fn in_range(k: &[u8], start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> bool {
@@ -529,6 +648,24 @@ impl Harness {
                     }
                 } else {
                     self.scan_check("range", iter, |k| in_range(k, start, end))?;
+                    // Backward: the same pairs in reverse order.
+                    let mut back = Vec::new();
+                    for item in self
+                        .db()?
+                        .range::<Vec<u8>, _>((start.clone(), end.clone()))
+                        .rev()
+                    {
+                        back.push(item.map_err(|e| format!("reverse range: error {e}"))?);
+                    }
+                    let mut want_back: Vec<_> = self
+                        .model
+                        .iter()
+                        .filter(|(k, _)| in_range(k, start, end))
+                        .collect();
+                    want_back.reverse();
+                    if let Some(d) = diff_pairs(&back, &want_back) {
+                        return Err(format!("reverse range: {d}"));
+                    }
                     // Lazily: every key and value length, every other value read.
                     let want: Vec<_> = self
                         .model
@@ -600,6 +737,71 @@ impl Harness {
                 self.scan_check("seek: after the seek", iter, |k| {
                     in_range(k, start, end) && k >= to.as_slice()
                 })?;
+            }
+            Op::BothEnds {
+                start,
+                end,
+                front,
+                to,
+                keys,
+            } => {
+                if matches!(
+                    (start, end),
+                    (
+                        Bound::Included(s) | Bound::Excluded(s),
+                        Bound::Included(e) | Bound::Excluded(e)
+                    ) if s > e
+                ) {
+                    return Ok(());
+                }
+                let range = (start.clone(), end.clone());
+                let mut real = if *keys {
+                    Ends::Keys(self.db()?.keys::<Vec<u8>, _>(range))
+                } else {
+                    Ends::Pairs(self.db()?.range::<Vec<u8>, _>(range))
+                };
+                let mut model = ModelEnds::new(
+                    self.model
+                        .iter()
+                        .filter(|(k, _)| in_range(k, start, end))
+                        .collect(),
+                );
+                let step = |real: &mut Ends, model: &mut ModelEnds, back: bool, call: usize| {
+                    let got = real
+                        .step(back)
+                        .transpose()
+                        .map_err(|e| format!("both ends, call {call}: error {e}"))?;
+                    let want = model.step(back);
+                    let side = if back { "next_back" } else { "next" };
+                    match (&got, want) {
+                        (None, None) => Ok(false),
+                        (Some((gk, gv)), Some((wk, wv)))
+                            if gk == wk && gv.as_ref().is_none_or(|v| v == wv) =>
+                        {
+                            Ok(true)
+                        }
+                        _ => Err(format!(
+                            "both ends, call {call} ({side}): got {:?}, expected {:?}",
+                            got.as_ref().map(|(k, _)| describe(k)),
+                            want.map(|(k, _)| describe(k))
+                        )),
+                    }
+                };
+                let mut call = 0;
+                for _ in 0..*front {
+                    call += 1;
+                    step(&mut real, &mut model, false, call)?;
+                }
+                real.seek_back(to);
+                model.seek_back(to);
+                loop {
+                    call += 2;
+                    let back = step(&mut real, &mut model, true, call - 1)?;
+                    let forward = step(&mut real, &mut model, false, call)?;
+                    if !back && !forward {
+                        break;
+                    }
+                }
             }
             Op::Prefix { prefix } => {
                 // A length hint that is sometimes short of the pairs there are, so the scan
@@ -811,6 +1013,9 @@ fn op() -> impl Strategy<Value = Op> {
         5 => prefix().prop_map(|prefix| Op::Prefix { prefix }),
         3 => (bound(), bound(), any::<u8>(), any_key())
             .prop_map(|(start, end, take, to)| Op::Seek { start, end, take: take % 8, to }),
+        3 => (bound(), bound(), any::<u8>(), any_key(), any::<bool>()).prop_map(
+            |(start, end, front, to, keys)| Op::BothEnds { start, end, front: front % 8, to, keys }
+        ),
         4 => Just(Op::Flush),
         3 => Just(Op::Compact),
         2 => Just(Op::Gc),
@@ -995,9 +1200,16 @@ impl Rng {
                     prefix: prefixes[self.below(4) as usize].to_vec(),
                 }
             }
-            755..=854 => Op::Range {
+            755..=844 => Op::Range {
                 start: self.bound(),
                 end: self.bound(),
+            },
+            845..=854 => Op::BothEnds {
+                start: self.bound(),
+                end: self.bound(),
+                front: self.below(8) as u8,
+                to: self.any_key(),
+                keys: self.chance(500),
             },
             855..=904 => {
                 let prefixes: [&[u8]; 7] = [b"", b"a", b"a\xff", b"k1", b"\xff", b"z0", b"z01"];

@@ -365,6 +365,117 @@ mod tests {
         assert_eq!(n, entries.len());
     }
 
+    /// Walks `lf` backward from `to`: up to `max` (key, LSN) pairs.
+    fn walk_back(lf: &Arc<LevelFile>, to: Bound<&[u8]>, max: usize) -> Vec<(Vec<u8>, u64)> {
+        let mut c = lf.cursor();
+        c.seek_back(to).unwrap();
+        (0..max)
+            .map_while(|_| c.next_entry().unwrap().map(|e| (e.0, e.1)))
+            .collect()
+    }
+
+    /// What a backward walk from `to` must give: the entries at or before it, last first.
+    fn expected_back(entries: &[Entry], to: Bound<&[u8]>, max: usize) -> Vec<(Vec<u8>, u64)> {
+        entries
+            .iter()
+            .rev()
+            .filter(|e| match to {
+                Bound::Included(k) => e.0.as_slice() <= k,
+                Bound::Excluded(k) => e.0.as_slice() < k,
+                Bound::Unbounded => true,
+            })
+            .take(max)
+            .map(|e| (e.0.clone(), e.1))
+            .collect()
+    }
+
+    #[test]
+    fn a_cursor_walks_backward_from_any_key_pinned_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(150_000);
+        let plain = build(dir.path(), 12, &entries);
+        let io = Io::new(Arc::new(RealFs), false);
+        let pinned = open_pinned(dir.path(), 12, &io, 1 << 20);
+        assert!(
+            plain.footer().height >= 3,
+            "height {}",
+            plain.footer().height
+        );
+        // The whole file, last entry first, both ways.
+        for lf in [&plain, &pinned] {
+            let all = walk_back(lf, Bound::Unbounded, usize::MAX);
+            assert_eq!(all, expected_back(&entries, Bound::Unbounded, usize::MAX));
+        }
+        // From every 89th key, from keys just past and just before them, and from keys
+        // outside the file's range: across leaf and index-node boundaries.
+        let mut targets: Vec<Vec<u8>> = entries.iter().step_by(89).map(|e| e.0.clone()).collect();
+        targets.extend(entries.iter().step_by(401).flat_map(|e| {
+            let mut shorter = e.0.clone();
+            shorter.pop();
+            let mut longer = e.0.clone();
+            longer.push(0);
+            [shorter, longer]
+        }));
+        targets.extend([b"".to_vec(), b"a".to_vec(), b"zzz".to_vec()]);
+        for t in &targets {
+            for to in [Bound::Included(&t[..]), Bound::Excluded(&t[..])] {
+                let want = expected_back(&entries, to, 300);
+                assert_eq!(walk_back(&plain, to, 300), want, "unpinned, {to:?}");
+                assert_eq!(walk_back(&pinned, to, 300), want, "pinned, {to:?}");
+            }
+        }
+        // A cursor turned around: forward after a backward walk and back again.
+        let mut c = plain.cursor();
+        c.seek_back(Bound::Included(&entries[500].0)).unwrap();
+        assert_eq!(
+            c.next_entry().unwrap().map(|e| e.0),
+            Some(entries[500].0.clone())
+        );
+        c.seek(Bound::Included(&entries[500].0)).unwrap();
+        c.next_entry().unwrap();
+        assert_eq!(
+            c.next_entry().unwrap().map(|e| e.0),
+            Some(entries[501].0.clone())
+        );
+    }
+
+    #[test]
+    fn a_damaged_leaf_met_walking_backward_is_reported_with_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        // No overflow blobs: the file starts with its first leaf.
+        let entries: Vec<_> = sample(20_000)
+            .into_iter()
+            .filter(|e| e.2.as_ref().is_none_or(|v| v.len() < 1000))
+            .collect();
+        let lf = build(dir.path(), 13, &entries);
+        let path = lf.path().to_path_buf();
+        let leaves = lf.footer().leaves;
+        assert!(leaves > 4, "{leaves} leaves");
+        drop(lf);
+        // Damage the first leaf (offset 0): a walk from the end reaches it last.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[100] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let lf =
+            Arc::new(LevelFile::open(&io, dir.path(), 13, Arc::new(BlockCache::new(0))).unwrap());
+        let mut c = lf.cursor();
+        c.seek_back(Bound::Unbounded).unwrap();
+        let mut walked = 0;
+        let err = loop {
+            match c.next_entry() {
+                Ok(Some(_)) => walked += 1,
+                Ok(None) => panic!("walked {walked} entries past a damaged leaf"),
+                Err(e) => break e,
+            }
+        };
+        assert!(walked > 0);
+        match err {
+            crate::Error::Corruption { offset, .. } => assert_eq!(offset, 0),
+            other => panic!("expected corruption, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_pinned_lookup_reads_one_leaf_and_none_below_the_first_key() {
         let dir = tempfile::tempdir().unwrap();

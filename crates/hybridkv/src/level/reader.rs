@@ -404,6 +404,7 @@ impl LevelFile {
             file: Arc::clone(self),
             stack: Vec::new(),
             leaf_pos: 0,
+            back: false,
         }
     }
 
@@ -427,13 +428,18 @@ struct Frame {
     count: usize,
 }
 
-/// Walks a level's leaves in key order through the index (used by iterators).
+/// Walks a level's leaves in key order through the index (used by iterators): forward
+/// from [`LevelCursor::seek`], backward from [`LevelCursor::seek_back`]. A run holds one
+/// version per key, so walking back yields keys strictly descending.
 pub(crate) struct LevelCursor {
     file: Arc<LevelFile>,
-    /// Path from the root to the current leaf; with a pinned index, the leaf alone.
+    /// Path from the root to the current leaf; with a pinned index, the leaf alone. Each
+    /// frame's `idx` is the child descended into, or in the leaf the current entry.
     stack: Vec<Frame>,
     /// Position of the current leaf among the pinned fences (pinned files only).
     leaf_pos: usize,
+    /// Walking backward (placed by `seek_back`).
+    back: bool,
 }
 
 impl LevelCursor {
@@ -527,9 +533,125 @@ impl LevelCursor {
         }
     }
 
-    /// Positions at the first entry at or after `from`.
+    /// From an index frame, descends along last children to a leaf, placed on its last
+    /// entry.
+    fn descend_rightmost(&mut self) -> Result<()> {
+        while self.height_of_next_frame() >= 1 {
+            let child = self.child_of_top()?;
+            self.push(child)?;
+            let Some(top) = self.stack.last_mut() else {
+                break;
+            };
+            // (A leaf's last entry, or an index node's last child; an empty leaf is
+            // skipped by the caller, an empty index node is damage.)
+            top.idx = top.count.saturating_sub(1);
+            if top.count == 0 && self.height_of_next_frame() >= 1 {
+                return Err(self.file.corrupt(child, "index node without children"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves to the last entry of the previous leaf that has entries, or empties the
+    /// stack.
+    fn prev_leaf(&mut self) -> Result<()> {
+        if self.file.pinned.is_some() {
+            loop {
+                let Some(pos) = self.leaf_pos.checked_sub(1) else {
+                    self.stack.clear();
+                    return Ok(());
+                };
+                self.enter_pinned_leaf(pos)?;
+                match self.stack.last_mut() {
+                    None => return Ok(()),
+                    Some(top) if top.count > 0 => {
+                        top.idx = top.count - 1;
+                        return Ok(());
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        loop {
+            self.stack.pop();
+            loop {
+                let Some(top) = self.stack.last_mut() else {
+                    return Ok(());
+                };
+                if top.idx > 0 {
+                    top.idx -= 1;
+                    break;
+                }
+                self.stack.pop();
+            }
+            self.descend_rightmost()?;
+            if self.stack.last().is_some_and(|f| f.count > 0) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Positions at the last entry at or before `to` (the file's last entry when
+    /// unbounded); the cursor then walks backward.
+    pub(crate) fn seek_back(&mut self, to: Bound<&[u8]>) -> Result<()> {
+        self.stack.clear();
+        self.back = true;
+        if self.file.footer.height == 0 {
+            return Ok(());
+        }
+        if let Some(p) = &self.file.pinned {
+            let pos = match to {
+                Bound::Unbounded => p.fences().len().checked_sub(1),
+                // A key below the first fence: the first leaf holds nothing at or before it.
+                Bound::Included(k) | Bound::Excluded(k) => {
+                    Some(p.fences().leaf_for(k).unwrap_or(0))
+                }
+            };
+            let Some(pos) = pos else {
+                return Ok(());
+            };
+            self.enter_pinned_leaf(pos)?;
+        } else {
+            self.push(self.file.footer.root)?;
+        }
+        while self.height_of_next_frame() >= 1 && self.file.pinned.is_none() {
+            let Some(top) = self.stack.last_mut() else {
+                break;
+            };
+            let idx = match to {
+                Bound::Unbounded => top.count.checked_sub(1),
+                Bound::Included(k) | Bound::Excluded(k) => NodeView::new(&top.node, NODE_INDEX)
+                    .ok()
+                    .and_then(|v| v.child_for(k)),
+            };
+            top.idx = idx.ok_or_else(|| self.file.corrupt(top.offset, "undecodable index key"))?;
+            let child = self.child_of_top()?;
+            self.push(child)?;
+        }
+        if let Some(top) = self.stack.last_mut() {
+            // The first entry past `to`: the cursor stands on the one before it.
+            let past = match to {
+                Bound::Unbounded => Some(top.count),
+                Bound::Included(k) => NodeView::new(&top.node, NODE_LEAF)
+                    .ok()
+                    .and_then(|v| v.lower_bound(k, true)),
+                Bound::Excluded(k) => NodeView::new(&top.node, NODE_LEAF)
+                    .ok()
+                    .and_then(|v| v.lower_bound(k, false)),
+            };
+            let past = past.ok_or_else(|| self.file.corrupt(top.offset, "undecodable leaf key"))?;
+            match past.checked_sub(1) {
+                Some(idx) => top.idx = idx,
+                None => self.prev_leaf()?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Positions at the first entry at or after `from`; the cursor then walks forward.
     pub(crate) fn seek(&mut self, from: Bound<&[u8]>) -> Result<()> {
         self.stack.clear();
+        self.back = false;
         if self.file.footer.height == 0 {
             return Ok(());
         }
@@ -575,7 +697,8 @@ impl LevelCursor {
         Ok(())
     }
 
-    /// Returns the current entry and advances.
+    /// Returns the current entry and moves on (to the next entry, or to the previous one
+    /// after `seek_back`).
     pub(crate) fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         let Some(top) = self.stack.last_mut() else {
             return Ok(None);
@@ -585,9 +708,16 @@ impl LevelCursor {
             .and_then(|v| v.leaf_entry(top.idx))
             .map(|e| (e.key.to_vec(), e.lsn, LevelValue::from(e.value)))
             .ok_or_else(|| self.file.corrupt(top.offset, "undecodable leaf entry"))?;
-        top.idx += 1;
-        if top.idx >= top.count {
-            self.next_leaf()?;
+        if self.back {
+            match top.idx.checked_sub(1) {
+                Some(idx) => top.idx = idx,
+                None => self.prev_leaf()?,
+            }
+        } else {
+            top.idx += 1;
+            if top.idx >= top.count {
+                self.next_leaf()?;
+            }
         }
         Ok(Some(entry))
     }

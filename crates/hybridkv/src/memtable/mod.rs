@@ -353,6 +353,53 @@ impl Memtable {
         out
     }
 
+    /// Like [`Memtable::collect_from`] walking backward: up to `limit` keys in descending
+    /// key order before (or at, if `inclusive`) `to`, each with the versions the merge
+    /// needs, newest first (its newest visible version, and below a delta the older ones
+    /// down to the first that is not).
+    pub(crate) fn collect_before(
+        &self,
+        to: Bound<&[u8]>,
+        snapshot: u64,
+        limit: usize,
+    ) -> Vec<MemEntry> {
+        // Versions sort by (key ascending, LSN descending): a key's first version holds
+        // the highest LSN, its last LSN 0 or more.
+        let (end_key, upper) = match to {
+            Bound::Unbounded => (None, Bound::Unbounded),
+            Bound::Included(k) => (Some(MemKey::new(k, 0)), Bound::Included(())),
+            Bound::Excluded(k) => (Some(MemKey::new(k, u64::MAX)), Bound::Excluded(())),
+        };
+        let upper = match (&end_key, upper) {
+            (Some(e), Bound::Included(())) => Bound::Included(e),
+            (Some(e), Bound::Excluded(())) => Bound::Excluded(e),
+            _ => Bound::Unbounded,
+        };
+        let mut out: Vec<MemEntry> = Vec::new();
+        let mut keys = 0;
+        // The visible versions of the key being walked, oldest first (as met going back).
+        let mut group: Vec<SkipEntry<'_>> = Vec::new();
+        for entry in self.map.range((Bound::Unbounded, upper)).rev() {
+            if entry.key().lsn > snapshot {
+                continue;
+            }
+            if group
+                .last()
+                .is_some_and(|g| g.key().key() != entry.key().key())
+            {
+                if take_newest(&mut group, &mut out) {
+                    keys += 1;
+                }
+                if keys == limit {
+                    return out;
+                }
+            }
+            group.push(entry);
+        }
+        take_newest(&mut group, &mut out);
+        out
+    }
+
     /// Every version in key order, newest first per key (used by flush; the memtable is
     /// immutable then). The newest version of a key is copied out, and so are the older
     /// ones below a chain of deltas, down to the first that is not a delta (the merge
@@ -384,6 +431,25 @@ impl Memtable {
             out
         })
     }
+}
+
+type SkipEntry<'a> = crossbeam_skiplist::map::Entry<'a, MemKey, Slot>;
+
+/// Moves out of `group` (the visible versions of one key, oldest first) what a read of the
+/// key needs, newest first: the newest version and, below a delta, the older ones down to
+/// the first that is not. False if the group was empty.
+fn take_newest(group: &mut Vec<SkipEntry<'_>>, out: &mut Vec<MemEntry>) -> bool {
+    let mut taken = false;
+    for e in group.drain(..).rev() {
+        let below_delta = matches!(out.last(), Some((_, _, LevelValue::Deltas(_))));
+        if taken && !below_delta {
+            break;
+        }
+        let k = e.key();
+        out.push((k.key().to_vec(), k.lsn, level_value(k, e.value())));
+        taken = true;
+    }
+    taken
 }
 
 /// One version as a flush sees it.
@@ -488,5 +554,68 @@ mod tests {
         assert_eq!(versions[1], MemVersion::Shadowed(None));
         assert_eq!(versions[2], MemVersion::Shadowed(None));
         assert!(matches!(versions[3], MemVersion::Newest((ref k, 2, _)) if k == b"ab"));
+    }
+
+    /// Groups entries by key (one key's versions stay together, in their order).
+    fn by_key(entries: Vec<MemEntry>) -> Vec<Vec<MemEntry>> {
+        let mut groups: Vec<Vec<MemEntry>> = Vec::new();
+        for e in entries {
+            match groups.last_mut() {
+                Some(g) if g.last().is_some_and(|l| l.0 == e.0) => g.push(e),
+                _ => groups.push(vec![e]),
+            }
+        }
+        groups
+    }
+
+    #[test]
+    fn collect_before_is_collect_from_walked_backward() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..200 {
+            let m = Memtable::new();
+            let mut lsn = 0;
+            for _ in 0..rand(60) {
+                lsn += 1;
+                let key: Vec<u8> = (0..rand(3)).map(|_| b"ab\0"[rand(3) as usize]).collect();
+                let bytes = format!("v{lsn}").into_bytes();
+                let value = match rand(4) {
+                    0 => MemValue::Tombstone,
+                    1 => MemValue::Delta(&bytes),
+                    _ => MemValue::Value(&bytes),
+                };
+                m.insert(&key, lsn, value);
+            }
+            let snapshot = rand(lsn + 2);
+            let all = by_key(m.collect_from(Bound::Unbounded, snapshot, usize::MAX));
+            let probe: Vec<u8> = (0..rand(3)).map(|_| b"ab\0"[rand(3) as usize]).collect();
+            let to = match rand(3) {
+                0 => Bound::Unbounded,
+                1 => Bound::Included(probe.as_slice()),
+                _ => Bound::Excluded(probe.as_slice()),
+            };
+            let limit = 1 + rand(5) as usize;
+            let want: Vec<MemEntry> = all
+                .into_iter()
+                .rev()
+                .filter(|g| match to {
+                    Bound::Unbounded => true,
+                    Bound::Included(k) => g[0].0.as_slice() <= k,
+                    Bound::Excluded(k) => g[0].0.as_slice() < k,
+                })
+                .take(limit)
+                .flatten()
+                .collect();
+            assert_eq!(
+                m.collect_before(to, snapshot, limit),
+                want,
+                "round {round}, to {to:?}, snapshot {snapshot}, limit {limit}"
+            );
+        }
     }
 }

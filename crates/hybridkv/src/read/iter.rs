@@ -1,4 +1,10 @@
-//! `DbIterator`: a forward iterator over a key range at one snapshot.
+//! `DbIterator`: a double-ended iterator over a key range at one snapshot.
+//!
+//! Owns: walking the range from either end. Each end is a [`Walk`]: the merge of every
+//! source (memtables, then the runs from L1 down) starting at its end of the range, with
+//! the pairs it resolved ahead. The ends meet in the middle: neither yields a key at or
+//! past the last one the other yielded. Never: writes anything, or reads a value the
+//! caller will not get (past an `expect_pairs` hint, or a lazy pair not asked for).
 
 use super::SuperVersion;
 use crate::error::{Error, Result};
@@ -40,6 +46,8 @@ enum Cursor {
         /// Entries the next refill copies.
         batch_len: usize,
         done: bool,
+        /// Walking backward: refills copy the keys before `next_from`.
+        back: bool,
     },
     Level(Box<LevelCursor>),
 }
@@ -55,12 +63,17 @@ impl Source for Cursor {
                 next_from,
                 batch_len,
                 done,
+                back,
             } => {
                 if buf.is_empty() && !*done {
                     let from = next_from
                         .as_deref()
                         .map_or(Bound::Unbounded, Bound::Excluded);
-                    let batch = mem.collect_from(from, *snapshot, *batch_len);
+                    let batch = if *back {
+                        mem.collect_before(from, *snapshot, *batch_len)
+                    } else {
+                        mem.collect_from(from, *snapshot, *batch_len)
+                    };
                     *done = batch.len() < *batch_len;
                     *batch_len = (*batch_len * 2).min(MEM_BATCH_MAX);
                     *next_from = batch.last().map(|e| e.0.clone());
@@ -73,10 +86,6 @@ impl Source for Cursor {
 }
 
 impl Cursor {
-    fn file(&self) -> Option<&crate::level::LevelFile> {
-        self.shared_file().map(Arc::as_ref)
-    }
-
     fn shared_file(&self) -> Option<&Arc<crate::level::LevelFile>> {
         match self {
             Cursor::Level(c) => Some(c.file()),
@@ -85,26 +94,38 @@ impl Cursor {
     }
 }
 
-/// Iterates `(key, value)` pairs of a key range in key order, as of the moment it was
-/// created. Holding it never blocks writers, flushes or compactions; the files it reads
-/// stay on disk until it is dropped.
-pub struct DbIterator {
-    /// What the iterator reads (kept for `seek`, so its files stay until it is dropped);
+/// What both ends of an iterator read: the captured sources and the range as given.
+struct View {
     /// `None` for an iterator that only reports an error.
     sv: Option<SuperVersion>,
     /// Kept for dereferencing log pointers while the iterator lives.
     segments: Arc<super::SegmentSet>,
     snapshot: u64,
-    /// Where the merge starts: the range's start, or the key of the last `seek`.
-    start: Bound<Vec<u8>>,
-    /// The range as given.
     lower: Bound<Vec<u8>>,
-    end: Bound<Vec<u8>>,
-    /// One cursor per source, newest first (memtables, then the runs from L1 down); the
-    /// newest version of each key at the snapshot wins, tombstones are skipped. `None`
-    /// before the first step and once finished (the files stay held by `sv`).
-    merge: Option<Merge<Cursor>>,
-    /// Pairs resolved ahead of the caller, in key order.
+    upper: Bound<Vec<u8>>,
+    /// Folds the deltas of a key into its value.
+    operator: Option<Arc<dyn crate::delta::MergeOperator>>,
+}
+
+fn as_slice_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// One end of a [`DbIterator`]: forward from the range's start, or backward (`BACK`) from
+/// its end.
+struct Walk<const BACK: bool> {
+    /// Where the merge starts: the range's start (forward) or end (backward), or the key
+    /// of the last seek of this end.
+    from: Bound<Vec<u8>>,
+    /// One cursor per source, newest first; the newest version of each key at the
+    /// snapshot wins, tombstones are skipped. `None` before the first step and once
+    /// finished (the files stay held by the view).
+    merge: Option<Merge<Cursor, BACK>>,
+    /// Pairs resolved ahead of the caller, in this end's order.
     ahead: VecDeque<Resolved>,
     /// Pairs the next batch resolves.
     window: usize,
@@ -112,10 +133,9 @@ pub struct DbIterator {
     /// reads ahead past them.
     expected: Option<usize>,
     state: State,
-    /// An argument error reported as the first and only item.
-    error: Option<Error>,
-    /// Folds the deltas of a key into its value.
-    operator: Option<Arc<dyn crate::delta::MergeOperator>>,
+    /// The last key this end handed out: the other end stops before it. (Its buffer is
+    /// reused from pair to pair.)
+    last: Option<Vec<u8>>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -125,182 +145,130 @@ enum State {
     Done,
 }
 
-impl std::fmt::Debug for DbIterator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DbIterator")
-            .field("snapshot", &self.snapshot)
-            .finish()
-    }
-}
-
-impl DbIterator {
-    pub(crate) fn new(
-        sv: SuperVersion,
-        snapshot: u64,
-        start: Bound<Vec<u8>>,
-        end: Bound<Vec<u8>>,
-    ) -> Self {
-        DbIterator {
-            segments: Arc::clone(&sv.segments),
-            sv: Some(sv),
-            snapshot,
-            lower: start.clone(),
-            start,
-            end,
+impl<const BACK: bool> Walk<BACK> {
+    fn new(from: Bound<Vec<u8>>, state: State) -> Self {
+        Walk {
+            from,
             merge: None,
             ahead: VecDeque::new(),
             window: PREFETCH_FIRST,
             expected: None,
-            state: State::Unstarted,
-            error: None,
-            operator: None,
+            state,
+            last: None,
         }
     }
 
-    /// The merge operator that folds deltas into values (the database's).
-    pub(crate) fn with_operator(
-        mut self,
-        operator: Option<Arc<dyn crate::delta::MergeOperator>>,
-    ) -> Self {
-        self.operator = operator;
-        self
-    }
-
-    /// An iterator that yields `err` once.
-    pub(crate) fn failed(err: Error) -> Self {
-        DbIterator {
-            segments: Arc::default(),
-            sv: None,
-            snapshot: 0,
-            start: Bound::Unbounded,
-            lower: Bound::Unbounded,
-            end: Bound::Unbounded,
-            merge: None,
-            ahead: VecDeque::new(),
-            window: PREFETCH_FIRST,
-            expected: None,
-            state: State::Done,
-            error: Some(err),
-            operator: None,
-        }
-    }
-
-    /// The keys only, from here on: values are never read (no log is touched).
-    pub fn keys(self) -> KeyIterator {
-        KeyIterator(self)
-    }
-
-    /// Pairs whose values are read only when asked for ([`LazyPair::value`]), from here
-    /// on: a scan that filters on keys (or on value lengths) reads no value it skips.
-    pub fn lazy(self) -> LazyIterator {
-        LazyIterator(self)
-    }
-
-    /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
-    /// a given length): it resolves them in batches of up to 64 pairs (4 MiB of values),
-    /// reading each batch's log values together, and reads nothing ahead past them; pairs
-    /// taken beyond them are read a few at a time. Without it, batches start at 8 pairs
-    /// and double up to 64.
-    pub fn expect_pairs(mut self, pairs: usize) -> Self {
-        self.expected = Some(pairs);
-        self.window = pairs.clamp(1, PREFETCH_MAX);
-        self
-    }
-
-    /// Moves to the first pair at or after `key`, as of the same moment: the next item is
-    /// that pair. The range stays as it was: a key before its start moves to the start,
-    /// one past its end ends the iteration. Pairs read ahead are dropped and read again
-    /// from the new position. After the end (or an error), a seek starts the iterator
-    /// again. An iterator made from an invalid range keeps its error.
-    pub fn seek(&mut self, key: impl AsRef<[u8]>) {
-        if self.sv.is_none() {
-            return;
-        }
-        let key = key.as_ref();
-        let past_start = match &self.lower {
-            Bound::Included(s) => key >= s.as_slice(),
-            Bound::Excluded(s) => key > s.as_slice(),
-            Bound::Unbounded => true,
-        };
-        self.start = if past_start {
-            Bound::Included(key.to_vec())
-        } else {
-            self.lower.clone()
-        };
+    /// Starts this end again from `from` (a seek). What the other end yielded still bounds it.
+    fn restart(&mut self, from: Bound<Vec<u8>>) {
+        self.from = from;
         self.merge = None;
         self.ahead.clear();
         self.window = PREFETCH_FIRST;
         // A length hint was about the old position.
         self.expected = None;
         self.state = State::Unstarted;
+        self.last = None;
     }
 
-    fn start(&mut self) -> Result<()> {
-        // Kept (not taken) for a later `seek`.
-        let Some(sv) = self.sv.clone() else {
+    /// Whether `key` is still this end's to yield: before the last key the other end
+    /// yielded (in this end's direction).
+    fn admits(key: &[u8], other_last: Option<&[u8]>) -> bool {
+        other_last.is_none_or(|o| if BACK { key > o } else { key < o })
+    }
+
+    /// Records `key` as the last one this end yielded.
+    fn mark(&mut self, key: &[u8]) {
+        let last = self.last.get_or_insert_with(Vec::new);
+        last.clear();
+        last.extend_from_slice(key);
+    }
+
+    fn start(&mut self, view: &View) -> Result<()> {
+        let Some(sv) = view.sv.as_ref() else {
             return Ok(());
         };
-        let from: Bound<&[u8]> = match &self.start {
-            Bound::Included(k) => Bound::Included(k),
-            Bound::Excluded(k) => Bound::Excluded(k),
-            Bound::Unbounded => Bound::Unbounded,
-        };
+        let from = as_slice_bound(&self.from);
         let mut cursors = Vec::with_capacity(1 + sv.imms.len() + sv.version.all_runs().count());
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
-            // The first batch is read from `from`; later ones continue after the last key.
-            let batch = mem.collect_from(from, self.snapshot, MEM_BATCH_FIRST);
+            // The first batch is read from `from`; later ones continue past the last key.
+            let batch = if BACK {
+                mem.collect_before(from, view.snapshot, MEM_BATCH_FIRST)
+            } else {
+                mem.collect_from(from, view.snapshot, MEM_BATCH_FIRST)
+            };
             let done = batch.len() < MEM_BATCH_FIRST;
             let next_from = batch.last().map(|e| e.0.clone());
             cursors.push(Cursor::Mem {
                 mem: Arc::clone(mem),
-                snapshot: self.snapshot,
+                snapshot: view.snapshot,
                 buf: batch.into(),
                 next_from,
                 batch_len: MEM_BATCH_FIRST * 2,
                 done,
+                back: BACK,
             });
         }
         for file in sv.version.all_runs() {
             let mut c = file.cursor();
-            c.seek(from)?;
+            if BACK {
+                c.seek_back(from)?;
+            } else {
+                c.seek(from)?;
+            }
             cursors.push(Cursor::Level(Box::new(c)));
         }
         // Memtable cursors apply the snapshot themselves (`collect_from` skips newer
         // versions without copying them), and the runs of a captured `SuperVersion` hold
         // only versions published before it: the merge needs no snapshot of its own.
-        self.merge = Some(Merge::new(cursors, Tombstones::Drop)?.with_upper(self.end.clone()));
+        let end = if BACK { &view.lower } else { &view.upper };
+        self.merge = Some(Merge::directed(cursors, Tombstones::Drop)?.with_end(end.clone()));
         Ok(())
     }
 
+    /// The level file of source `i` (to read an overflow value of a pair it yielded).
+    fn file_of(&self, source: usize) -> Option<&Arc<crate::level::LevelFile>> {
+        self.merge
+            .as_ref()
+            .and_then(|m| m.source(source))
+            .and_then(Cursor::shared_file)
+    }
+
     fn resolve_value(
-        &mut self,
+        &self,
+        view: &View,
         source: usize,
         key: &[u8],
         value: LevelValue,
     ) -> Result<Option<Vec<u8>>> {
         match value {
             LevelValue::Tombstone => Ok(None),
-            other => {
-                let file = self
-                    .merge
-                    .as_ref()
-                    .and_then(|m| m.source(source))
-                    .and_then(Cursor::file);
-                super::resolve_with(&self.segments, key, other, file)
-            }
+            other => super::resolve_with(
+                &view.segments,
+                key,
+                other,
+                self.file_of(source).map(Arc::as_ref),
+            ),
         }
     }
 
-    fn step(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn step(
+        &mut self,
+        view: &View,
+        other_last: Option<&[u8]>,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         loop {
-            if self.ahead.is_empty() && !self.resolve_ahead()? {
+            if self.ahead.is_empty() && !self.resolve_ahead(view, other_last)? {
                 return Ok(None);
             }
             match self.ahead.pop_front() {
                 Some(Ok((key, Some(v)))) => {
+                    if !Self::admits(&key, other_last) {
+                        return Ok(None);
+                    }
                     if let Some(left) = &mut self.expected {
                         *left = left.saturating_sub(1);
                     }
+                    self.mark(&key);
                     return Ok(Some((key, v)));
                 }
                 Some(Ok((_, None))) => {}
@@ -312,7 +280,7 @@ impl DbIterator {
 
     /// Takes the next `window` pairs from the merge and resolves them into `ahead`, the
     /// log values (medium and large) of all of them in one batch. False when the merge is exhausted.
-    fn resolve_ahead(&mut self) -> Result<bool> {
+    fn resolve_ahead(&mut self, view: &View, other_last: Option<&[u8]>) -> Result<bool> {
         let window = match self.expected {
             // Past the pairs the caller expected, a few at a time.
             Some(0) => 4,
@@ -323,7 +291,7 @@ impl DbIterator {
         let mut stopped = None;
         let mut log_bytes = 0u64;
         while raw.len() < window && log_bytes < PREFETCH_BYTES {
-            match self.next_raw() {
+            match self.next_raw(view, other_last) {
                 Ok(Some(entry)) => {
                     match &entry.2 {
                         LevelValue::Large(p) | LevelValue::Medium(p) => {
@@ -347,7 +315,7 @@ impl DbIterator {
             return Ok(false);
         }
         self.window = (self.window * 2).min(PREFETCH_MAX);
-        let segments = Arc::clone(&self.segments);
+        let segments = Arc::clone(&view.segments);
         let large: Vec<(usize, &SegmentFile, LogPtr)> = raw
             .iter()
             .enumerate()
@@ -373,7 +341,7 @@ impl DbIterator {
                     .unwrap_or_else(|| Err(Error::InvalidArgument("batch lost a value".into())))
                     .map(Some)
             } else {
-                self.resolve_value(source, &key, value)
+                self.resolve_value(view, source, &key, value)
             };
             self.ahead.push_back(resolved.map(|v| (key, v)));
         }
@@ -383,11 +351,16 @@ impl DbIterator {
         Ok(true)
     }
 
-    /// The next live pair as stored: key, source index, value (pointers not followed).
-    fn next_raw(&mut self) -> Result<Option<(Vec<u8>, usize, LevelValue)>> {
+    /// The next live pair as stored: key, source index, value (pointers not followed);
+    /// `None` at the range's end or where the other end has been.
+    fn next_raw(
+        &mut self,
+        view: &View,
+        other_last: Option<&[u8]>,
+    ) -> Result<Option<(Vec<u8>, usize, LevelValue)>> {
         if self.state == State::Unstarted {
             self.state = State::Running;
-            self.start()?;
+            self.start(view)?;
         }
         let Some(merge) = self.merge.as_mut() else {
             return Ok(None);
@@ -395,39 +368,34 @@ impl DbIterator {
         let Some(mut entry) = merge.next()? else {
             return Ok(None);
         };
+        if !Self::admits(&entry.key, other_last) {
+            return Ok(None);
+        }
         if entry.value.is_deltas() {
-            entry.value = LevelValue::Inline(self.fold_deltas(&mut entry)?);
+            entry.value = LevelValue::Inline(self.fold_deltas(view, &mut entry)?);
         }
         Ok(Some((entry.key, entry.source, entry.value)))
     }
 
     /// The value of a key whose newest version holds deltas: its base (if the merge met
     /// one) with every delta above it folded in.
-    fn fold_deltas(&self, entry: &mut MergeEntry) -> Result<Vec<u8>> {
-        let op = crate::delta::require(self.operator.as_ref())?;
-        let file_of = |source: usize| {
-            self.merge
-                .as_ref()
-                .and_then(|m| m.source(source))
-                .and_then(Cursor::file)
-        };
+    fn fold_deltas(&self, view: &View, entry: &mut MergeEntry) -> Result<Vec<u8>> {
+        let op = crate::delta::require(view.operator.as_ref())?;
+        let file_of = |source: usize| self.file_of(source).map(Arc::as_ref);
         let stacked = entry.take_stack(|source, v| match file_of(source) {
             Some(f) => f.load_overflow(v),
             None => Ok(v),
         })?;
         let base = match stacked.base {
-            Some(b) => super::resolve_with(&self.segments, &b.key, b.value, file_of(b.source))?,
+            Some(b) => super::resolve_with(&view.segments, &b.key, b.value, file_of(b.source))?,
             None => None,
         };
         let list = stacked.list;
         crate::delta::fold_full(op, &entry.key, base.as_deref(), &list)
     }
 
-    /// Runs `f` as a step of this iterator: an error or the end finishes it.
+    /// Runs `f` as a step of this end: an error or the end finishes it.
     fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<Option<T>>) -> Option<Result<T>> {
-        if let Some(e) = self.error.take() {
-            return Some(Err(e));
-        }
         if self.state == State::Done {
             return None;
         }
@@ -441,26 +409,230 @@ impl DbIterator {
 
     /// The next live key, its value's length and where the value lives, without reading
     /// any log or overflow blob.
-    pub(crate) fn next_key_and_len(&mut self) -> Option<Result<(Vec<u8>, u64, ValueHome)>> {
-        self.guarded(|it| {
-            Ok(it.next_raw()?.map(|(key, _, value)| {
-                let record = |p: &crate::log::ptr::LogPtr| {
-                    u64::from(p.len)
-                        .saturating_sub((key.len() + crate::log::large::RECORD_HEADER) as u64)
-                };
-                let (len, home) = match &value {
-                    LevelValue::Inline(b) => (b.len() as u64, ValueHome::InPlace),
-                    LevelValue::Overflow { len, .. } => (u64::from(*len), ValueHome::InPlace),
-                    LevelValue::Medium(p) => (record(p), ValueHome::Transient(u64::from(p.len))),
-                    LevelValue::Large(p) => (record(p), ValueHome::Large(u64::from(p.len))),
-                    LevelValue::Tombstone => (0, ValueHome::InPlace),
-                    // Folded by `next_raw`: never met here.
-                    LevelValue::Deltas(b) => (b.len() as u64, ValueHome::InPlace),
-                    LevelValue::DeltasOverflow { len, .. } => (u64::from(*len), ValueHome::InPlace),
-                };
-                (key, len, home)
+    fn next_key_and_len(
+        &mut self,
+        view: &View,
+        other_last: Option<&[u8]>,
+    ) -> Option<Result<(Vec<u8>, u64, ValueHome)>> {
+        self.guarded(|w| {
+            let Some((key, _, value)) = w.next_raw(view, other_last)? else {
+                return Ok(None);
+            };
+            w.mark(&key);
+            let record = |p: &crate::log::ptr::LogPtr| {
+                u64::from(p.len)
+                    .saturating_sub((key.len() + crate::log::large::RECORD_HEADER) as u64)
+            };
+            let (len, home) = match &value {
+                LevelValue::Inline(b) => (b.len() as u64, ValueHome::InPlace),
+                LevelValue::Overflow { len, .. } => (u64::from(*len), ValueHome::InPlace),
+                LevelValue::Medium(p) => (record(p), ValueHome::Transient(u64::from(p.len))),
+                LevelValue::Large(p) => (record(p), ValueHome::Large(u64::from(p.len))),
+                LevelValue::Tombstone => (0, ValueHome::InPlace),
+                // Folded by `next_raw`: never met here.
+                LevelValue::Deltas(b) => (b.len() as u64, ValueHome::InPlace),
+                LevelValue::DeltasOverflow { len, .. } => (u64::from(*len), ValueHome::InPlace),
+            };
+            Ok(Some((key, len, home)))
+        })
+    }
+
+    /// The next pair with its value unread.
+    fn next_lazy(&mut self, view: &View, other_last: Option<&[u8]>) -> Option<Result<LazyPair>> {
+        self.guarded(|w| {
+            let Some((key, source, value)) = w.next_raw(view, other_last)? else {
+                return Ok(None);
+            };
+            w.mark(&key);
+            Ok(Some(LazyPair {
+                file: w.file_of(source).cloned(),
+                key,
+                value,
+                segments: Arc::clone(&view.segments),
             }))
         })
+    }
+}
+
+/// Iterates `(key, value)` pairs of a key range in key order, as of the moment it was
+/// created, from the front ([`Iterator`]) and from the back ([`DoubleEndedIterator`]; the
+/// two ends meet without repeating a pair). Holding it never blocks writers, flushes or
+/// compactions; the files it reads stay on disk until it is dropped.
+pub struct DbIterator {
+    view: View,
+    front: Walk<false>,
+    back: Walk<true>,
+    /// An argument error reported as the first and only item.
+    error: Option<Error>,
+}
+
+impl std::fmt::Debug for DbIterator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbIterator")
+            .field("snapshot", &self.view.snapshot)
+            .finish()
+    }
+}
+
+impl DbIterator {
+    pub(crate) fn new(
+        sv: SuperVersion,
+        snapshot: u64,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+    ) -> Self {
+        DbIterator {
+            front: Walk::new(start.clone(), State::Unstarted),
+            back: Walk::new(end.clone(), State::Unstarted),
+            view: View {
+                segments: Arc::clone(&sv.segments),
+                sv: Some(sv),
+                snapshot,
+                lower: start,
+                upper: end,
+                operator: None,
+            },
+            error: None,
+        }
+    }
+
+    /// The merge operator that folds deltas into values (the database's).
+    pub(crate) fn with_operator(
+        mut self,
+        operator: Option<Arc<dyn crate::delta::MergeOperator>>,
+    ) -> Self {
+        self.view.operator = operator;
+        self
+    }
+
+    /// An iterator that yields `err` once.
+    pub(crate) fn failed(err: Error) -> Self {
+        DbIterator {
+            view: View {
+                segments: Arc::default(),
+                sv: None,
+                snapshot: 0,
+                lower: Bound::Unbounded,
+                upper: Bound::Unbounded,
+                operator: None,
+            },
+            front: Walk::new(Bound::Unbounded, State::Done),
+            back: Walk::new(Bound::Unbounded, State::Done),
+            error: Some(err),
+        }
+    }
+
+    /// The keys only, from here on: values are never read (no log is touched).
+    pub fn keys(self) -> KeyIterator {
+        KeyIterator(self)
+    }
+
+    /// Pairs whose values are read only when asked for ([`LazyPair::value`]), from here
+    /// on: a scan that filters on keys (or on value lengths) reads no value it skips.
+    pub fn lazy(self) -> LazyIterator {
+        LazyIterator(self)
+    }
+
+    /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
+    /// a given length) from each end it uses: it resolves them in batches of up to 64
+    /// pairs (4 MiB of values), reading each batch's log values together, and reads
+    /// nothing ahead past them; pairs taken beyond them are read a few at a time. Without
+    /// it, batches start at 8 pairs and double up to 64.
+    pub fn expect_pairs(mut self, pairs: usize) -> Self {
+        for (expected, window) in [
+            (&mut self.front.expected, &mut self.front.window),
+            (&mut self.back.expected, &mut self.back.window),
+        ] {
+            *expected = Some(pairs);
+            *window = pairs.clamp(1, PREFETCH_MAX);
+        }
+        self
+    }
+
+    /// Moves the front to the first pair at or after `key`, as of the same moment: the
+    /// next item is that pair. The range stays as it was: a key before its start moves to
+    /// the start, one past its end ends the iteration (as does one at or past a pair the
+    /// back already yielded). Pairs read ahead are dropped and read again from the new
+    /// position. After the end (or an error), a seek starts the front again. An iterator
+    /// made from an invalid range keeps its error.
+    pub fn seek(&mut self, key: impl AsRef<[u8]>) {
+        if self.view.sv.is_none() {
+            return;
+        }
+        let key = key.as_ref();
+        let past_start = match &self.view.lower {
+            Bound::Included(s) => key >= s.as_slice(),
+            Bound::Excluded(s) => key > s.as_slice(),
+            Bound::Unbounded => true,
+        };
+        let from = if past_start {
+            Bound::Included(key.to_vec())
+        } else {
+            self.view.lower.clone()
+        };
+        self.front.restart(from);
+    }
+
+    /// Moves the back to the last pair at or before `key`: the next item from the back
+    /// ([`DoubleEndedIterator::next_back`]) is that pair. Like [`DbIterator::seek`]
+    /// mirrored: a key past the range's end moves to the end, one before its start ends
+    /// the back's iteration.
+    pub fn seek_back(&mut self, key: impl AsRef<[u8]>) {
+        if self.view.sv.is_none() {
+            return;
+        }
+        let key = key.as_ref();
+        let before_end = match &self.view.upper {
+            Bound::Included(e) => key <= e.as_slice(),
+            Bound::Excluded(e) => key < e.as_slice(),
+            Bound::Unbounded => true,
+        };
+        let from = if before_end {
+            Bound::Included(key.to_vec())
+        } else {
+            self.view.upper.clone()
+        };
+        self.back.restart(from);
+    }
+
+    /// The next live key from the front, its value's length and where the value lives,
+    /// without reading any log or overflow blob.
+    pub(crate) fn next_key_and_len(&mut self) -> Option<Result<(Vec<u8>, u64, ValueHome)>> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        self.front
+            .next_key_and_len(&self.view, self.back.last.as_deref())
+    }
+
+    fn next_back_key_and_len(&mut self) -> Option<Result<(Vec<u8>, u64, ValueHome)>> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        self.back
+            .next_key_and_len(&self.view, self.front.last.as_deref())
+    }
+}
+
+impl Iterator for DbIterator {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        let (view, other) = (&self.view, self.back.last.as_deref());
+        self.front.guarded(|w| w.step(view, other))
+    }
+}
+
+impl DoubleEndedIterator for DbIterator {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        let (view, other) = (&self.view, self.front.last.as_deref());
+        self.back.guarded(|w| w.step(view, other))
     }
 }
 
@@ -472,9 +644,22 @@ pub(crate) enum ValueHome {
     Large(u64),
 }
 
-/// Iterates keys only (`Db::keys`): values are never read, so no log is touched.
+/// Iterates keys only (`Db::keys`), from either end: values are never read, so no log
+/// is touched.
 #[derive(Debug)]
 pub struct KeyIterator(pub(crate) DbIterator);
+
+impl KeyIterator {
+    /// Moves the front to the first key at or after `key` ([`DbIterator::seek`]).
+    pub fn seek(&mut self, key: impl AsRef<[u8]>) {
+        self.0.seek(key);
+    }
+
+    /// Moves the back to the last key at or before `key` ([`DbIterator::seek_back`]).
+    pub fn seek_back(&mut self, key: impl AsRef<[u8]>) {
+        self.0.seek_back(key);
+    }
+}
 
 impl Iterator for KeyIterator {
     type Item = Result<Vec<u8>>;
@@ -484,32 +669,47 @@ impl Iterator for KeyIterator {
     }
 }
 
-/// Iterates pairs without reading their values ([`DbIterator::lazy`]).
+impl DoubleEndedIterator for KeyIterator {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back_key_and_len().map(|r| r.map(|(k, _, _)| k))
+    }
+}
+
+/// Iterates pairs without reading their values ([`DbIterator::lazy`]), from either end.
 #[derive(Debug)]
 pub struct LazyIterator(DbIterator);
+
+impl LazyIterator {
+    /// Moves the front to the first pair at or after `key` ([`DbIterator::seek`]).
+    pub fn seek(&mut self, key: impl AsRef<[u8]>) {
+        self.0.seek(key);
+    }
+
+    /// Moves the back to the last pair at or before `key` ([`DbIterator::seek_back`]).
+    pub fn seek_back(&mut self, key: impl AsRef<[u8]>) {
+        self.0.seek_back(key);
+    }
+}
 
 impl Iterator for LazyIterator {
     type Item = Result<LazyPair>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let it = &mut self.0;
-        it.guarded(|it| {
-            let Some((key, source, value)) = it.next_raw()? else {
-                return Ok(None);
-            };
-            let file = it
-                .merge
-                .as_ref()
-                .and_then(|m| m.source(source))
-                .and_then(Cursor::shared_file)
-                .cloned();
-            Ok(Some(LazyPair {
-                key,
-                value,
-                file,
-                segments: Arc::clone(&it.segments),
-            }))
-        })
+        if let Some(e) = it.error.take() {
+            return Some(Err(e));
+        }
+        it.front.next_lazy(&it.view, it.back.last.as_deref())
+    }
+}
+
+impl DoubleEndedIterator for LazyIterator {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let it = &mut self.0;
+        if let Some(e) = it.error.take() {
+            return Some(Err(e));
+        }
+        it.back.next_lazy(&it.view, it.front.last.as_deref())
     }
 }
 
@@ -561,13 +761,5 @@ impl LazyPair {
             self.file.as_deref(),
         )?
         .ok_or_else(|| Error::Internal("a lazy pair without a value (a tombstone)".into()))
-    }
-}
-
-impl Iterator for DbIterator {
-    type Item = Result<(Vec<u8>, Vec<u8>)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.guarded(Self::step)
     }
 }
