@@ -70,6 +70,11 @@ fn batches() -> Vec<Vec<Op>> {
             Op::Delete(b"user0004".to_vec()),
             Op::Merge(b"user0005".to_vec(), 1u64.to_le_bytes().to_vec()),
         ],
+        vec![
+            Op::DeleteRange(b"user0001".to_vec(), Some(b"user0003".to_vec())),
+            Op::Put(b"user0002".to_vec(), vec![2; 9]),
+            Op::DeleteRange(b"z".to_vec(), None),
+        ],
     ]
 }
 
@@ -220,6 +225,28 @@ fn main() {
             flushed_lsn: 12345,
             levels: vec![(1, 8, 4096), (1, 6, 4096), (3, 5, 8192)],
             segments: vec![seg(2, 1, 0, 777), seg(9, 2, 5, 0)],
+            ..Manifest::default()
+        },
+        Manifest {
+            next_file_id: 20,
+            log_min_id: 7,
+            flushed_lsn: 500,
+            levels: vec![(1, 18, 4096), (2, 12, 8192)],
+            range_tombstones: vec![
+                ManifestRangeTombstone {
+                    lsn: 400,
+                    start: b"user:".to_vec(),
+                    end: Some(b"user;".to_vec()),
+                    pending: vec![12],
+                },
+                ManifestRangeTombstone {
+                    lsn: 450,
+                    start: Vec::new(),
+                    end: None,
+                    pending: vec![12, 18],
+                },
+            ],
+            ..Manifest::default()
         },
         Manifest {
             next_file_id: 1000,
@@ -229,6 +256,7 @@ fn main() {
                 .map(|l| (l, 100 + u64::from(l), 4096 * u64::from(l)))
                 .collect(),
             segments: (0..5).map(|i| seg(200 + i, 1, 0, i * 1000)).collect(),
+            ..Manifest::default()
         },
     ];
     for m in &ms {

@@ -216,6 +216,28 @@ impl Db {
         self.write(b)
     }
 
+    /// Deletes every key in `start..end` (`end` excluded) written before the call, as one
+    /// write whatever the number of keys: a range tombstone that reads apply at once
+    /// (gets, scans, snapshots taken after it) and that flushes and compactions apply
+    /// later, dropping the deleted versions (their space comes back as the merges reach
+    /// them; `compact_all` reaches all of them). Keys written after it are not affected.
+    /// `Error::InvalidArgument` if `start > end` or a bound is longer than a key may be;
+    /// `start == end` deletes nothing. Lookups test each live range tombstone, so a
+    /// workload that deletes many small ranges is better served by `delete`.
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete_range(start, end);
+        self.write(b)
+    }
+
+    /// Deletes every key that starts with `prefix` (every key, for an empty prefix), as
+    /// one write whatever the number of keys (see [`Db::delete_range`]).
+    pub fn delete_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete_prefix(prefix);
+        self.write(b)
+    }
+
     /// Adds a delta for `key`: a blind write that the merge operator
     /// (`Options::merge_operator`) folds into the key's value, so a read-modify-write costs
     /// no read. Gets, scans and snapshots see the folded value. `Error::InvalidArgument`
@@ -378,6 +400,7 @@ impl Db {
             .map(|m| m.size() as u64)
             .sum();
         s.immutable_memtables = sv.imms.len();
+        s.range_tombstones = crate::read::range_tombstones(&sv, u64::MAX).len() as u64;
         s.cache_bytes = e.cache.used_bytes();
         (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();
         s.pinned_index_bytes = e.cache.pins().used();

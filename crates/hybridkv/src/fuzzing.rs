@@ -93,6 +93,8 @@ pub enum Op {
     PutLarge(Vec<u8>, LogPtr),
     /// `op 4`: key, delta for the merge operator.
     Merge(Vec<u8>, Vec<u8>),
+    /// `op 5`: start, end (`None`: to the end of the key space) of a range deletion.
+    DeleteRange(Vec<u8>, Option<Vec<u8>>),
 }
 
 impl Op {
@@ -102,6 +104,7 @@ impl Op {
             Op::Delete(k) => BatchOp::Delete(k),
             Op::PutLarge(k, p) => BatchOp::PutLarge(k, *p),
             Op::Merge(k, d) => BatchOp::Merge(k, d),
+            Op::DeleteRange(s, e) => BatchOp::DeleteRange(s, e.as_deref()),
         }
     }
 }
@@ -113,6 +116,7 @@ impl From<BatchOp<'_>> for Op {
             BatchOp::Delete(k) => Op::Delete(k.to_vec()),
             BatchOp::PutLarge(k, p) => Op::PutLarge(k.to_vec(), p),
             BatchOp::Merge(k, d) => Op::Merge(k.to_vec(), d.to_vec()),
+            BatchOp::DeleteRange(s, e) => Op::DeleteRange(s.to_vec(), e.map(<[u8]>::to_vec)),
         }
     }
 }
@@ -462,12 +466,44 @@ pub struct Manifest {
     pub levels: Vec<(u32, u64, u64)>,
     /// Live log segments.
     pub segments: Vec<ManifestSegment>,
+    /// Flushed range tombstones with their pending runs (format version 2).
+    pub range_tombstones: Vec<ManifestRangeTombstone>,
+    /// The format version the manifest was read in (`encode_manifest` writes the newest).
+    pub version: u32,
+}
+
+/// A flushed range tombstone as the manifest records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestRangeTombstone {
+    /// Versions of covered keys below this LSN are deleted.
+    pub lsn: u64,
+    /// First key covered.
+    pub start: Vec<u8>,
+    /// First key past the range (`None`: to the end of the key space).
+    pub end: Option<Vec<u8>>,
+    /// Runs that may still hold what it deletes (ascending, at least one).
+    pub pending: Vec<u64>,
 }
 
 /// Decodes a whole `MANIFEST` file.
 pub fn decode_manifest(data: &[u8]) -> Result<Manifest> {
     let s = ManifestState::decode(data, Path::new("MANIFEST"))?;
+    let version = data
+        .get(8..12)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes);
     Ok(Manifest {
+        version,
+        range_tombstones: s
+            .range_tombstones
+            .iter()
+            .map(|r| ManifestRangeTombstone {
+                lsn: r.tombstone.lsn,
+                start: r.tombstone.start.clone(),
+                end: r.tombstone.end.clone(),
+                pending: r.pending.clone(),
+            })
+            .collect(),
         next_file_id: s.next_file_id,
         log_min_id: s.log_min_id,
         flushed_lsn: s.flushed_lsn,
@@ -503,9 +539,24 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
                 garbage: r.garbage,
             })
             .collect(),
+        range_tombstones: m
+            .range_tombstones
+            .iter()
+            .map(|r| crate::range_delete::PendingTombstone {
+                tombstone: crate::range_delete::RangeTombstone {
+                    start: r.start.clone(),
+                    end: r.end.clone(),
+                    lsn: r.lsn,
+                },
+                pending: r.pending.clone(),
+            })
+            .collect(),
     }
     .encode()
 }
+
+/// The manifest format version `encode_manifest` writes.
+pub const MANIFEST_VERSION: u32 = crate::manifest::MANIFEST_VERSION;
 
 /// Decodes an `OPTIONS` file (`docs/FORMAT.md`, "Options file").
 pub fn decode_options(data: &[u8]) -> Result<crate::Options> {

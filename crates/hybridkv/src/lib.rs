@@ -45,6 +45,7 @@ mod obsolete;
 mod options;
 mod options_file;
 mod placement;
+mod range_delete;
 mod read;
 mod recovery;
 mod snapshot;

@@ -10,7 +10,9 @@
 //! newest version of each key and drops the older ones (*shadowing*, counted and handed to
 //! an observer); when the newest holds deltas it keeps, beside it, the older versions the
 //! deltas apply to (more deltas, down to the first *base* that is not), so that its caller
-//! can fold them ([`MergeEntry::take_stack`]); optionally hides versions above a snapshot LSN, keeps or drops tombstones
+//! can fold them ([`MergeEntry::take_stack`]); drops the versions older than a range
+//! tombstone covering their key (handed to the observer like shadowed ones); optionally
+//! hides versions above a snapshot LSN, keeps or drops tombstones
 //! as the caller asks, and optionally stops at a bound (the range's end in its direction).
 //!
 //! Never: reads a value behind a pointer or an overflow blob (callers resolve the winner),
@@ -21,6 +23,7 @@
 
 use crate::error::{Error, Result};
 use crate::level::{LevelEntry, LevelValue};
+use crate::range_delete::RangeTombstones;
 use std::cmp::Ordering;
 use std::collections::binary_heap::{BinaryHeap, PeekMut};
 use std::ops::Bound;
@@ -276,6 +279,8 @@ pub(crate) struct MergeCounts {
     pub tombstones_dropped: u64,
     /// Versions above the snapshot LSN.
     pub hidden: u64,
+    /// Versions older than a range tombstone covering their key.
+    pub range_deleted: u64,
 }
 
 /// The newest visible version of each key, in key order (descending when `BACK`; see the
@@ -286,6 +291,8 @@ pub(crate) struct Merge<S, const BACK: bool = false> {
     snapshot: Option<u64>,
     /// Where the merge ends: the upper bound going forward, the lower one going back.
     end: Bound<Vec<u8>>,
+    /// Range tombstones applied to every key.
+    ranges: RangeTombstones,
     counts: MergeCounts,
 }
 
@@ -306,8 +313,15 @@ impl<S: Source, const BACK: bool> Merge<S, BACK> {
             tombstones,
             snapshot: None,
             end: Bound::Unbounded,
+            ranges: RangeTombstones::default(),
             counts: MergeCounts::default(),
         })
+    }
+
+    /// Drops every version older than a range tombstone of `ranges` that covers its key.
+    pub(crate) fn with_range_tombstones(mut self, ranges: RangeTombstones) -> Self {
+        self.ranges = ranges;
+        self
     }
 
     /// Hides versions with an LSN above `lsn`: the newest version at or below it wins.
@@ -349,13 +363,15 @@ impl<S: Source, const BACK: bool> Merge<S, BACK> {
         self.next_observed(|_, _| Ok(()))
     }
 
-    /// The next surviving version; `on_shadowed(winner, older)` sees every version the
-    /// winner shadows (not those kept in its `below`) (in merged order) before the winner is returned, and may refuse it.
+    /// The next surviving version; `on_dropped(Some(winner), older)` sees every version
+    /// the winner shadows (not those kept in its `below`) (in merged order) before the
+    /// winner is returned, and may refuse it; `on_dropped(None, version)` sees every
+    /// version a range tombstone deletes.
     /// A tombstone dropped under [`Tombstones::Drop`] still shadows, so its older versions
     /// are reported too.
     pub(crate) fn next_observed(
         &mut self,
-        mut on_shadowed: impl FnMut(&MergeEntry, MergeEntry) -> Result<()>,
+        mut on_dropped: impl FnMut(Option<&MergeEntry>, MergeEntry) -> Result<()>,
     ) -> Result<Option<MergeEntry>> {
         loop {
             match self.heap.peek_key() {
@@ -373,18 +389,35 @@ impl<S: Source, const BACK: bool> Merge<S, BACK> {
                 self.counts.hidden += 1;
                 continue;
             }
+            let cut = if self.ranges.is_empty() {
+                0
+            } else {
+                self.ranges.cut(&winner.key)
+            };
+            let deleted = winner.lsn < cut;
             while self.heap.peek_key() == Some(winner.key.as_slice()) {
                 let Some(older) = self.heap.pop()? else {
                     return Err(Error::Internal(
                         "merge heap lost a shadowed entry between peek and pop".into(),
                     ));
                 };
+                if older.lsn < cut {
+                    // Versions of one key come newest first: every later one is older too.
+                    self.counts.range_deleted += 1;
+                    on_dropped(None, older)?;
+                    continue;
+                }
                 if winner.folds_more() {
                     winner.below.push(older);
                     continue;
                 }
                 self.counts.shadowed += 1;
-                on_shadowed(&winner, older)?;
+                on_dropped(Some(&winner), older)?;
+            }
+            if deleted {
+                self.counts.range_deleted += 1;
+                on_dropped(None, winner)?;
+                continue;
             }
             if self.tombstones == Tombstones::Drop && winner.is_tombstone() {
                 self.counts.tombstones_dropped += 1;
@@ -487,7 +520,7 @@ mod tests {
         let mut got = Vec::new();
         while let Some(e) = m
             .next_observed(|w, old| {
-                seen.push((w.lsn, old.lsn, old.source));
+                seen.push((w.map(|w| w.lsn), old.lsn, old.source));
                 Ok(())
             })
             .unwrap()
@@ -502,7 +535,7 @@ mod tests {
                 (b"c".to_vec(), 10, 2)
             ]
         );
-        assert_eq!(seen, vec![(30, 20, 1), (30, 10, 2)]);
+        assert_eq!(seen, vec![(Some(30), 20, 1), (Some(30), 10, 2)]);
         assert_eq!(
             m.counts(),
             MergeCounts {
@@ -520,7 +553,7 @@ mod tests {
         )
         .unwrap();
         let r = m.next_observed(|w, old| {
-            if old.lsn >= w.lsn {
+            if w.is_some_and(|w| old.lsn >= w.lsn) {
                 Err(Error::Internal("older source has a newer LSN".into()))
             } else {
                 Ok(())
@@ -553,7 +586,7 @@ mod tests {
             MergeCounts {
                 shadowed: 1,
                 tombstones_dropped: 2,
-                hidden: 0
+                ..MergeCounts::default()
             }
         );
     }
@@ -592,7 +625,8 @@ mod tests {
             MergeCounts {
                 shadowed: 1,
                 tombstones_dropped: 0,
-                hidden: 3
+                hidden: 3,
+                ..MergeCounts::default()
             }
         );
 
@@ -818,6 +852,7 @@ mod tests {
                 let mut got = Vec::new();
                 while let Some(e) = m
                     .next_observed(|w, old| {
+                        let w = w.expect("no range tombstones here");
                         assert!(old.lsn < w.lsn && old.key == w.key);
                         Ok(())
                     })
@@ -862,6 +897,97 @@ mod tests {
                 assert_eq!(got_back, want, "backward, round {round}, {tombstones:?}");
                 assert_eq!(b.counts(), c, "backward, round {round}, {tombstones:?}");
             }
+        }
+    }
+
+    #[test]
+    fn range_tombstones_drop_older_versions_and_keep_newer_ones() {
+        use crate::range_delete::RangeTombstone;
+        let mut ranges = RangeTombstones::default();
+        let t = [
+            // Deletes "b".."d" below LSN 20, and everything from "x" below LSN 5.
+            RangeTombstone {
+                start: b"b".to_vec(),
+                end: Some(b"d".to_vec()),
+                lsn: 20,
+            },
+            RangeTombstone {
+                start: b"x".to_vec(),
+                end: None,
+                lsn: 5,
+            },
+        ];
+        ranges.extend_visible(&t, u64::MAX);
+        let sources = || {
+            vec![
+                src(&[
+                    ("b", 25, Some("b25")),
+                    ("c", 15, Some("c15")),
+                    ("y", 6, Some("y6")),
+                ]),
+                src(&[
+                    ("a", 3, Some("a3")),
+                    ("b", 10, Some("b10")),
+                    ("c", 12, Some("c12")),
+                ]),
+                src(&[("d", 1, Some("d1")), ("z", 4, Some("z4"))]),
+            ]
+        };
+        for back in [false, true] {
+            let mut dropped = Vec::new();
+            let mut got = Vec::new();
+            if back {
+                let rev = sources()
+                    .into_iter()
+                    .map(|s| VecSource(keys_reversed(&s.0.collect::<Vec<_>>()).into_iter()))
+                    .collect();
+                let mut m = Merge::<_, true>::directed(rev, Tombstones::Keep)
+                    .unwrap()
+                    .with_range_tombstones(ranges.clone());
+                while let Some(e) = m
+                    .next_observed(|w, old| {
+                        dropped.push((w.is_none(), old.key.clone(), old.lsn));
+                        Ok(())
+                    })
+                    .unwrap()
+                {
+                    got.push((e.key, e.lsn));
+                }
+                got.reverse();
+                assert_eq!(m.counts().range_deleted, 4);
+            } else {
+                let mut m = Merge::new(sources(), Tombstones::Keep)
+                    .unwrap()
+                    .with_range_tombstones(ranges.clone());
+                while let Some(e) = m
+                    .next_observed(|w, old| {
+                        dropped.push((w.is_none(), old.key.clone(), old.lsn));
+                        Ok(())
+                    })
+                    .unwrap()
+                {
+                    got.push((e.key, e.lsn));
+                }
+                assert_eq!(m.counts().range_deleted, 4);
+                assert_eq!(m.counts().shadowed, 0);
+            }
+            let keys: Vec<(&[u8], u64)> = got.iter().map(|(k, l)| (k.as_slice(), *l)).collect();
+            assert_eq!(
+                keys,
+                vec![(&b"a"[..], 3), (b"b", 25), (b"d", 1), (b"y", 6)],
+                "back: {back}"
+            );
+            dropped.sort();
+            assert_eq!(
+                dropped,
+                vec![
+                    (true, b"b".to_vec(), 10),
+                    (true, b"c".to_vec(), 12),
+                    (true, b"c".to_vec(), 15),
+                    (true, b"z".to_vec(), 4),
+                ],
+                "back: {back}"
+            );
         }
     }
 

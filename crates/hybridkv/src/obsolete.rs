@@ -124,6 +124,7 @@ mod tests {
                 seg(31, SegmentKind::Transient, 10),
                 seg(32, SegmentKind::Transient, 12), // its run never reached the manifest
             ],
+            range_tombstones: Vec::new(),
         }
     }
 

@@ -151,6 +151,14 @@ impl Engine {
             }
             runs.push(Arc::new(file));
         }
+        // Flushed range tombstones, waiting only on runs that exist (a run the manifest
+        // no longer names merged away; one kept waiting forever would never be forgotten).
+        let runs: Vec<u64> = version.all_runs().map(|f| f.id()).collect();
+        version.range_tombstones = state.range_tombstones.clone();
+        for t in &mut version.range_tombstones {
+            t.pending.retain(|id| runs.contains(id));
+        }
+        version.range_tombstones.retain(|t| !t.pending.is_empty());
 
         // Sweep what no durable manifest names: unfinished outputs, flushed logs, freed
         // segments, temp files (`obsolete` holds the rule).

@@ -14,6 +14,8 @@ pub(crate) struct Counters {
     pub puts: AtomicU64,
     pub deletes: AtomicU64,
     pub merges: AtomicU64,
+    pub range_deletes: AtomicU64,
+    pub dropped_by_range: AtomicU64,
     pub deltas_folded: AtomicU64,
     pub reads_folded_back: AtomicU64,
     pub gets: AtomicU64,
@@ -88,6 +90,13 @@ pub struct Stats {
     pub deletes: u64,
     /// Merge operations (deltas written with `Db::merge`, batch members included).
     pub merges: u64,
+    /// Range deletions (`Db::delete_range`, `Db::delete_prefix`, batch members included).
+    pub range_deletes: u64,
+    /// Range tombstones readers still apply (in memtables, and flushed ones that some run
+    /// may still need).
+    pub range_tombstones: u64,
+    /// Versions flushes and compactions dropped because a range tombstone deleted them.
+    pub dropped_by_range: u64,
     /// Keys whose deltas a flush, compaction or GC relocation folded into a value.
     pub deltas_folded: u64,
     /// Gets that wrote the value they folded from level files back as a put
@@ -180,6 +189,8 @@ impl Stats {
         self.puts = Counters::get(&c.puts);
         self.deletes = Counters::get(&c.deletes);
         self.merges = Counters::get(&c.merges);
+        self.range_deletes = Counters::get(&c.range_deletes);
+        self.dropped_by_range = Counters::get(&c.dropped_by_range);
         self.deltas_folded = Counters::get(&c.deltas_folded);
         self.reads_folded_back = Counters::get(&c.reads_folded_back);
         self.gets = Counters::get(&c.gets);
@@ -256,8 +267,8 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "operations: {} puts, {} deletes, {} merges, {} gets",
-            self.puts, self.deletes, self.merges, self.gets
+            "operations: {} puts, {} deletes, {} merges, {} range deletes, {} gets",
+            self.puts, self.deletes, self.merges, self.range_deletes, self.gets
         )?;
         writeln!(
             f,
@@ -276,8 +287,13 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "merges: {} entries in, {} shadowed versions dropped, {} tombstones dropped",
-            self.compaction_entries_in, self.dropped_shadowed, self.dropped_tombstones
+            "merges: {} entries in, {} shadowed versions dropped, {} tombstones dropped, {} \
+             versions deleted by {} live range tombstones dropped",
+            self.compaction_entries_in,
+            self.dropped_shadowed,
+            self.dropped_tombstones,
+            self.dropped_by_range,
+            self.range_tombstones
         )?;
         writeln!(
             f,

@@ -75,9 +75,31 @@ fn bulk_len(seed: u8, i: u16) -> usize {
 
 #[derive(Debug, Clone)]
 enum BatchEntry {
-    Put { key: u8, len: usize },
-    Delete { key: u8 },
-    Merge { key: u8, len: usize },
+    Put {
+        key: u8,
+        len: usize,
+    },
+    Delete {
+        key: u8,
+    },
+    Merge {
+        key: u8,
+        len: usize,
+    },
+    /// Deletes the small keys `key(start)..key(end)` (bounds in key order may be
+    /// inverted: the batch is then refused whole).
+    DeleteRange {
+        start: u8,
+        end: u8,
+    },
+}
+
+/// What a batch entry does to the model, applied in order once the batch is written.
+enum Effect {
+    Put(Vec<u8>, Vec<u8>),
+    Merge(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    Range(Vec<u8>, Vec<u8>),
 }
 
 /// The model's side of `Append`: the operand appended to the value (or the value itself).
@@ -113,6 +135,15 @@ enum Op {
         count: u16,
         step: u16,
         len: u16,
+    },
+    /// `delete_range(start, end)`: one write; refused when `start > end`.
+    DeleteRange {
+        start: Vec<u8>,
+        end: Vec<u8>,
+    },
+    /// `delete_prefix(prefix)`: one write.
+    DeletePrefix {
+        prefix: Vec<u8>,
     },
     /// Deletes every `step`-th bulk key from `start`.
     BulkDelete {
@@ -559,37 +590,73 @@ impl Harness {
             Op::Batch(entries) => {
                 let mut b = WriteBatch::new();
                 let mut effects = Vec::new();
+                let mut inverted = false;
                 for e in entries {
                     match e {
                         BatchEntry::Put { key: k, len } => {
                             let (k, v) = (key(*k), self.next_value(*len));
                             b.put(&k, &v);
-                            effects.push((k, Some(Ok(v))));
+                            effects.push(Effect::Put(k, v));
                         }
                         BatchEntry::Delete { key: k } => {
                             let k = key(*k);
                             b.delete(&k);
-                            effects.push((k, None));
+                            effects.push(Effect::Delete(k));
                         }
                         BatchEntry::Merge { key: k, len } => {
                             let (k, d) = (key(*k), self.next_value(*len));
                             b.merge(&k, &d);
-                            effects.push((k, Some(Err(d))));
+                            effects.push(Effect::Merge(k, d));
+                        }
+                        BatchEntry::DeleteRange { start, end } => {
+                            let (start, end) = (key(*start), key(*end));
+                            b.delete_range(&start, &end);
+                            inverted |= start > end;
+                            effects.push(Effect::Range(start, end));
                         }
                     }
                 }
-                self.db()?.write(b).map_err(|e| format!("batch: {e}"))?;
-                for (k, v) in effects {
-                    match v {
-                        Some(Ok(v)) => {
+                match self.db()?.write(b) {
+                    Err(Error::InvalidArgument(_)) if inverted => return Ok(()),
+                    Err(e) => return Err(format!("batch: {e}")),
+                    Ok(()) if inverted => {
+                        return Err("a batch with an inverted range was accepted".into())
+                    }
+                    Ok(()) => {}
+                }
+                // In order: a write after a range deletion in the same batch survives it.
+                for effect in effects {
+                    match effect {
+                        Effect::Put(k, v) => {
                             self.model.insert(k, v);
                         }
-                        Some(Err(d)) => append(&mut self.model, k, &d),
-                        None => {
+                        Effect::Merge(k, d) => append(&mut self.model, k, &d),
+                        Effect::Delete(k) => {
                             self.model.remove(&k);
                         }
-                    };
+                        Effect::Range(start, end) => {
+                            self.model.retain(|k, _| *k < start || *k >= end);
+                        }
+                    }
                 }
+            }
+            Op::DeleteRange { start, end } => match self.db()?.delete_range(start, end) {
+                Err(Error::InvalidArgument(_)) if start > end => {}
+                Err(e) => return Err(format!("delete_range: {e}")),
+                Ok(()) if start > end => {
+                    return Err(format!(
+                        "delete_range({}, {}) with start after end was accepted",
+                        describe(start),
+                        describe(end)
+                    ))
+                }
+                Ok(()) => self.model.retain(|k, _| k < start || k >= end),
+            },
+            Op::DeletePrefix { prefix } => {
+                self.db()?
+                    .delete_prefix(prefix)
+                    .map_err(|e| format!("delete_prefix: {e}"))?;
+                self.model.retain(|k, _| !k.starts_with(prefix));
             }
             Op::Bulk { start, count, seed } => {
                 let end = start.saturating_add(*count).min(BULK_SPACE);
@@ -991,6 +1058,15 @@ fn batch_entry() -> impl Strategy<Value = BatchEntry> {
         3 => (small_key(), value_len()).prop_map(|(key, len)| BatchEntry::Put { key, len }),
         1 => small_key().prop_map(|key| BatchEntry::Delete { key }),
         2 => (small_key(), 0..40usize).prop_map(|(key, len)| BatchEntry::Merge { key, len }),
+        1 => (small_key(), 0..8u8, proptest::bool::weighted(0.1)).prop_map(|(start, len, inverted)| {
+            // A short range of small keys, now and then inverted.
+            let end = start.saturating_add(len).min(KEY_SPACE - 1);
+            if inverted && end > start {
+                BatchEntry::DeleteRange { start: end, end: start }
+            } else {
+                BatchEntry::DeleteRange { start, end }
+            }
+        }),
     ]
 }
 
@@ -999,6 +1075,8 @@ fn op() -> impl Strategy<Value = Op> {
         30 => (small_key(), value_len(), proptest::bool::weighted(0.03))
             .prop_map(|(key, len, sync)| Op::Put { key, len, sync }),
         10 => small_key().prop_map(|key| Op::Delete { key }),
+        2 => (any_key(), any_key()).prop_map(|(start, end)| Op::DeleteRange { start, end }),
+        1 => prefix().prop_map(|prefix| Op::DeletePrefix { prefix }),
         12 => (small_key(), prop_oneof![8 => 0..40usize, 1 => 40..3000usize])
             .prop_map(|(key, len)| Op::Merge { key, len }),
         1 => (0..BULK_SPACE, 1..2000u16, 1..5u16, 0..200u16)
@@ -1169,6 +1247,17 @@ impl Rng {
                                 key: self.small_key(),
                                 len: self.below(40) as usize,
                             }
+                        } else if self.chance(20) {
+                            let start = self.small_key();
+                            let end = start.saturating_add(self.below(6) as u8).min(KEY_SPACE - 1);
+                            if self.chance(100) {
+                                BatchEntry::DeleteRange {
+                                    start: end,
+                                    end: start,
+                                }
+                            } else {
+                                BatchEntry::DeleteRange { start, end }
+                            }
                         } else {
                             BatchEntry::Put {
                                 key: self.small_key(),
@@ -1188,9 +1277,29 @@ impl Rng {
                 count: 1 + self.below(2000) as u16,
                 step: 1 + self.below(4) as u16,
             },
-            535..=724 => Op::Get {
+            535..=719 => Op::Get {
                 key: self.any_key(),
             },
+            720..=722 => {
+                // Usually a short range of small or bulk keys; now and then inverted.
+                let start = self.any_key();
+                let mut end = start.clone();
+                if self.chance(950) {
+                    end.push(b'0' + self.below(10) as u8);
+                    if let Some(b) = end.get_mut(start.len().saturating_sub(1)) {
+                        *b = b.saturating_add(self.below(2) as u8);
+                    }
+                } else {
+                    end = self.any_key();
+                }
+                Op::DeleteRange { start, end }
+            }
+            723..=724 => {
+                let prefixes: [&[u8]; 6] = [b"a", b"a\xff", b"k1", b"z01", b"z0", b"\xff"];
+                Op::DeletePrefix {
+                    prefix: prefixes[self.below(6) as usize].to_vec(),
+                }
+            }
             725..=734 => Op::Snapshot,
             735..=754 => {
                 let prefixes: [&[u8]; 4] = [b"", b"k1", b"z0", b"a"];

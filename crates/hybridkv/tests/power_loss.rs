@@ -191,9 +191,10 @@ impl Gen {
                     }
                     Op::Batch { ops, sync }
                 }
-                74..=84 => Op::Get {
+                74..=83 => Op::Get {
                     key: self.pick_key(keys),
                 },
+                84 => common::range_delete(&mut self.rng, keys, sync),
                 85..=89 => Op::Flush,
                 90..=94 => Op::Compact,
                 _ => Op::Gc,
@@ -433,6 +434,9 @@ fn fingerprints(ops: &[Op]) -> Vec<u64> {
                 touched.push(key.clone())
             }
             Op::Batch { ops, .. } => touched.extend(ops.iter().map(|(k, _)| k.clone())),
+            Op::DeleteRange { start, end, .. } => {
+                touched.extend(m.range(start.clone()..end.clone()).map(|(k, _)| k.clone()))
+            }
             _ => {}
         }
         touched.sort();

@@ -157,10 +157,13 @@ fn add_transient_segment(manifest: &[u8], id: u64, owner: u64) -> Vec<u8> {
     let at = 28 + runs * 20;
     let segs = u32::from_le_bytes(payload[at..at + 4].try_into().unwrap());
     payload[at..at + 4].copy_from_slice(&(segs + 1).to_le_bytes());
-    payload.extend_from_slice(&id.to_le_bytes());
-    payload.push(2); // transient
-    payload.extend_from_slice(&owner.to_le_bytes());
-    payload.extend_from_slice(&0u64.to_le_bytes());
+    // After the last segment entry (25 bytes each; the range tombstones follow them).
+    let end = at + 4 + segs as usize * 25;
+    let mut entry = id.to_le_bytes().to_vec();
+    entry.push(2); // transient
+    entry.extend_from_slice(&owner.to_le_bytes());
+    entry.extend_from_slice(&0u64.to_le_bytes());
+    payload.splice(end..end, entry);
     let mut out = manifest[..12].to_vec();
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());

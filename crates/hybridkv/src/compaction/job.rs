@@ -6,8 +6,9 @@
 //! place or in the transient log (read from there), and the result is written in place;
 //! over a large value they are kept as a list closed over its pointer; deltas that meet
 //! none are folded into one operand where the operator can (and into a value at the
-//! bottom of the tree, where nothing older exists). Every large pair
-//! the merge drops (shadowed by a newer version, or folded) adds its record length to its
+//! bottom of the tree, where nothing older exists). Versions older than a range tombstone
+//! covering their key are dropped. Every large pair
+//! the merge drops (shadowed by a newer version, deleted by a range, or folded) adds its record length to its
 //! segment's garbage count, so garbage collection knows what is dead without looking
 //! anything up.
 
@@ -21,6 +22,7 @@ use crate::memtable::{MemVersion, Memtable};
 use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use crate::options::Options;
 use crate::placement::Category;
+use crate::range_delete::RangeTombstones;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -112,6 +114,8 @@ pub(crate) struct MergeOutcome {
     pub deltas_folded: u64,
     pub dropped_shadowed: u64,
     pub dropped_tombstones: u64,
+    /// Versions deleted by a range tombstone.
+    pub dropped_by_range: u64,
     /// Bytes of large-log records that became garbage, by segment.
     pub garbage: BTreeMap<u64, u64>,
 }
@@ -156,6 +160,8 @@ pub(crate) struct MergeJob<'a> {
     pub drop_tombstones: bool,
     /// The log segments the inputs point into (to read a medium base of deltas).
     pub segments: &'a SegmentSet,
+    /// Range tombstones to apply: the version's, and a flush's own memtable's.
+    pub ranges: RangeTombstones,
 }
 
 impl MergeJob<'_> {
@@ -178,9 +184,16 @@ impl MergeJob<'_> {
         } else {
             Tombstones::Keep
         };
-        let mut merge = Merge::new(sources.iter_mut().map(|s| &mut **s).collect(), tombstones)?;
+        let mut merge = Merge::new(sources.iter_mut().map(|s| &mut **s).collect(), tombstones)?
+            .with_range_tombstones(self.ranges.clone());
         loop {
             let next = merge.next_observed(|winner, older| {
+                let Some(winner) = winner else {
+                    out.entries_in += 1;
+                    out.dropped_by_range += 1;
+                    out.drop_value(&older.value);
+                    return Ok(());
+                };
                 if older.lsn >= winner.lsn {
                     // Runs out of order would let an old value win: stop here.
                     return Err(Error::corruption(

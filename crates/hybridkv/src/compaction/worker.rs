@@ -17,6 +17,7 @@ use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::memtable::Memtable;
 use crate::obsolete::{LiveFiles, Verdict};
+use crate::range_delete::RangeTombstones;
 use crate::stats::Counters;
 use crate::value::LevelValue;
 use std::sync::atomic::Ordering;
@@ -59,6 +60,7 @@ impl Engine {
         Counters::add(&c.compaction_entries_in, out.entries_in);
         Counters::add(&c.dropped_shadowed, out.dropped_shadowed);
         Counters::add(&c.dropped_tombstones, out.dropped_tombstones);
+        Counters::add(&c.dropped_by_range, out.dropped_by_range);
         Counters::add(&c.deltas_folded, out.deltas_folded);
         Counters::add(&c.medium_values_merged, reader.values());
         Counters::add(&c.medium_bytes_merged, reader.bytes_read());
@@ -71,6 +73,7 @@ impl Engine {
         component: IoComponent,
         drop_tombstones: bool,
         segments: &'a SegmentSet,
+        ranges: RangeTombstones,
     ) -> MergeJob<'a> {
         MergeJob {
             opts: &self.opts,
@@ -82,6 +85,7 @@ impl Engine {
             index_size: self.opts.index_node_size,
             drop_tombstones,
             segments,
+            ranges,
         }
     }
 
@@ -130,7 +134,13 @@ impl Engine {
         let id = output.id;
         // Older runs of L1 may hold the key: a flush never drops tombstones.
         let segments = Arc::clone(&self.snapshot().0.segments);
-        let job = self.merge_job(id, IoComponent::Flush, false, &segments);
+        // The memtable's own range tombstones delete its older versions here; those of
+        // the levels are older than everything in it.
+        let tombstones = mem.range_tombstones();
+        let mut ranges = RangeTombstones::default();
+        ranges.extend_visible(&tombstones, u64::MAX);
+        let applied = ranges.max_lsn();
+        let job = self.merge_job(id, IoComponent::Flush, false, &segments, ranges);
         let create = || self.new_transient_segment(id);
         let mut sink = TransientSink::new(&create);
         let reader = TransientReader::new(&segments);
@@ -168,6 +178,8 @@ impl Engine {
                 garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
                 log_min_id: Some(next_log),
                 flushed_lsn: Some(mem.max_lsn()),
+                range_tombstones_added: tombstones,
+                range_applied_through: applied,
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, Some(mem))?;
@@ -269,7 +281,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Merges every run of level `level` and level `level + 1` into one run of `level + 1`.
+    /// Merges every run of level `level` and level `level + 1` into one run of `level + 1`;
+    /// at the deepest level (`max_levels`), rewrites its run in place (to drop what range
+    /// tombstones delete).
     pub(crate) fn run_compaction(&self, level: usize) -> Result<()> {
         let result = contain_panic(|| self.compact_inner(level));
         let mut vs = self.versions.lock();
@@ -283,24 +297,33 @@ impl Engine {
 
     fn compact_inner(&self, level: usize) -> Result<()> {
         let version: Arc<Version> = Arc::clone(self.versions.lock().version());
-        let inputs: Vec<Arc<LevelFile>> = version
-            .runs(level)
-            .iter()
-            .chain(version.runs(level + 1))
-            .cloned()
-            .collect();
+        // The output level: the next one, or this one at the deepest level.
+        let into = (level + 1).min(self.opts.max_levels);
+        let below: &[Arc<LevelFile>] = if into == level {
+            &[]
+        } else {
+            version.runs(into)
+        };
+        let inputs: Vec<Arc<LevelFile>> =
+            version.runs(level).iter().chain(below).cloned().collect();
         if version.runs(level).is_empty() {
             return Ok(());
         }
-        let merge_here = version.is_merge_level(level + 1, self.opts.medium_merge_level);
+        let merge_here = version.is_merge_level(into, self.opts.medium_merge_level);
         let output = self.versions.begin_output();
         let id = output.id;
         let segments = Arc::clone(&self.snapshot().0.segments);
+        // The range tombstones of the version the inputs come from (any flushed later
+        // is newer than all of them, and is applied by a later merge).
+        let mut ranges = RangeTombstones::default();
+        version.range_tombstones_into(&mut ranges);
+        let applied = ranges.max_lsn();
         let job = self.merge_job(
             id,
             IoComponent::Compaction,
-            version.is_bottom(level + 1),
+            version.is_bottom(into),
             &segments,
+            ranges,
         );
         let mut reader = TransientReader::new(&segments);
         let policy = if merge_here {
@@ -336,10 +359,11 @@ impl Engine {
             };
             let edit = VersionEdit {
                 runs_removed: input_ids,
-                runs_added: new_file.into_iter().map(|f| (level + 1, f)).collect(),
+                runs_added: new_file.into_iter().map(|f| (into, f)).collect(),
                 segments_freed: freed.clone(),
                 segments_reassigned: reassigned,
                 garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
+                range_applied_through: applied,
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, None)?;
@@ -353,12 +377,13 @@ impl Engine {
         self.count_transient_freed(&freed);
         Counters::add(&self.counters.compactions, 1);
         log::info!(
-            "{}: merged L{level} into L{} ({} entries in, {} shadowed and {} tombstones dropped)",
+            "{}: merged L{level} into L{into} ({} entries in, {} shadowed, {} tombstones and {} \
+             range-deleted versions dropped)",
             self.dir.display(),
-            level + 1,
             out.entries_in,
             out.dropped_shadowed,
-            out.dropped_tombstones
+            out.dropped_tombstones,
+            out.dropped_by_range
         );
         Ok(())
     }
@@ -367,16 +392,44 @@ impl Engine {
     /// shadowed version and tombstone is dropped (and their log space becomes garbage GC
     /// can reclaim). Runs in the caller's thread, waiting for busy levels.
     pub(crate) fn compact_all(&self) -> Result<()> {
+        // Rewrites of a last run for range tombstones: each applies every tombstone it
+        // sees, so one per level is all it can take.
+        let mut rewrites = 0;
         loop {
             // The shallowest level that is not already the single bottom run.
             let next = {
                 let vs = self.versions.lock();
                 let v = &vs.version();
-                (1..self.opts.max_levels).find(|&l| {
-                    let runs = v.runs(l).len();
-                    runs > 1 || (runs == 1 && !v.is_bottom(l))
-                })
+                (1..self.opts.max_levels)
+                    .find(|&l| {
+                        let runs = v.runs(l).len();
+                        runs > 1 || (runs == 1 && !v.is_bottom(l))
+                    })
+                    .or_else(|| {
+                        // One run left: rewritten while a range tombstone still needs it
+                        // (so what the tombstone deletes is dropped and it is forgotten).
+                        (1..=self.opts.max_levels).find(|&l| {
+                            v.runs(l).iter().any(|f| {
+                                v.range_tombstones
+                                    .iter()
+                                    .any(|t| t.pending.contains(&f.id()))
+                            })
+                        })
+                    })
             };
+            if next.is_some_and(|l| {
+                let vs = self.versions.lock();
+                vs.version().runs(l).len() == 1 && vs.version().is_bottom(l)
+            }) {
+                rewrites += 1;
+                if rewrites > self.opts.max_levels {
+                    return Err(Error::Internal(
+                        "range tombstones still wait on the last run after it was rewritten \
+                         at every level"
+                            .into(),
+                    ));
+                }
+            }
             let Some(level) = next else { return Ok(()) };
             self.wait_background(|| {
                 let mut vs = self.versions.lock();

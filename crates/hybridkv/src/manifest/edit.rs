@@ -1,5 +1,6 @@
 //! `VersionEdit`: one change to the durable description of the database (runs added and
-//! removed, log segments freed and reassigned, garbage counted, replay start moved).
+//! removed, log segments freed and reassigned, garbage counted, replay start moved, range
+//! tombstones flushed and forgotten).
 //!
 //! Owns: applying a change to a copy of the current state, so that an install builds its
 //! whole result, stores it, and only then replaces what readers and the next install see
@@ -45,6 +46,11 @@ pub(crate) struct VersionEdit {
     pub log_min_id: Option<u64>,
     /// New highest LSN held by the levels (only ever raised).
     pub flushed_lsn: Option<u64>,
+    /// Range tombstones a flush moves from its memtable into the levels.
+    pub range_tombstones_added: Vec<crate::range_delete::RangeTombstone>,
+    /// The newest range tombstone the flush or merge behind this edit applied (0: none);
+    /// see `range_delete::carry_pending`.
+    pub range_applied_through: u64,
 }
 
 /// The state an edit applies to and produces.
@@ -68,6 +74,16 @@ impl VersionEdit {
                 runs.insert(0, Arc::clone(file));
             }
         }
+        let added: Vec<u64> = self.runs_added.iter().map(|(_, f)| f.id()).collect();
+        let live: Vec<u64> = version.all_runs().map(|f| f.id()).collect();
+        crate::range_delete::carry_pending(
+            &mut version.range_tombstones,
+            &self.runs_removed,
+            &added,
+            self.range_applied_through,
+            &self.range_tombstones_added,
+            &live,
+        );
         let mut segments = base.segments.clone();
         for id in &self.segments_freed {
             segments.remove(id);
@@ -103,6 +119,7 @@ impl Installed {
             log_min_id: self.log_min_id,
             flushed_lsn: self.flushed_lsn,
             levels: self.version.manifest_levels(),
+            range_tombstones: self.version.range_tombstones.clone(),
             segments: self
                 .segments
                 .iter()

@@ -2,7 +2,8 @@
 //! and the highest LSN the levels hold.
 //!
 //! Owns: the one durable description of the database's files (runs by level, live log
-//! segments with their owners and garbage, replay start, flushed LSN, next file id), its
+//! segments with their owners and garbage, replay start, flushed LSN, next file id, the
+//! flushed range tombstones some run still needs), its
 //! encoding, and its store, written whole with write-new-then-rename (`MANIFEST.tmp`,
 //! fsync, rename, fsync dir), so every change is atomic; [`version::Version`] and
 //! [`edit::VersionEdit`]. Never: deletes files itself (callers delete what a durable
@@ -16,11 +17,15 @@ use crate::error::{Error, Result};
 use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent};
 use crate::log::large::SegmentKind;
+use crate::range_delete::{PendingTombstone, RangeTombstone};
 use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"HKVMANIF";
-/// Format version of the manifest.
-pub(crate) const MANIFEST_VERSION: u32 = 1;
+/// Format version of the manifest written (2 adds the range tombstones; version 1 files,
+/// which have none, are still read).
+pub(crate) const MANIFEST_VERSION: u32 = 2;
+/// The end length of a range tombstone that runs to the end of the key space.
+const NO_END: u32 = u32::MAX;
 const HEADER: usize = 20;
 
 /// The durable state the manifest records.
@@ -37,6 +42,8 @@ pub(crate) struct ManifestState {
     pub levels: Vec<(u32, u64, u64)>,
     /// Live log segments.
     pub segments: Vec<SegmentRecord>,
+    /// Flushed range tombstones, oldest first, with the runs that may still need them.
+    pub range_tombstones: Vec<PendingTombstone>,
 }
 
 /// How a segment's kind is written in the manifest (FORMAT.md, "Manifest").
@@ -89,6 +96,24 @@ impl ManifestState {
             p.extend_from_slice(&s.owner.to_le_bytes());
             p.extend_from_slice(&s.garbage.to_le_bytes());
         }
+        p.extend_from_slice(&(self.range_tombstones.len() as u32).to_le_bytes());
+        for r in &self.range_tombstones {
+            let t = &r.tombstone;
+            p.extend_from_slice(&t.lsn.to_le_bytes());
+            p.extend_from_slice(&(t.start.len() as u32).to_le_bytes());
+            p.extend_from_slice(
+                &t.end
+                    .as_ref()
+                    .map_or(NO_END, |e| e.len() as u32)
+                    .to_le_bytes(),
+            );
+            p.extend_from_slice(&t.start);
+            p.extend_from_slice(t.end.as_deref().unwrap_or_default());
+            p.extend_from_slice(&(r.pending.len() as u32).to_le_bytes());
+            for id in &r.pending {
+                p.extend_from_slice(&id.to_le_bytes());
+            }
+        }
         let mut out = Vec::with_capacity(HEADER + p.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
@@ -120,7 +145,7 @@ impl ManifestState {
                 "manifest has bytes after its payload",
             ));
         }
-        if version != MANIFEST_VERSION {
+        if version != MANIFEST_VERSION && version != 1 {
             return Err(Error::UnsupportedVersion {
                 file: file.to_path_buf(),
                 found: version,
@@ -178,6 +203,49 @@ impl ManifestState {
                 garbage,
             });
         }
+        let mut range_tombstones = Vec::new();
+        if version >= 2 {
+            let n = p.u32().ok_or_else(short)? as usize;
+            // Each takes at least 24 bytes (LSN, two lengths, a pending count, one id).
+            if n > payload.len() / 24 {
+                return Err(bad(
+                    HEADER as u64,
+                    "manifest range tombstone count exceeds its payload",
+                ));
+            }
+            for _ in 0..n {
+                let lsn = p.u64().ok_or_else(short)?;
+                let slen = p.u32().ok_or_else(short)? as usize;
+                let elen = p.u32().ok_or_else(short)?;
+                let start = p.bytes(slen).ok_or_else(short)?.to_vec();
+                let end = match elen {
+                    NO_END => None,
+                    n => Some(p.bytes(n as usize).ok_or_else(short)?.to_vec()),
+                };
+                let npending = p.u32().ok_or_else(short)? as usize;
+                if npending == 0 || npending > p.remaining() / 8 {
+                    return Err(bad(
+                        HEADER as u64,
+                        "manifest range tombstone pending count out of range",
+                    ));
+                }
+                let mut pending = Vec::with_capacity(npending);
+                for _ in 0..npending {
+                    let id = p.u64().ok_or_else(short)?;
+                    if id >= next_file_id || pending.last().is_some_and(|&last| last >= id) {
+                        return Err(bad(
+                            HEADER as u64,
+                            "manifest range tombstone names a run out of range",
+                        ));
+                    }
+                    pending.push(id);
+                }
+                range_tombstones.push(PendingTombstone {
+                    tombstone: RangeTombstone { start, end, lsn },
+                    pending,
+                });
+            }
+        }
         if p.remaining() != 0 {
             return Err(bad(HEADER as u64, "manifest payload has trailing bytes"));
         }
@@ -187,6 +255,7 @@ impl ManifestState {
             flushed_lsn,
             levels,
             segments,
+            range_tombstones,
         })
     }
 
@@ -236,6 +305,24 @@ mod tests {
                     garbage: 0,
                 },
             ],
+            range_tombstones: vec![
+                PendingTombstone {
+                    tombstone: RangeTombstone {
+                        start: b"a".to_vec(),
+                        end: Some(b"k".to_vec()),
+                        lsn: 12000,
+                    },
+                    pending: vec![5, 8],
+                },
+                PendingTombstone {
+                    tombstone: RangeTombstone {
+                        start: Vec::new(),
+                        end: None,
+                        lsn: 12300,
+                    },
+                    pending: vec![6],
+                },
+            ],
         };
         let bytes = s.encode();
         let p = Path::new("MANIFEST");
@@ -248,6 +335,29 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(ManifestState::decode(&bytes[..cut], p).is_err());
         }
+    }
+
+    #[test]
+    fn a_version_1_manifest_is_read_with_no_range_tombstones() {
+        let s = ManifestState {
+            next_file_id: 10,
+            log_min_id: 7,
+            flushed_lsn: 99,
+            levels: vec![(1, 8, 4096)],
+            ..ManifestState::default()
+        };
+        // Version 1 is version 2 without the range tombstone count.
+        let v2 = s.encode();
+        let mut payload = v2[HEADER..v2.len() - 4].to_vec();
+        let mut v1 = MAGIC.to_vec();
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        v1.extend_from_slice(&crc32c(&payload).to_le_bytes());
+        v1.append(&mut payload);
+        assert_eq!(
+            ManifestState::decode(&v1, Path::new("MANIFEST")).unwrap(),
+            s
+        );
     }
 
     #[test]

@@ -3,22 +3,44 @@
 //!
 //! L1 is tiered: each flush adds a sorted run (newest first) without rewriting the others,
 //! and all of L1's runs are merged into L2 together. Deeper levels hold one run each.
+//! Beside the runs: the flushed range tombstones that some run may still need.
 
 use crate::level::LevelFile;
 use crate::options::MediumMergeLevel;
+use crate::range_delete::{PendingTombstone, RangeTombstones};
 use std::sync::Arc;
 
 /// Level files by level: `levels[0]` is L1; each level's runs are newest first.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Version {
     pub levels: Vec<Vec<Arc<LevelFile>>>,
+    /// Flushed range tombstones, oldest first, each with the runs that may still hold a
+    /// version it deletes.
+    pub range_tombstones: Vec<PendingTombstone>,
 }
 
 impl Version {
     pub(crate) fn empty(max_levels: usize) -> Self {
         Version {
             levels: vec![Vec::new(); max_levels],
+            range_tombstones: Vec::new(),
         }
+    }
+
+    /// The highest LSN of a flushed range tombstone covering `key` (0 if none).
+    pub(crate) fn range_cut(&self, key: &[u8]) -> u64 {
+        self.range_tombstones
+            .iter()
+            .filter(|p| p.tombstone.covers(key))
+            .map(|p| p.tombstone.lsn)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Adds the flushed range tombstones to `into` (all are below any snapshot that can
+    /// see this version).
+    pub(crate) fn range_tombstones_into(&self, into: &mut RangeTombstones) {
+        into.extend_visible(self.range_tombstones.iter().map(|p| &p.tombstone), u64::MAX);
     }
 
     /// The runs of level `level` (1-based), newest first.

@@ -1,15 +1,17 @@
 //! The in-memory L0: a concurrent skip list of versioned entries.
 //!
 //! Owns: every version written since the last flush, ordered by (key ascending, LSN
-//! descending), and its byte size. Never: touches files. Readers see only versions with
-//! `lsn <= snapshot`; the commit path inserts and then publishes the snapshot LSN.
+//! descending), the range tombstones written since (few: a list), and its byte size.
+//! Never: touches files. Readers see only versions with `lsn <= snapshot`; the commit path
+//! inserts and then publishes the snapshot LSN.
 
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
+use crate::range_delete::{RangeTombstone, RangeTombstones};
 use crate::value::LevelValue;
 use crossbeam_skiplist::SkipMap;
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
 /// Per-entry bookkeeping added to key and value bytes when sizing the memtable.
 const ENTRY_OVERHEAD: usize = 48;
@@ -186,6 +188,10 @@ pub(crate) struct Memtable {
     /// First small-log file that holds none of this memtable's data (set when sealed):
     /// once this memtable is flushed, replay can start there.
     pub next_log_id: AtomicU64,
+    /// Range tombstones, in LSN order (inserted by the commit path, one writer at a time).
+    ranges: parking_lot::RwLock<Vec<RangeTombstone>>,
+    /// Whether `ranges` is not empty (lookups skip its lock while it is).
+    has_ranges: AtomicBool,
 }
 
 /// A version found for a key.
@@ -201,6 +207,49 @@ impl Memtable {
             bytes: AtomicUsize::new(0),
             max_lsn: AtomicU64::new(0),
             next_log_id: AtomicU64::new(0),
+            ranges: parking_lot::RwLock::new(Vec::new()),
+            has_ranges: AtomicBool::new(false),
+        }
+    }
+
+    /// Inserts a range tombstone: every version of a key it covers with a lower LSN (here
+    /// or in older data) is deleted.
+    pub(crate) fn insert_range_tombstone(&self, t: RangeTombstone) {
+        let (size, lsn) = (t.size() + ENTRY_OVERHEAD, t.lsn);
+        self.ranges.write().push(t);
+        self.has_ranges.store(true, AtomicOrdering::Release);
+        self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+        self.max_lsn.fetch_max(lsn, AtomicOrdering::Relaxed);
+    }
+
+    /// The highest LSN at or below `snapshot` of a range tombstone here covering `key` (0
+    /// if none).
+    pub(crate) fn range_cut(&self, key: &[u8], snapshot: u64) -> u64 {
+        if !self.has_ranges.load(AtomicOrdering::Acquire) {
+            return 0;
+        }
+        self.ranges
+            .read()
+            .iter()
+            .filter(|t| t.lsn <= snapshot && t.covers(key))
+            .map(|t| t.lsn)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Adds the range tombstones here written at or below `snapshot` to `into`.
+    pub(crate) fn range_tombstones_into(&self, into: &mut RangeTombstones, snapshot: u64) {
+        if self.has_ranges.load(AtomicOrdering::Acquire) {
+            into.extend_visible(self.ranges.read().iter(), snapshot);
+        }
+    }
+
+    /// Every range tombstone here (a flush moves them into the levels).
+    pub(crate) fn range_tombstones(&self) -> Vec<RangeTombstone> {
+        if self.has_ranges.load(AtomicOrdering::Acquire) {
+            self.ranges.read().clone()
+        } else {
+            Vec::new()
         }
     }
 
@@ -234,6 +283,18 @@ impl Memtable {
                 .range(MemKey::new(key, u64::MAX)..)
                 .next()
                 .filter(|e| e.key().key() == key);
+            // A range tombstone newer than every version here deletes what is below it:
+            // the delta then applies to nothing.
+            let cut = self.range_cut(key, u64::MAX);
+            let newest = newest.filter(|e| e.key().lsn > cut);
+            if newest.is_none() && cut > 0 {
+                if let Ok(v) = op.full_merge(key, None, &[operand]) {
+                    if v.len() <= crate::delta::MAX_FOLDED_VALUE {
+                        self.insert(key, lsn, MemValue::Value(&v));
+                        return;
+                    }
+                }
+            }
             if let Some(e) = newest {
                 let base = match e.value() {
                     Slot::Inline => Some(Some(e.key().tail())),
@@ -258,8 +319,9 @@ impl Memtable {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
 
+    /// Whether it holds nothing to flush: no version and no range tombstone.
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && !self.has_ranges.load(AtomicOrdering::Acquire)
     }
 
     /// Versions held (every version of every key).

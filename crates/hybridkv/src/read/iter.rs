@@ -221,7 +221,11 @@ impl<const BACK: bool> Walk<BACK> {
         // versions without copying them), and the runs of a captured `SuperVersion` hold
         // only versions published before it: the merge needs no snapshot of its own.
         let end = if BACK { &view.lower } else { &view.upper };
-        self.merge = Some(Merge::directed(cursors, Tombstones::Drop)?.with_end(end.clone()));
+        self.merge = Some(
+            Merge::directed(cursors, Tombstones::Drop)?
+                .with_end(end.clone())
+                .with_range_tombstones(super::range_tombstones(sv, view.snapshot)),
+        );
         Ok(())
     }
 

@@ -13,6 +13,7 @@ use crate::delta::MergeOperator;
 use crate::error::{Error, Result};
 use crate::level::{LevelFile, LevelValue};
 use crate::log::large::SegmentKind;
+use crate::range_delete::RangeTombstones;
 use std::sync::Arc;
 
 pub(crate) use crate::log::large::SegmentSet;
@@ -65,14 +66,38 @@ impl Lookup {
     }
 }
 
+/// The highest LSN of a range tombstone visible at `snapshot` that covers `key` (0 if
+/// none): every version of `key` below it is deleted.
+pub(crate) fn range_cut(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> u64 {
+    std::iter::once(&sv.mem)
+        .chain(sv.imms.iter())
+        .map(|m| m.range_cut(key, snapshot))
+        .chain(std::iter::once(sv.version.range_cut(key)))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Every range tombstone visible at `snapshot` (what a scan applies).
+pub(crate) fn range_tombstones(sv: &SuperVersion, snapshot: u64) -> RangeTombstones {
+    let mut all = RangeTombstones::default();
+    for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+        mem.range_tombstones_into(&mut all, snapshot);
+    }
+    sv.version.range_tombstones_into(&mut all);
+    all
+}
+
 /// The versions of `key` visible at `snapshot` that make its value: the newest, and below
-/// a delta every older one down to the first that is not a delta.
+/// a delta every older one down to the first that is not a delta. A version older than a
+/// range tombstone covering the key counts as a tombstone (and ends the search).
 pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Lookup> {
     let mut found = Lookup::default();
+    let cut = range_cut(sv, snapshot, key);
     for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
         let mut more = true;
         let mut failed = None;
-        mem.versions_of(key, snapshot, |(_, v)| {
+        mem.versions_of(key, snapshot, |(lsn, v)| {
+            let v = if lsn < cut { LevelValue::Tombstone } else { v };
             more = match found.take(v, None) {
                 Ok(m) => m,
                 Err(e) => {
@@ -90,7 +115,11 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
         }
     }
     for file in sv.version.all_runs() {
-        if let Some((_, v)) = file.get(key)? {
+        if let Some((lsn, v)) = file.get(key)? {
+            if lsn < cut {
+                found.take(LevelValue::Tombstone, None)?;
+                return Ok(found);
+            }
             if !found.take(v, Some(file))? {
                 return Ok(found);
             }
@@ -190,17 +219,19 @@ pub(crate) fn value_is_at(
     ))
 }
 
-/// The LSN of the newest version of `key` in `sv` (any kind; `None` if it has none).
+/// The LSN of the newest write to `key` in `sv` (any kind, a range tombstone covering it
+/// included; `None` if it has none).
 pub(crate) fn newest_lsn(sv: &SuperVersion, key: &[u8]) -> Result<Option<u64>> {
+    let cut = Some(range_cut(sv, u64::MAX, key)).filter(|&c| c > 0);
     for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
         if let Some(lsn) = mem.newest_lsn(key) {
-            return Ok(Some(lsn));
+            return Ok(Some(lsn).max(cut));
         }
     }
     for file in sv.version.all_runs() {
         if let Some((lsn, _)) = file.get(key)? {
-            return Ok(Some(lsn));
+            return Ok(Some(lsn).max(cut));
         }
     }
-    Ok(None)
+    Ok(cut)
 }

@@ -1,4 +1,5 @@
-//! `WriteBatch`: an ordered group of puts and deletes applied atomically.
+//! `WriteBatch`: an ordered group of puts, deletes, merges and range deletions applied
+//! atomically.
 //!
 //! The batch keeps its operations already encoded in the small-log payload format
 //! (FORMAT.md, "Batch payload"), so a commit copies it into the log without re-encoding.
@@ -6,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::format::Decoder;
 use crate::log::ptr::LogPtr;
-use crate::options::{check_key, check_value};
+use crate::options::{check_key, check_value, MAX_KEY_SIZE};
 
 pub(crate) const OP_PUT: u8 = 1;
 pub(crate) const OP_DELETE: u8 = 2;
@@ -14,6 +15,11 @@ pub(crate) const OP_DELETE: u8 = 2;
 pub(crate) const OP_PUT_LARGE: u8 = 3;
 /// A delta for the merge operator (key + operand; same layout as a put).
 pub(crate) const OP_MERGE: u8 = 4;
+/// A range deletion (start + end, the put layout; an end length of [`NO_END`] and no end
+/// bytes: to the end of the key space).
+pub(crate) const OP_DELETE_RANGE: u8 = 5;
+/// The end length of a range deletion that runs to the end of the key space.
+pub(crate) const NO_END: u32 = u32::MAX;
 
 /// Largest encoded batch accepted (keeps a log record's length in 32 bits with room).
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -39,6 +45,9 @@ pub(crate) enum BatchOp<'a> {
     PutLarge(&'a [u8], LogPtr),
     /// A delta (key, operand) for the merge operator.
     Merge(&'a [u8], &'a [u8]),
+    /// Deletes every key in `start..end` (`None`: to the end of the key space) written
+    /// before it.
+    DeleteRange(&'a [u8], Option<&'a [u8]>),
 }
 
 /// Encodes a large put's log record for the small log (`OP_PUT_LARGE`).
@@ -69,7 +78,16 @@ pub(crate) fn encode_op(out: &mut Vec<u8>, op: BatchOp<'_>) {
             out.extend_from_slice(k);
         }
         BatchOp::PutLarge(k, p) => encode_put_large(out, k, p),
+        BatchOp::DeleteRange(start, end) => encode_delete_range(out, start, end),
     }
+}
+
+fn encode_delete_range(out: &mut Vec<u8>, start: &[u8], end: Option<&[u8]>) {
+    out.push(OP_DELETE_RANGE);
+    out.extend_from_slice(&(start.len() as u32).to_le_bytes());
+    out.extend_from_slice(&end.map_or(NO_END, |e| e.len() as u32).to_le_bytes());
+    out.extend_from_slice(start);
+    out.extend_from_slice(end.unwrap_or_default());
 }
 
 impl WriteBatch {
@@ -116,6 +134,49 @@ impl WriteBatch {
     /// Whether the batch holds a merge operation.
     pub(crate) fn has_merges(&self) -> bool {
         self.merges > 0
+    }
+
+    /// Adds a deletion of every key in `start..end` (`end` excluded) that exists when the
+    /// batch is written: one operation whatever the number of keys (see
+    /// [`crate::Db::delete_range`]). `start > end` is refused when the batch is written;
+    /// `start == end` deletes nothing.
+    pub fn delete_range(&mut self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> &mut Self {
+        self.push_range(start.as_ref(), Some(end.as_ref()))
+    }
+
+    /// Adds a deletion of every key that starts with `prefix` (every key, for an empty
+    /// prefix): one operation whatever the number of keys.
+    pub fn delete_prefix(&mut self, prefix: impl AsRef<[u8]>) -> &mut Self {
+        let prefix = prefix.as_ref();
+        let end = crate::range_delete::prefix_end(prefix);
+        self.push_range(prefix, end.as_deref())
+    }
+
+    fn push_range(&mut self, start: &[u8], end: Option<&[u8]>) -> &mut Self {
+        let check = |what: &str, k: &[u8]| {
+            if k.len() > MAX_KEY_SIZE {
+                Err(Error::InvalidArgument(format!(
+                    "range deletion {what} is {} bytes, the maximum key size is {MAX_KEY_SIZE}",
+                    k.len()
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let r = check("start", start)
+            .and_then(|()| end.map_or(Ok(()), |e| check("end", e)))
+            .and_then(|()| match end {
+                Some(e) if e < start => Err(Error::InvalidArgument(format!(
+                    "range deletion starts after its end ({} > {})",
+                    start.escape_ascii(),
+                    e.escape_ascii()
+                ))),
+                _ => Ok(()),
+            });
+        self.note(r);
+        encode_delete_range(&mut self.rep, start, end);
+        self.count += 1;
+        self
     }
 
     /// Adds a delete of `key`.
@@ -205,6 +266,16 @@ pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>>
                 let key = d.bytes(klen)?;
                 ops.push(BatchOp::PutLarge(key, LogPtr::decode(&mut d)?));
             }
+            OP_DELETE_RANGE => {
+                let slen = d.u32()? as usize;
+                let elen = d.u32()?;
+                let start = d.bytes(slen)?;
+                let end = match elen {
+                    NO_END => None,
+                    n => Some(d.bytes(n as usize)?),
+                };
+                ops.push(BatchOp::DeleteRange(start, end));
+            }
             _ => return None,
         }
     }
@@ -251,6 +322,42 @@ mod tests {
             ops,
             vec![BatchOp::PutLarge(b"big", p), BatchOp::Delete(b"gone")]
         );
+    }
+
+    #[test]
+    fn range_deletions_round_trip_and_bad_ranges_are_refused() {
+        let mut b = WriteBatch::new();
+        b.delete_range("b", "d")
+            .delete_prefix(b"x\xff")
+            .delete_prefix("");
+        let ops = decode_ops(b.payload(), b.count()).unwrap();
+        assert_eq!(
+            ops,
+            vec![
+                BatchOp::DeleteRange(b"b", Some(b"d")),
+                BatchOp::DeleteRange(b"x\xff", Some(b"y")),
+                BatchOp::DeleteRange(b"", None),
+            ]
+        );
+        let mut again = Vec::new();
+        for op in &ops {
+            encode_op(&mut again, *op);
+        }
+        assert_eq!(again, b.payload());
+        assert!(b.validate().is_ok());
+        let mut inverted = WriteBatch::new();
+        inverted.delete_range("d", "b");
+        match inverted.validate() {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("after its end"), "{m}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+        let mut long = WriteBatch::new();
+        long.delete_range("a", vec![b'z'; MAX_KEY_SIZE + 1]);
+        assert!(matches!(long.validate(), Err(Error::InvalidArgument(_))));
+        // An end length that runs past the payload is malformed.
+        let mut cut = b.payload().to_vec();
+        cut.truncate(cut.len() - 1);
+        assert!(decode_ops(&cut, b.count()).is_none());
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::log::small::SmallLogWriter;
 use crate::memtable::{MemValue, Memtable};
 use crate::options::Options;
 use crate::placement::Category;
+use crate::range_delete::RangeTombstone;
 use crate::stats::Counters;
 use crate::version_set::VersionSet;
 use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
@@ -90,6 +91,14 @@ impl LogState {
     }
 }
 
+/// What a committed operation puts into the memtable.
+enum Staged<'a> {
+    /// A version of its key.
+    Version(MemValue<'a>),
+    /// A range tombstone from its key (the start) to this end.
+    Range(Option<&'a [u8]>),
+}
+
 /// One small-log record to commit: operations that become visible together.
 pub(crate) struct CommitRecord<'a> {
     /// Puts and deletes (`BatchOp::PutLarge` is refused: pointers are made here).
@@ -106,6 +115,7 @@ pub(crate) struct Committed {
     pub puts: u64,
     pub deletes: u64,
     pub merges: u64,
+    pub range_deletes: u64,
     /// Key + value bytes of the operations.
     pub bytes: u64,
     /// Values appended to the large log, and their record bytes.
@@ -216,6 +226,7 @@ impl WritePath {
         Counters::add(&c.puts, done.puts);
         Counters::add(&c.deletes, done.deletes);
         Counters::add(&c.merges, done.merges);
+        Counters::add(&c.range_deletes, done.range_deletes);
         Counters::add(&c.user_bytes_written, done.bytes);
         Counters::add(&c.large_bytes_written, done.large_bytes);
         Counters::add(&c.commit_groups, 1);
@@ -259,7 +270,7 @@ impl WritePath {
         let mut lsn = log.next_lsn;
         let mut done = Committed::default();
         let mut large_written = false;
-        let mut staged: Vec<(&[u8], u64, MemValue<'_>)> = Vec::new();
+        let mut staged: Vec<(&[u8], u64, Staged<'_>)> = Vec::new();
         let mut encoded: Vec<(u64, u32, Cow<'_, [u8]>)> = Vec::with_capacity(records.len());
         for rec in records {
             let first = lsn;
@@ -283,25 +294,31 @@ impl WritePath {
                         if let Some(p) = payload.as_mut() {
                             encode_put_large(p, k, ptr);
                         }
-                        (k, MemValue::Large(ptr))
+                        (k, Staged::Version(MemValue::Large(ptr)))
                     }
                     BatchOp::Put(k, v) => {
                         if let Some(p) = payload.as_mut() {
                             encode_op(p, *op);
                         }
-                        (k, MemValue::Value(v))
+                        (k, Staged::Version(MemValue::Value(v)))
                     }
                     BatchOp::Delete(k) => {
                         if let Some(p) = payload.as_mut() {
                             encode_op(p, *op);
                         }
-                        (k, MemValue::Tombstone)
+                        (k, Staged::Version(MemValue::Tombstone))
                     }
                     BatchOp::Merge(k, d) => {
                         if let Some(p) = payload.as_mut() {
                             encode_op(p, *op);
                         }
-                        (k, MemValue::Delta(d))
+                        (k, Staged::Version(MemValue::Delta(d)))
+                    }
+                    BatchOp::DeleteRange(start, end) => {
+                        if let Some(p) = payload.as_mut() {
+                            encode_op(p, *op);
+                        }
+                        (start, Staged::Range(end))
                     }
                     // Refused above, before any append.
                     BatchOp::PutLarge(..) => continue,
@@ -318,6 +335,10 @@ impl WritePath {
                     BatchOp::Merge(k, d) => {
                         done.merges += 1;
                         done.bytes += (k.len() + d.len()) as u64;
+                    }
+                    BatchOp::DeleteRange(start, end) => {
+                        done.range_deletes += 1;
+                        done.bytes += (start.len() + end.map_or(0, <[u8]>::len)) as u64;
                     }
                     BatchOp::PutLarge(..) => {}
                 }
@@ -360,8 +381,13 @@ impl WritePath {
         let op = opts.merge_operator.as_deref();
         for (key, lsn, value) in staged {
             match value {
-                MemValue::Delta(d) => log.mem.insert_delta(key, lsn, d, op),
-                v => log.mem.insert(key, lsn, v),
+                Staged::Version(MemValue::Delta(d)) => log.mem.insert_delta(key, lsn, d, op),
+                Staged::Version(v) => log.mem.insert(key, lsn, v),
+                Staged::Range(end) => log.mem.insert_range_tombstone(RangeTombstone {
+                    start: key.to_vec(),
+                    end: end.map(<[u8]>::to_vec),
+                    lsn,
+                }),
             }
         }
         env.versions().publish_visible(lsn - 1);
@@ -508,6 +534,11 @@ pub(crate) fn replay_ops(
             BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
             BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
             BatchOp::Merge(k, d) => mem.insert_delta(k, lsn, d, operator),
+            BatchOp::DeleteRange(start, end) => mem.insert_range_tombstone(RangeTombstone {
+                start: start.to_vec(),
+                end: end.map(<[u8]>::to_vec),
+                lsn,
+            }),
         }
         lsn = lsn.saturating_add(1);
     }
@@ -619,6 +650,7 @@ mod tests {
                         BatchOp::Delete(k) => (k.to_vec(), "delete"),
                         BatchOp::PutLarge(k, _) => (k.to_vec(), "put-large"),
                         BatchOp::Merge(k, _) => (k.to_vec(), "merge"),
+                        BatchOp::DeleteRange(k, _) => (k.to_vec(), "delete-range"),
                     })
                     .collect();
                 out.push((rec.first_lsn, ops));

@@ -55,6 +55,12 @@ pub enum Op {
         operand: Vec<u8>,
         sync: bool,
     },
+    /// `delete_range(start, end)`: every key in `start..end`.
+    DeleteRange {
+        start: Vec<u8>,
+        end: Vec<u8>,
+        sync: bool,
+    },
     /// `None` deletes.
     Batch {
         ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
@@ -73,7 +79,11 @@ impl Op {
     pub fn is_write(&self) -> bool {
         matches!(
             self,
-            Op::Put { .. } | Op::Delete { .. } | Op::Merge { .. } | Op::Batch { .. }
+            Op::Put { .. }
+                | Op::Delete { .. }
+                | Op::Merge { .. }
+                | Op::Batch { .. }
+                | Op::DeleteRange { .. }
         )
     }
     pub fn is_sync_write(&self) -> bool {
@@ -81,6 +91,7 @@ impl Op {
             Op::Put { sync, .. }
             | Op::Delete { sync, .. }
             | Op::Merge { sync, .. }
+            | Op::DeleteRange { sync, .. }
             | Op::Batch { sync, .. } => *sync,
             _ => false,
         }
@@ -189,7 +200,8 @@ pub fn workload(seed: u64, n: usize) -> Vec<Op> {
                 86..=95 => Op::Get {
                     key: key(rng.below(KEYS)),
                 },
-                96..=97 => Op::Flush,
+                96 => range_delete(&mut rng, KEYS, sync),
+                97 => Op::Flush,
                 98 => Op::Compact,
                 _ => Op::Gc,
             }
@@ -197,6 +209,16 @@ pub fn workload(seed: u64, n: usize) -> Vec<Op> {
         ops.push(op);
     }
     ops
+}
+
+/// A range deletion of a few consecutive keys of `0..keys`.
+pub fn range_delete(rng: &mut Rng, keys: u64, sync: bool) -> Op {
+    let first = rng.below(keys);
+    Op::DeleteRange {
+        start: key(first),
+        end: key(first + 1 + rng.below(6)),
+        sync,
+    }
 }
 
 pub fn apply(model: &mut Model, op: &Op) {
@@ -221,6 +243,7 @@ pub fn apply(model: &mut Model, op: &Op) {
                 };
             }
         }
+        Op::DeleteRange { start, end, .. } => model.retain(|k, _| k < start || k >= end),
         _ => {}
     }
 }
@@ -295,6 +318,11 @@ pub fn run_op(db: &Db, op: &Op, acked: &Model) -> Result<(), Error> {
                     None => b.delete(k),
                 };
             }
+            db.write_opt(b, &w(*sync))
+        }
+        Op::DeleteRange { start, end, sync } => {
+            let mut b = WriteBatch::new();
+            b.delete_range(start, end);
             db.write_opt(b, &w(*sync))
         }
         Op::Get { key } => {
