@@ -56,11 +56,19 @@ enum Command {
         db: PathBuf,
         key: String,
     },
-    /// Delete a key.
+    /// Delete a key; with `--to END`, every key from KEY up to END (excluded); with
+    /// `--prefix`, every key starting with KEY. A range or prefix deletion is one write
+    /// whatever the number of keys.
     Delete {
         #[arg(long)]
         db: PathBuf,
         key: String,
+        /// Delete the range KEY..END (END excluded).
+        #[arg(long, conflicts_with = "prefix")]
+        to: Option<String>,
+        /// Delete every key that starts with KEY.
+        #[arg(long)]
+        prefix: bool,
     },
     /// Print pairs (`key<TAB>value`) or keys in key order.
     Scan {
@@ -78,6 +86,9 @@ enum Command {
         /// Print keys only (values are never read).
         #[arg(long)]
         keys_only: bool,
+        /// Last key first.
+        #[arg(long)]
+        reverse: bool,
         /// Print at most this many (0: all).
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -202,10 +213,20 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 }
             }
         }
-        Command::Delete { db, key } => {
+        Command::Delete {
+            db,
+            key,
+            to,
+            prefix,
+        } => {
             let key = parse(&key, "key")?;
+            let to = to.as_deref().map(|t| parse(t, "--to")).transpose()?;
             let db = open_writing(&db, false)?;
-            db.delete(key)?;
+            match (to, prefix) {
+                (Some(end), _) => db.delete_range(key, end)?,
+                (None, true) => db.delete_prefix(key)?,
+                (None, false) => db.delete(key)?,
+            }
             db.close()?;
         }
         Command::Scan {
@@ -214,6 +235,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             from,
             to,
             keys_only,
+            reverse,
             limit,
         } => {
             let db = open_reading(&db)?;
@@ -229,12 +251,28 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             };
             let limit = if limit == 0 { usize::MAX } else { limit };
             let mut out = std::io::BufWriter::new(stdout.lock());
+            // Items in the order asked for, at most `limit` of them.
+            fn ordered<I: DoubleEndedIterator>(
+                it: I,
+                reverse: bool,
+                limit: usize,
+            ) -> impl Iterator<Item = I::Item> {
+                let (fwd, back) = if reverse {
+                    (None, Some(it.rev()))
+                } else {
+                    (Some(it), None)
+                };
+                fwd.into_iter()
+                    .flatten()
+                    .chain(back.into_iter().flatten())
+                    .take(limit)
+            }
             if keys_only {
-                for key in iter.keys().take(limit) {
+                for key in ordered(iter.keys(), reverse, limit) {
                     writeln!(out, "{}", form.show(&key?))?;
                 }
             } else {
-                for pair in iter.take(limit) {
+                for pair in ordered(iter, reverse, limit) {
                     let (k, v) = pair?;
                     writeln!(out, "{}\t{}", form.show(&k), form.show(&v))?;
                 }

@@ -248,4 +248,46 @@ fn binary_keys_ranges_dump_load_compact_gc_and_checkpoint() {
     let b = hybridkv(&["scan", "--db", ckpt.to_str().unwrap(), "--limit", "0"]);
     assert_eq!(stdout(&a), stdout(&b));
     assert_eq!(stdout(&a).lines().count(), 22);
+    // Backward, then range and prefix deletion (k10..k20 are left).
+    let o = hybridkv(&[
+        "scan",
+        "--db",
+        db,
+        "--prefix",
+        "k",
+        "--keys-only",
+        "--reverse",
+        "--limit",
+        "3",
+    ]);
+    ok(&o);
+    assert_eq!(stdout(&o), "k29\nk28\nk27\n");
+    let o = hybridkv(&[
+        "scan",
+        "--db",
+        db,
+        "--from",
+        "k18",
+        "--reverse",
+        "--limit",
+        "1",
+    ]);
+    ok(&o);
+    assert_eq!(stdout(&o), "k29\tv29\n");
+    ok(&hybridkv(&["delete", "--db", db, "k12", "--to", "k25"]));
+    ok(&hybridkv(&["delete", "--db", db, "k2", "--prefix"]));
+    let o = hybridkv(&[
+        "scan",
+        "--db",
+        db,
+        "--prefix",
+        "k",
+        "--keys-only",
+        "--limit",
+        "0",
+    ]);
+    ok(&o);
+    assert_eq!(stdout(&o), "k10\nk11\n");
+    let o = hybridkv(&["delete", "--db", db, "k5", "--to", "k1"]);
+    assert_eq!(o.status.code(), Some(2), "an inverted range is refused");
 }
