@@ -231,3 +231,42 @@ fn a_scan_of_large_values_read_in_batches_matches_gets_and_stops_at_damage() {
         assert!(it.next().is_none(), "an error ends the scan");
     }
 }
+
+/// The two ends of an iterator met (the front read ahead up to the key the back had
+/// yielded); a `seek_back` then moves the back away, and the front must go on past the old
+/// meeting point: the key it met there is not lost. The same for `seek` and the back.
+#[test]
+fn after_the_ends_met_a_seek_of_one_end_lets_the_other_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    for k in ["a", "b", "c", "d", "e", "f"] {
+        db.put(k, k).unwrap();
+    }
+    let keys = |items: Vec<hybridkv::Result<(Vec<u8>, Vec<u8>)>>| -> Vec<String> {
+        items
+            .into_iter()
+            .map(|r| String::from_utf8(r.unwrap().0).unwrap())
+            .collect()
+    };
+    for flushed in [false, true] {
+        if flushed {
+            db.flush().unwrap();
+        }
+        let mut it = db.iter();
+        assert_eq!(keys(it.next_back().into_iter().collect()), ["f"]);
+        assert_eq!(keys(it.next().into_iter().collect()), ["a"]);
+        it.seek_back("z");
+        assert_eq!(
+            keys(it.by_ref().collect()),
+            ["b", "c", "d", "e", "f"],
+            "flushed {flushed}"
+        );
+
+        let mut it = db.iter();
+        assert_eq!(keys(it.next().into_iter().collect()), ["a"]);
+        assert_eq!(keys(it.next_back().into_iter().collect()), ["f"]);
+        it.seek("");
+        let back: Vec<_> = std::iter::from_fn(|| it.next_back()).collect();
+        assert_eq!(keys(back), ["e", "d", "c", "b", "a"], "flushed {flushed}");
+    }
+}

@@ -393,8 +393,18 @@ impl Engine {
     /// can reclaim). Runs in the caller's thread, waiting for busy levels.
     pub(crate) fn compact_all(&self) -> Result<()> {
         // Rewrites of a last run for range tombstones: each applies every tombstone it
-        // sees, so one per level is all it can take.
+        // sees, so one per level is all it can take. Only the tombstones flushed when the
+        // call began count: ones deleted meanwhile wait for later merges.
         let mut rewrites = 0;
+        let horizon = {
+            let vs = self.versions.lock();
+            let v = vs.version();
+            v.range_tombstones
+                .iter()
+                .map(|t| t.tombstone.lsn)
+                .max()
+                .unwrap_or(0)
+        };
         loop {
             // The shallowest level that is not already the single bottom run.
             let next = {
@@ -410,9 +420,9 @@ impl Engine {
                         // (so what the tombstone deletes is dropped and it is forgotten).
                         (1..=self.opts.max_levels).find(|&l| {
                             v.runs(l).iter().any(|f| {
-                                v.range_tombstones
-                                    .iter()
-                                    .any(|t| t.pending.contains(&f.id()))
+                                v.range_tombstones.iter().any(|t| {
+                                    t.tombstone.lsn <= horizon && t.pending.contains(&f.id())
+                                })
                             })
                         })
                     })

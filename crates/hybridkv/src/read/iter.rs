@@ -170,6 +170,22 @@ impl<const BACK: bool> Walk<BACK> {
         self.last = None;
     }
 
+    /// After the other end moved (a seek): starts again just past the last key this end
+    /// yielded, so that it may go beyond the old meeting point (its merge dropped the key
+    /// it met there, and the pairs read ahead are read again).
+    fn resume(&mut self) {
+        if self.state == State::Unstarted {
+            return;
+        }
+        let from = match &self.last {
+            Some(k) => Bound::Excluded(k.clone()),
+            None => self.from.clone(),
+        };
+        let last = self.last.take();
+        self.restart(from);
+        self.last = last;
+    }
+
     /// Whether `key` is still this end's to yield: before the last key the other end
     /// yielded (in this end's direction).
     fn admits(key: &[u8], other_last: Option<&[u8]>) -> bool {
@@ -575,6 +591,7 @@ impl DbIterator {
             self.view.lower.clone()
         };
         self.front.restart(from);
+        self.back.resume();
     }
 
     /// Moves the back to the last pair at or before `key`: the next item from the back
@@ -597,6 +614,7 @@ impl DbIterator {
             self.view.upper.clone()
         };
         self.back.restart(from);
+        self.front.resume();
     }
 
     /// The next live key from the front, its value's length and where the value lives,
