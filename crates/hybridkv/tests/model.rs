@@ -381,11 +381,13 @@ impl<'a> ModelEnds<'a> {
         }
     }
 
-    /// `seek_back(to)`: the back starts again at the last key at or before `to`.
+    /// `seek_back(to)`: the back starts again at the last key at or before `to`, and the
+    /// front, no longer bounded by what the back yielded, may go on from its last key.
     fn seek_back(&mut self, to: &[u8]) {
         self.back = self.pairs.partition_point(|(k, _)| k.as_slice() <= to);
         self.back_last = None;
         self.back_done = false;
+        self.front_done = false;
     }
 }
 
@@ -866,6 +868,15 @@ impl Harness {
                     let back = step(&mut real, &mut model, true, call - 1)?;
                     let forward = step(&mut real, &mut model, false, call)?;
                     if !back && !forward {
+                        break;
+                    }
+                }
+                // The ends met; moving the back lets the front go on past that point.
+                real.seek_back(to);
+                model.seek_back(to);
+                loop {
+                    call += 1;
+                    if !step(&mut real, &mut model, false, call)? {
                         break;
                     }
                 }
