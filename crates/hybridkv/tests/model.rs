@@ -281,6 +281,17 @@ fn diff_pairs(got: &[(Vec<u8>, Vec<u8>)], want: &[(&Vec<u8>, &Vec<u8>)]) -> Opti
     None
 }
 
+/// Whether a range's start lies after its end (the iterators refuse it).
+fn inverted(start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> bool {
+    matches!(
+        (start, end),
+        (
+            Bound::Included(s) | Bound::Excluded(s),
+            Bound::Included(e) | Bound::Excluded(e)
+        ) if s > e
+    )
+}
+
 /// A key, and its value when the iterator yields pairs.
 type EndItem = (Vec<u8>, Option<Vec<u8>>);
 
@@ -696,13 +707,7 @@ impl Harness {
                 }
             }
             Op::Range { start, end } => {
-                let invalid = matches!(
-                    (start, end),
-                    (
-                        Bound::Included(s) | Bound::Excluded(s),
-                        Bound::Included(e) | Bound::Excluded(e)
-                    ) if s > e
-                );
+                let invalid = inverted(start, end);
                 let iter = self.db()?.range::<Vec<u8>, _>((start.clone(), end.clone()));
                 if invalid {
                     let items: Vec<_> = iter.collect();
@@ -779,13 +784,7 @@ impl Harness {
                 take,
                 to,
             } => {
-                if matches!(
-                    (start, end),
-                    (
-                        Bound::Included(s) | Bound::Excluded(s),
-                        Bound::Included(e) | Bound::Excluded(e)
-                    ) if s > e
-                ) {
+                if inverted(start, end) {
                     return Ok(());
                 }
                 let mut iter = self.db()?.range::<Vec<u8>, _>((start.clone(), end.clone()));
@@ -814,13 +813,7 @@ impl Harness {
                 to,
                 keys,
             } => {
-                if matches!(
-                    (start, end),
-                    (
-                        Bound::Included(s) | Bound::Excluded(s),
-                        Bound::Included(e) | Bound::Excluded(e)
-                    ) if s > e
-                ) {
+                if inverted(start, end) {
                     return Ok(());
                 }
                 let range = (start.clone(), end.clone());

@@ -591,35 +591,37 @@ impl LevelCursor {
         }
     }
 
-    /// Positions at the last entry at or before `to` (the file's last entry when
-    /// unbounded); the cursor then walks backward.
-    pub(crate) fn seek_back(&mut self, to: Bound<&[u8]>) -> Result<()> {
+    /// Empties the stack and descends to the leaf whose range holds `key`; for an
+    /// unbounded key, to the first leaf, or the last with `last`. False when the file has
+    /// no leaf to stand on.
+    fn descend_to_leaf(&mut self, key: Bound<&[u8]>, last: bool) -> Result<bool> {
         self.stack.clear();
-        self.back = true;
         if self.file.footer.height == 0 {
-            return Ok(());
+            return Ok(false);
         }
         if let Some(p) = &self.file.pinned {
-            let pos = match to {
-                Bound::Unbounded => p.fences().len().checked_sub(1),
-                // A key below the first fence: the first leaf holds nothing at or before it.
+            let pos = match key {
+                Bound::Unbounded if last => p.fences().len().checked_sub(1),
+                Bound::Unbounded => Some(0),
+                // A key below the first fence: the first leaf.
                 Bound::Included(k) | Bound::Excluded(k) => {
                     Some(p.fences().leaf_for(k).unwrap_or(0))
                 }
             };
             let Some(pos) = pos else {
-                return Ok(());
+                return Ok(false);
             };
             self.enter_pinned_leaf(pos)?;
-        } else {
-            self.push(self.file.footer.root)?;
+            return Ok(!self.stack.is_empty());
         }
-        while self.height_of_next_frame() >= 1 && self.file.pinned.is_none() {
+        self.push(self.file.footer.root)?;
+        while self.height_of_next_frame() >= 1 {
             let Some(top) = self.stack.last_mut() else {
                 break;
             };
-            let idx = match to {
-                Bound::Unbounded => top.count.checked_sub(1),
+            let idx = match key {
+                Bound::Unbounded if last => top.count.checked_sub(1),
+                Bound::Unbounded => Some(0),
                 Bound::Included(k) | Bound::Excluded(k) => NodeView::new(&top.node, NODE_INDEX)
                     .ok()
                     .and_then(|v| v.child_for(k)),
@@ -628,71 +630,64 @@ impl LevelCursor {
             let child = self.child_of_top()?;
             self.push(child)?;
         }
-        if let Some(top) = self.stack.last_mut() {
-            // The first entry past `to`: the cursor stands on the one before it.
-            let past = match to {
-                Bound::Unbounded => Some(top.count),
-                Bound::Included(k) => NodeView::new(&top.node, NODE_LEAF)
+        Ok(!self.stack.is_empty())
+    }
+
+    /// The first entry of the current leaf inside `key` as a lower bound (`count` if none;
+    /// 0 when unbounded); with `past_equal`, the first past it as an upper bound (after an
+    /// included key, at an excluded one).
+    fn leaf_lower_bound(&self, key: Bound<&[u8]>, past_equal: bool) -> Result<usize> {
+        let Some(top) = self.stack.last() else {
+            return Err(self.file.corrupt(0, "cursor stack empty"));
+        };
+        let idx = match key {
+            Bound::Unbounded => Some(0),
+            Bound::Included(k) | Bound::Excluded(k) => {
+                let strict = matches!(key, Bound::Excluded(_)) != past_equal;
+                NodeView::new(&top.node, NODE_LEAF)
                     .ok()
-                    .and_then(|v| v.lower_bound(k, true)),
-                Bound::Excluded(k) => NodeView::new(&top.node, NODE_LEAF)
-                    .ok()
-                    .and_then(|v| v.lower_bound(k, false)),
-            };
-            let past = past.ok_or_else(|| self.file.corrupt(top.offset, "undecodable leaf key"))?;
-            match past.checked_sub(1) {
-                Some(idx) => top.idx = idx,
-                None => self.prev_leaf()?,
+                    .and_then(|v| v.lower_bound(k, strict))
             }
+        };
+        idx.ok_or_else(|| self.file.corrupt(top.offset, "undecodable leaf key"))
+    }
+
+    /// Positions at the last entry at or before `to` (the file's last entry when
+    /// unbounded); the cursor then walks backward.
+    pub(crate) fn seek_back(&mut self, to: Bound<&[u8]>) -> Result<()> {
+        self.back = true;
+        if !self.descend_to_leaf(to, true)? {
+            return Ok(());
+        }
+        // The first entry past `to`: the cursor stands on the one before it.
+        let past = match to {
+            Bound::Unbounded => self.stack.last().map_or(0, |f| f.count),
+            _ => self.leaf_lower_bound(to, true)?,
+        };
+        match past.checked_sub(1) {
+            Some(idx) => {
+                if let Some(top) = self.stack.last_mut() {
+                    top.idx = idx;
+                }
+            }
+            None => self.prev_leaf()?,
         }
         Ok(())
     }
 
     /// Positions at the first entry at or after `from`; the cursor then walks forward.
     pub(crate) fn seek(&mut self, from: Bound<&[u8]>) -> Result<()> {
-        self.stack.clear();
         self.back = false;
-        if self.file.footer.height == 0 {
+        if !self.descend_to_leaf(from, false)? {
             return Ok(());
         }
-        if let Some(p) = &self.file.pinned {
-            let pos = match from {
-                Bound::Unbounded => 0,
-                // A key below the first fence starts at the first leaf.
-                Bound::Included(k) | Bound::Excluded(k) => p.fences().leaf_for(k).unwrap_or(0),
-            };
-            self.enter_pinned_leaf(pos)?;
-        } else {
-            self.push(self.file.footer.root)?;
-        }
-        while self.height_of_next_frame() >= 1 && self.file.pinned.is_none() {
-            let Some(top) = self.stack.last_mut() else {
-                break;
-            };
-            let idx = match from {
-                Bound::Unbounded => Some(0),
-                Bound::Included(k) | Bound::Excluded(k) => NodeView::new(&top.node, NODE_INDEX)
-                    .ok()
-                    .and_then(|v| v.child_for(k)),
-            };
-            top.idx = idx.ok_or_else(|| self.file.corrupt(top.offset, "undecodable index key"))?;
-            let child = self.child_of_top()?;
-            self.push(child)?;
-        }
-        if let Some(top) = self.stack.last_mut() {
-            let idx = match from {
-                Bound::Unbounded => Some(0),
-                Bound::Included(k) => NodeView::new(&top.node, NODE_LEAF)
-                    .ok()
-                    .and_then(|v| v.lower_bound(k, false)),
-                Bound::Excluded(k) => NodeView::new(&top.node, NODE_LEAF)
-                    .ok()
-                    .and_then(|v| v.lower_bound(k, true)),
-            };
-            top.idx = idx.ok_or_else(|| self.file.corrupt(top.offset, "undecodable leaf key"))?;
-            if top.idx >= top.count {
-                self.next_leaf()?;
-            }
+        let idx = self.leaf_lower_bound(from, false)?;
+        let Some(top) = self.stack.last_mut() else {
+            return Ok(());
+        };
+        top.idx = idx;
+        if top.idx >= top.count {
+            self.next_leaf()?;
         }
         Ok(())
     }

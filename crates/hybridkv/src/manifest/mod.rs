@@ -338,6 +338,40 @@ mod tests {
     }
 
     #[test]
+    fn a_range_tombstone_waiting_on_no_run_or_on_runs_out_of_order_or_range_is_corruption() {
+        let with = |pending: Vec<u64>| ManifestState {
+            next_file_id: 10,
+            range_tombstones: vec![PendingTombstone {
+                tombstone: RangeTombstone {
+                    start: b"a".to_vec(),
+                    end: None,
+                    lsn: 5,
+                },
+                pending,
+            }],
+            ..ManifestState::default()
+        };
+        let p = Path::new("MANIFEST");
+        assert_eq!(
+            ManifestState::decode(&with(vec![3, 7]).encode(), p).unwrap(),
+            with(vec![3, 7])
+        );
+        for (pending, what) in [
+            (vec![], "pending count"),
+            (vec![7, 3], "run out of range"),
+            (vec![3, 3], "run out of range"),
+            (vec![10], "run out of range"),
+        ] {
+            match ManifestState::decode(&with(pending.clone()).encode(), p) {
+                Err(Error::Corruption { what: w, .. }) => {
+                    assert!(w.contains(what), "{pending:?}: {w}")
+                }
+                other => panic!("{pending:?}: expected corruption, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_version_1_manifest_is_read_with_no_range_tombstones() {
         let s = ManifestState {
             next_file_id: 10,
