@@ -66,18 +66,28 @@ impl RangeTombstones {
     /// The highest LSN of a tombstone covering `key`, 0 if none: every version of `key`
     /// with a lower LSN is deleted.
     pub(crate) fn cut(&self, key: &[u8]) -> u64 {
-        self.0
-            .iter()
-            .filter(|t| t.covers(key))
-            .map(|t| t.lsn)
-            .max()
-            .unwrap_or(0)
+        cut_of(&self.0, key, u64::MAX)
     }
 
     /// The highest LSN among them (0 if none).
     pub(crate) fn max_lsn(&self) -> u64 {
         self.0.iter().map(|t| t.lsn).max().unwrap_or(0)
     }
+}
+
+/// The highest LSN at or below `snapshot` of a tombstone of `tombstones` covering `key`, 0
+/// if none (the one rule every holder of tombstones answers `cut` with).
+pub(crate) fn cut_of<'a>(
+    tombstones: impl IntoIterator<Item = &'a RangeTombstone>,
+    key: &[u8],
+    snapshot: u64,
+) -> u64 {
+    tombstones
+        .into_iter()
+        .filter(|t| t.lsn <= snapshot && t.covers(key))
+        .map(|t| t.lsn)
+        .max()
+        .unwrap_or(0)
 }
 
 /// What an install does to the flushed range tombstones (the rule for forgetting them):

@@ -29,12 +29,11 @@ impl Version {
 
     /// The highest LSN of a flushed range tombstone covering `key` (0 if none).
     pub(crate) fn range_cut(&self, key: &[u8]) -> u64 {
-        self.range_tombstones
-            .iter()
-            .filter(|p| p.tombstone.covers(key))
-            .map(|p| p.tombstone.lsn)
-            .max()
-            .unwrap_or(0)
+        crate::range_delete::cut_of(
+            self.range_tombstones.iter().map(|p| &p.tombstone),
+            key,
+            u64::MAX,
+        )
     }
 
     /// Adds the flushed range tombstones to `into` (all are below any snapshot that can

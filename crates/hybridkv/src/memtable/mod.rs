@@ -228,13 +228,7 @@ impl Memtable {
         if !self.has_ranges.load(AtomicOrdering::Acquire) {
             return 0;
         }
-        self.ranges
-            .read()
-            .iter()
-            .filter(|t| t.lsn <= snapshot && t.covers(key))
-            .map(|t| t.lsn)
-            .max()
-            .unwrap_or(0)
+        crate::range_delete::cut_of(self.ranges.read().iter(), key, snapshot)
     }
 
     /// Adds the range tombstones here written at or below `snapshot` to `into`.
