@@ -124,6 +124,8 @@ pub struct BenchOptions {
     pub progress: bool,
     /// YCSB's read-modify-write as a merge (a field patch) where the engine has one.
     pub rmw_as_merge: bool,
+    /// hybridkv reads through memory maps (`Options::mmap_reads`).
+    pub mmap_reads: bool,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -186,6 +188,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         sync: false,
         background_threads: opts.background_threads,
         rmw_as_merge: opts.rmw_as_merge,
+        mmap_reads: opts.mmap_reads,
     }
 }
 
@@ -261,6 +264,36 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
                 mib(num("/pinned_index_bytes").unwrap_or(0)),
             ));
         }
+    }
+    Some(line)
+}
+
+/// The phase's resident memory: the process's peak and how far above what it held before
+/// the engine opened, and for hybridkv the budget its options set (cache, memtables,
+/// pinned indexes, Bloom filters) beside it.
+pub fn memory_line(r: &PhaseRecord) -> Option<String> {
+    let peak = r.peak_rss_bytes?;
+    let mut line = format!("   memory: peak RSS {:.1} MiB", mib(peak));
+    if let Some(start) = r.rss_start_bytes {
+        line.push_str(&format!(
+            " ({:+.1} MiB over the {:.1} MiB held before open)",
+            mib(peak) - mib(start),
+            mib(start)
+        ));
+    }
+    let s = &r.engine_stats;
+    let num = |pointer: &str| s.pointer(pointer).and_then(serde_json::Value::as_u64);
+    if let Some(memtables) = num("/memtable_budget_bytes") {
+        let pinned = num("/pinned_index_bytes").unwrap_or(0);
+        let filters = num("/filter_bytes").unwrap_or(0);
+        line.push_str(&format!(
+            "; budget: cache {:.1} + memtables {:.1} + pinned {:.1} + filters {:.1} = {:.1} MiB",
+            mib(r.cache_bytes),
+            mib(memtables),
+            mib(pinned),
+            mib(filters),
+            mib(r.cache_bytes + memtables + pinned + filters)
+        ));
     }
     Some(line)
 }
@@ -379,6 +412,9 @@ pub fn run_bench(opts: &BenchOptions, out: &mut dyn Write) -> Result<Vec<PhaseRe
             if let Some(line) = depth_line(&r) {
                 w(out, line)?;
             }
+            if let Some(line) = memory_line(&r) {
+                w(out, line)?;
+            }
             if let Some(path) = &opts.results {
                 record::append(path, std::slice::from_ref(&r))?;
             }
@@ -469,6 +505,32 @@ mod tests {
 
         assert!(depth_line(&with_stats(json!({"tables": 3}))).is_none());
         assert!(depth_line(&with_stats(serde_json::Value::Null)).is_none());
+    }
+
+    #[test]
+    fn the_memory_line_sets_the_peak_beside_the_budget() {
+        let mut r = with_stats(json!({
+            "memtable_budget_bytes": 6u64 << 20,
+            "pinned_index_bytes": 1u64 << 20,
+            "filter_bytes": 1u64 << 19,
+        }));
+        assert!(memory_line(&r).is_none(), "no peak, no line");
+        r.cache_bytes = 100 << 20;
+        r.rss_start_bytes = Some(50 << 20);
+        r.peak_rss_bytes = Some(200 << 20);
+        let line = memory_line(&r).unwrap();
+        assert!(
+            line.contains("peak RSS 200.0 MiB (+150.0 MiB over the 50.0 MiB held before open)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("cache 100.0 + memtables 6.0 + pinned 1.0 + filters 0.5 = 107.5 MiB"),
+            "{line}"
+        );
+        let mut peer = with_stats(json!({"levels": []}));
+        peer.peak_rss_bytes = Some(10 << 20);
+        let line = memory_line(&peer).unwrap();
+        assert!(!line.contains("budget"), "{line}");
     }
 
     #[test]

@@ -94,6 +94,12 @@ pub struct PhaseRecord {
     pub engine_stats: serde_json::Value,
     #[serde(default)]
     pub memory_limit_bytes: Option<u64>,
+    /// Resident memory of the process just before the engine opened.
+    #[serde(default)]
+    pub rss_start_bytes: Option<u64>,
+    /// Peak resident memory of the process during the phase (open to the end of finish).
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
     pub host: Host,
 }
 
@@ -143,6 +149,8 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("space_amplification", "disk_bytes / live_bytes"),
     ("engine_stats", "the engine's own counters after the phase (hybridkv: bytes written/read per component, flushes, compactions, GC; null if none)"),
     ("memory_limit_bytes", "the memory limit (a cgroup; page cache included) the whole benchmark process ran under, null for none (`--config users` sets one; every engine's files are evicted from the page cache before a run phase)"),
+    ("rss_start_bytes", "resident memory of the benchmark process just before the engine opened (VmRSS; the harness and what earlier phases left), null where /proc/self/status is unavailable"),
+    ("peak_rss_bytes", "peak resident memory of the process from the engine's open to the end of its finish (VmHWM, reset at the phase's start through /proc/self/clear_refs; memory-mapped file pages count), null where it cannot be reset"),
     ("host", "{cpus, cpu_model, mem_bytes, kernel} of the machine"),
 ];
 

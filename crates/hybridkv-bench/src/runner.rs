@@ -473,6 +473,9 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
         Phase::Run => spec.operation_count,
     };
 
+    // The peak this phase reaches, from what the process holds before it opens the engine.
+    let peak_reset = sys::reset_peak_resident();
+    let rss0 = sys::resident_bytes().map(|(now, _)| now);
     let (io0, cpu0) = (DeviceIo::now(), CpuTime::now());
     let reads0 = sys::device_reads(&db_dir);
     let t = Instant::now();
@@ -484,6 +487,9 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
     engine.finish()?;
     let finish_seconds = t.elapsed().as_secs_f64();
     let engine_stats = engine.stats().unwrap_or(serde_json::Value::Null);
+    let peak_rss = sys::resident_bytes()
+        .filter(|_| peak_reset)
+        .map(|(_, peak)| peak);
     let t = Instant::now();
     drop(engine);
     let close_seconds = t.elapsed().as_secs_f64();
@@ -597,6 +603,8 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
         space_amplification: record::space_amplification(disk_bytes, live_bytes),
         engine_stats,
         memory_limit_bytes: plan.memory_limit,
+        rss_start_bytes: rss0,
+        peak_rss_bytes: peak_rss,
         host: Host::detect(),
     })
 }

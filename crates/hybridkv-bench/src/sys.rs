@@ -95,6 +95,31 @@ pub fn device_reads(path: &Path) -> Option<u64> {
     parse_disk_reads(&text, major, minor)
 }
 
+/// A `kB` field of `/proc/self/status` (e.g. `VmRSS`, `VmHWM`, `RssAnon`) in bytes.
+pub fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        let kib: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
+        kib.checked_mul(1024)
+    })
+}
+
+/// This process's resident memory now and its peak (`VmRSS`, `VmHWM`), in bytes; `None`
+/// where `/proc/self/status` is unavailable.
+pub fn resident_bytes() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    Some((
+        parse_status_kib(&status, "VmRSS")?,
+        parse_status_kib(&status, "VmHWM")?,
+    ))
+}
+
+/// Starts a new peak: `VmHWM` becomes the current `VmRSS` (writing 5 to
+/// `/proc/self/clear_refs`, Linux 4.0+). False where that is not allowed.
+pub fn reset_peak_resident() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// User and system CPU seconds of this process, all threads included (`getrusage`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CpuTime {
@@ -224,6 +249,16 @@ impl Host {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn status_fields_are_read_in_bytes() {
+        let status = "Name:\tx\nVmHWM:\t  123456 kB\nVmRSS:\t   23456 kB\nRssAnon:\t 1 kB\n";
+        assert_eq!(parse_status_kib(status, "VmHWM"), Some(123_456 * 1024));
+        assert_eq!(parse_status_kib(status, "VmRSS"), Some(23_456 * 1024));
+        assert_eq!(parse_status_kib(status, "VmSwap"), None);
+        assert_eq!(parse_status_kib("VmRSS: lots", "VmRSS"), None);
+        let (now, peak) = resident_bytes().unwrap();
+        assert!(now > 0 && peak >= now, "{now} {peak}");
+    }
 
     #[test]
     fn disk_reads_are_read_from_the_device_line() {

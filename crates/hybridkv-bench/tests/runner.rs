@@ -23,6 +23,7 @@ fn config() -> EngineConfig {
         sync: false,
         background_threads: 2,
         rmw_as_merge: false,
+        mmap_reads: false,
     }
 }
 
@@ -416,6 +417,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         label: String::new(),
         progress: false,
         rmw_as_merge: false,
+        mmap_reads: false,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

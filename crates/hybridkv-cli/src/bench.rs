@@ -153,6 +153,10 @@ pub struct RunArgs {
     /// operator folds (hybridkv and RocksDB/BlobDB get the same operator; fjall has none).
     #[arg(long, default_value = "read-write", value_parser = ["read-write", "merge"])]
     pub rmw: String,
+    /// hybridkv reads level files and log segments through memory maps
+    /// (`Options::mmap_reads`; writes as --direct-io says). The peers are unchanged.
+    #[arg(long)]
+    pub mmap_reads: bool,
     /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
     /// in the current one, deleted afterwards (only with --phase all).
     #[arg(long)]
@@ -342,6 +346,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         label: a.label.clone(),
         progress: !a.no_progress,
         rmw_as_merge: a.rmw == "merge",
+        mmap_reads: a.mmap_reads,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

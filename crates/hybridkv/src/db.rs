@@ -91,7 +91,7 @@ impl Db {
         options: Options,
         fs: Arc<dyn FileSystem>,
     ) -> Result<Db> {
-        let io = Io::new(fs, options.direct_io);
+        let io = Io::new(fs, options.direct_io).with_mapped_reads(options.mmap_reads);
         let threads = options.background_threads;
         let engine = Engine::open(path.as_ref(), options, io, false)?;
         engine.flush_replayed()?;

@@ -43,6 +43,18 @@ pub struct Options {
     /// appends stay buffered and are made durable by fsync). Default `false` (some file
     /// systems, e.g. tmpfs, reject `O_DIRECT`; `open` then fails with `Error::Io`).
     pub direct_io: bool,
+    /// Read level files and log segments through memory maps (Kreon's mode): a read copies
+    /// out of the mapping and the kernel reads missing pages on the fault, so a read that
+    /// hits the page cache costs no system call; batched scan reads ask the kernel to
+    /// fault their pages in ahead (`madvise(WILLNEED)`). Writes are unchanged (with
+    /// `direct_io`, flush and compaction output is still written with `O_DIRECT`). Mapped
+    /// pages count as page cache, outside `cache_bytes`. One trade: a device error met
+    /// while reading a mapped page stops the process (`SIGBUS`) instead of returning
+    /// `Error::Io`, as with every memory-mapped store. Not used by
+    /// [`Db::open_read_only`](crate::Db::open_read_only) (a writer beside it may cut a torn
+    /// log tail it has mapped). Default `false`. `docs/PERFORMANCE.md` compares the three
+    /// read modes.
+    pub mmap_reads: bool,
     /// Threads that run flushes and compactions. Default 2. Range 1 ..= 64.
     pub background_threads: usize,
     /// Default durability of writes made without explicit `WriteOptions`: `true` makes every
@@ -126,6 +138,7 @@ impl Default for Options {
             index_node_size: 12288,
             cache_bytes: 256 << 20,
             direct_io: false,
+            mmap_reads: false,
             background_threads: 2,
             sync: false,
             placement: Placement::Hybrid,

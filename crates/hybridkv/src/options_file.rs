@@ -59,6 +59,7 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ("index_node_size", o.index_node_size.to_string()),
         ("cache_bytes", o.cache_bytes.to_string()),
         ("direct_io", o.direct_io.to_string()),
+        ("mmap_reads", o.mmap_reads.to_string()),
         ("background_threads", o.background_threads.to_string()),
         ("sync", o.sync.to_string()),
         ("placement", placement_name(o.placement).to_string()),
@@ -192,6 +193,7 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         "index_node_size" => o.index_node_size = num(value)?,
         "cache_bytes" => o.cache_bytes = num(value)?,
         "direct_io" => o.direct_io = flag(value)?,
+        "mmap_reads" => o.mmap_reads = flag(value)?,
         "background_threads" => o.background_threads = num(value)?,
         "sync" => o.sync = flag(value)?,
         "placement" => {
@@ -306,6 +308,7 @@ mod tests {
             index_node_size: 16384,
             cache_bytes: 12345,
             direct_io: true,
+            mmap_reads: true,
             background_threads: 3,
             sync: true,
             placement: Placement::AllLog,

@@ -17,6 +17,11 @@
 //!   what must hold, and prints how many reads it did and how many of them read the segment
 //!   then being appended to.
 //!
+//! Each runs twice: with direct reads, and with reads through memory maps
+//! (`Options::mmap_reads`; `every_path_*` with buffered writes, the growing-segment test
+//! with direct writes), where a read past the mapped length of a growing segment maps the
+//! file again.
+//!
 //! Needs a file system that supports `O_DIRECT` (ext4, xfs, ...; tmpfs rejects it before
 //! Linux 6.6) for the temp dir; on one that does not, opening or reading fails and so do
 //! the tests.
@@ -32,9 +37,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn opts() -> Options {
+/// How level files and log segments are read.
+#[derive(Debug, Clone, Copy)]
+enum ReadMode {
+    /// `O_DIRECT` (writes of level files too).
+    Direct,
+    /// Memory maps (`mmap_reads`).
+    Mapped,
+}
+
+fn opts(mode: ReadMode) -> Options {
     Options {
-        direct_io: true,
+        direct_io: matches!(mode, ReadMode::Direct),
+        mmap_reads: matches!(mode, ReadMode::Mapped),
         ..small_opts()
     }
 }
@@ -57,6 +72,16 @@ fn verify(db: &Db, model: &Model, what: &str) {
 
 #[test]
 fn every_path_works_with_direct_io() {
+    every_path_works(ReadMode::Direct);
+}
+
+#[test]
+fn every_path_works_with_mapped_reads() {
+    every_path_works(ReadMode::Mapped);
+}
+
+fn every_path_works(mode: ReadMode) {
+    let opts = || opts(mode);
     let dir = tempfile::tempdir().unwrap();
     let mut model = Model::new();
     let mut rng = Rng::new(0xD1EC7);
@@ -112,9 +137,10 @@ const NEWEST: u64 = 4;
 /// Reads each reader does at least, even if the writers finish first.
 const MIN_READS: u64 = 200;
 
-fn growing_opts() -> Options {
+fn growing_opts(mode: ReadMode) -> Options {
     Options {
         direct_io: true,
+        mmap_reads: matches!(mode, ReadMode::Mapped),
         memtable_size: 64 << 10,
         growth_factor: 2,
         // The smallest segments: a rollover every 10-20 values.
@@ -321,9 +347,18 @@ fn growing_reader(db: &Db, r: u64, scan_every: u64, sh: &Shared) -> Result<ReadT
 
 #[test]
 fn reads_of_a_growing_segment_with_direct_io() {
+    reads_of_a_growing_segment(ReadMode::Direct);
+}
+
+#[test]
+fn reads_of_a_growing_segment_with_mapped_reads() {
+    reads_of_a_growing_segment(ReadMode::Mapped);
+}
+
+fn reads_of_a_growing_segment(mode: ReadMode) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
-    let db = Db::open(&dir, growing_opts()).unwrap();
+    let db = Db::open(&dir, growing_opts(mode)).unwrap();
     let sh = Arc::new(Shared {
         started: (0..WRITERS).map(|_| AtomicU64::new(0)).collect(),
         acked: (0..WRITERS).map(|_| AtomicU64::new(0)).collect(),
@@ -453,6 +488,6 @@ fn reads_of_a_growing_segment_with_direct_io() {
     let report = db.check().unwrap();
     assert!(report.is_ok(), "check: {:?}", report.errors);
     drop(db);
-    let db = Db::open(&dir, growing_opts()).unwrap();
+    let db = Db::open(&dir, growing_opts(mode)).unwrap();
     verify(&db, "after reopen");
 }

@@ -123,14 +123,17 @@ fn cache_hits_misses_and_scans_are_counted() {
 
 /// Scans resolve their large values ahead of the caller, in batches read together
 /// (`io_uring` on the real file system): what they return must equal what gets return,
-/// with direct I/O and without, and a damaged record must stop the scan at its own pair.
+/// buffered, direct and through memory maps, and a damaged record must stop the scan at
+/// its own pair.
 #[test]
 fn a_scan_of_large_values_read_in_batches_matches_gets_and_stops_at_damage() {
-    for direct in [false, true] {
+    // Buffered, direct, and through memory maps.
+    for (direct, mapped) in [(false, false), (true, false), (false, true)] {
         let dir = tempfile::tempdir().unwrap();
         let opts = Options {
             memtable_size: 256 << 10,
             direct_io: direct,
+            mmap_reads: mapped,
             ..Options::default()
         };
         let db = Db::open(dir.path(), opts.clone()).unwrap();
@@ -147,10 +150,14 @@ fn a_scan_of_large_values_read_in_batches_matches_gets_and_stops_at_damage() {
         }
         db.flush().unwrap();
         let all: Vec<(Vec<u8>, Vec<u8>)> = db.iter().map(|r| r.unwrap()).collect();
-        assert_eq!(all.len(), 3_000, "direct {direct}");
+        assert_eq!(all.len(), 3_000, "direct {direct}, mapped {mapped}");
         for (i, (k, v)) in all.iter().enumerate() {
             assert_eq!(k, format!("k{i:06}").as_bytes());
-            assert_eq!(v, &value(i as u32), "direct {direct}, pair {i}");
+            assert_eq!(
+                v,
+                &value(i as u32),
+                "direct {direct}, mapped {mapped}, pair {i}"
+            );
         }
         // Short scans from many starting points, as YCSB E runs them.
         for start in (0..3_000u32).step_by(211) {
@@ -190,11 +197,11 @@ fn a_scan_of_large_values_read_in_batches_matches_gets_and_stops_at_damage() {
         assert_eq!(got.len(), 40);
         assert!(
             large > 10 && (1..large).contains(&reads),
-            "direct {direct}: {reads} reads for {large} values"
+            "direct {direct}, mapped {mapped}: {reads} reads for {large} values"
         );
         assert!(
             bytes <= large * record + reads * 4096,
-            "direct {direct}: {bytes} bytes for {large} values"
+            "direct {direct}, mapped {mapped}: {bytes} bytes for {large} values"
         );
         drop(db);
 
@@ -226,7 +233,9 @@ fn a_scan_of_large_values_read_in_batches_matches_gets_and_stops_at_damage() {
         }
         match it.next() {
             Some(Err(e)) => assert!(e.is_corruption(), "{e}"),
-            other => panic!("direct {direct}: expected corruption at k001502, got {other:?}"),
+            other => panic!(
+                "direct {direct}, mapped {mapped}: expected corruption at k001502, got {other:?}"
+            ),
         }
         assert!(it.next().is_none(), "an error ends the scan");
     }

@@ -25,6 +25,7 @@ impl HybridEngine {
             cache_bytes: usize::try_from(config.cache_bytes).unwrap_or(usize::MAX),
             memtable_size: usize::try_from(config.memtable_bytes).unwrap_or(usize::MAX),
             direct_io: config.direct_io,
+            mmap_reads: config.mmap_reads,
             sync: config.sync,
             background_threads: config.background_threads,
             bloom_bits_per_key: if config.bloom { 10 } else { 0 },
@@ -113,6 +114,7 @@ impl Engine for HybridEngine {
             sync: o.sync,
             background_threads: o.background_threads,
             rmw_as_merge: self.rmw_as_merge,
+            mmap_reads: o.mmap_reads,
         });
         m.insert(
             "engine".into(),
@@ -128,11 +130,20 @@ impl Engine for HybridEngine {
         );
         m.insert(
             "direct_io".into(),
-            if o.direct_io {
-                "on: level-file writes (flush/compaction output), every level and log-segment read; log appends buffered".into()
-            } else {
-                "off".into()
+            match (o.direct_io, o.mmap_reads) {
+                (true, false) => "on: level-file writes (flush/compaction output), every level and log-segment read; log appends buffered".into(),
+                (true, true) => "on for level-file writes (flush/compaction output); reads memory-mapped".into(),
+                (false, _) => "off".into(),
             },
+        );
+        m.insert(
+            "read_mode".into(),
+            match (o.direct_io, o.mmap_reads) {
+                (_, true) => "mmap (level files and log segments)",
+                (true, false) => "direct",
+                (false, false) => "buffered",
+            }
+            .into(),
         );
         m.insert(
             "bloom".into(),
@@ -193,6 +204,11 @@ impl Engine for HybridEngine {
             "cache_hits": s.cache_hits,
             "cache_misses": s.cache_misses,
             "pinned_index_bytes": s.pinned_index_bytes,
+            // Bloom filters are held in memory outside the cache.
+            "filter_bytes": s.levels.iter().map(|l| l.filter_bytes).sum::<u64>(),
+            // The active memtable and the immutable ones awaiting their flush, at most.
+            "memtable_budget_bytes": (self.options.memtable_size as u64)
+                .saturating_mul(self.options.max_immutable_memtables as u64 + 1),
             "syncs": per(&|c| s.io.syncs_by(c)),
             "user_bytes_written": s.user_bytes_written,
             "user_bytes_read": s.user_bytes_read,

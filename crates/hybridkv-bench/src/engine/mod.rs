@@ -90,6 +90,9 @@ pub struct EngineConfig {
     /// YCSB's read-modify-write as a merge (a field patch folded by the engine's merge
     /// operator, `patch`) instead of a read and a rewrite.
     pub rmw_as_merge: bool,
+    /// hybridkv reads level files and log segments through memory maps
+    /// (`Options::mmap_reads`); the peers ignore it.
+    pub mmap_reads: bool,
 }
 
 impl Default for EngineConfig {
@@ -102,6 +105,7 @@ impl Default for EngineConfig {
             sync: false,
             background_threads: 2,
             rmw_as_merge: false,
+            mmap_reads: false,
         }
     }
 }

@@ -280,4 +280,7 @@ impl ReadableFile for CountingReader {
         self.stats.add_read(self.component, bytes);
         self.inner.note_batched_read(bytes);
     }
+    fn will_need(&self, offset: u64, len: usize) {
+        self.inner.will_need(offset, len);
+    }
 }

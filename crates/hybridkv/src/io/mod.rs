@@ -2,7 +2,7 @@
 //!
 //! Owns: the [`FileSystem`] seam (open, read at, append, sync data, sync directory, rename,
 //! hard link, delete, punch hole, list, lock), the real implementation ([`RealFs`], with optional
-//! `O_DIRECT`), a simulated one for tests (`SimFs`: crash images, injected faults, a
+//! `O_DIRECT` or memory-mapped reads), a simulated one for tests (`SimFs`: crash images, injected faults, a
 //! byte quota; compiled only for this crate's tests or with the `sim` cargo feature),
 //! sealing a closed database's handle ([`Io::seal`]), and byte counting per component
 //! ([`IoStats`]). Never: interprets bytes or decides what is live; it moves bytes and
@@ -66,6 +66,10 @@ pub trait ReadableFile: Send + Sync {
     }
     /// Counts a read of `bytes` that a batch made on this file's behalf.
     fn note_batched_read(&self, _bytes: u64) {}
+    /// Says that `len` bytes at `offset` will be read soon, so the system may start
+    /// reading them (a memory-mapped file asks the kernel to fault the pages in ahead;
+    /// the default does nothing). Never fails: it is a hint.
+    fn will_need(&self, _offset: u64, _len: usize) {}
 }
 
 /// What a batched read needs of an operating-system file: its descriptor (valid while the
@@ -103,6 +107,12 @@ pub trait FileSystem: Send + Sync + Debug {
     fn create(&self, path: &Path, direct: bool) -> Result<Box<dyn WritableFile>>;
     /// Opens an existing file for positional reads.
     fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>>;
+    /// Opens an existing file for positional reads through a memory map, where the file
+    /// system has them (the default opens it as [`FileSystem::open`] without `O_DIRECT`).
+    /// Only for files that are never cut shorter while open (level files, log segments).
+    fn open_mapped(&self, path: &Path) -> Result<Arc<dyn ReadableFile>> {
+        self.open(path, false)
+    }
     /// Atomically renames `from` to `to` (durable once the directory is synced).
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
     /// Deletes a file.
@@ -158,6 +168,8 @@ pub struct Io {
     fs: Arc<dyn FileSystem>,
     stats: Arc<IoStats>,
     direct: bool,
+    /// Level files and log segments are read through memory maps (`Options::mmap_reads`).
+    mapped: bool,
     /// Set by [`Io::seal`]: every change through this handle (and its clones, and files
     /// opened through them) fails with `Error::Closed`.
     sealed: sealed::Seal,
@@ -172,8 +184,21 @@ impl Io {
             fs: Arc::new(sealed::SealableFs::new(fs, Arc::clone(&sealed))),
             stats: Arc::new(IoStats::default()),
             direct,
+            mapped: false,
             sealed,
         }
+    }
+
+    /// The same handle, reading level files and log segments through memory maps
+    /// (`mapped`) or as [`Io::new`] chose (direct or buffered).
+    pub fn with_mapped_reads(mut self, mapped: bool) -> Self {
+        self.mapped = mapped;
+        self
+    }
+
+    /// Whether level files and log segments are read through memory maps.
+    pub fn mapped_reads(&self) -> bool {
+        self.mapped
     }
 
     /// A handle for a read-only open: reads go to `fs`, every change stays in memory (see
@@ -217,11 +242,16 @@ impl Io {
         )))
     }
 
-    /// Opens a file whose reads are counted under `component`. With direct I/O on, level
-    /// files and log segments are read with `O_DIRECT` (see [`IoComponent::reads_direct`]).
+    /// Opens a file whose reads are counted under `component`. Level files and log
+    /// segments (see [`IoComponent::reads_direct`]) are read through a memory map with
+    /// mapped reads on, else with `O_DIRECT` when direct I/O is on.
     pub fn open(&self, path: &Path, component: IoComponent) -> Result<Arc<dyn ReadableFile>> {
-        let direct = self.direct && component.reads_direct();
-        let inner = self.fs.open(path, direct)?;
+        let inner = if self.mapped && component.reads_direct() {
+            self.fs.open_mapped(path)?
+        } else {
+            self.fs
+                .open(path, self.direct && component.reads_direct())?
+        };
         Ok(Arc::new(counting::CountingReader::new(
             inner,
             Arc::clone(&self.stats),
@@ -242,6 +272,15 @@ impl Io {
         } else {
             vec![false; reqs.len()]
         };
+        if reqs.len() > 1 {
+            // What is read one by one: let the system start on all of it first (a mapped
+            // file faults its pages in ahead, in parallel).
+            for (r, filled) in reqs.iter().zip(&filled) {
+                if !filled {
+                    r.file.will_need(r.offset, r.buf.len());
+                }
+            }
+        }
         reqs.iter_mut()
             .zip(filled)
             .map(|(r, filled)| {

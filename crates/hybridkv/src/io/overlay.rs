@@ -37,6 +37,22 @@ fn not_found(op: &'static str, path: &Path) -> Error {
 }
 
 impl ReadOnlyOverlay {
+    /// A file this overlay changed is read from memory; any other is opened by `inner`.
+    fn open_with(
+        &self,
+        path: &Path,
+        inner: impl FnOnce() -> Result<Arc<dyn ReadableFile>>,
+    ) -> Result<Arc<dyn ReadableFile>> {
+        match self.local(path) {
+            Some(Some(data)) => Ok(Arc::new(OverlayReader {
+                path: path.to_path_buf(),
+                data,
+            })),
+            Some(None) => Err(not_found("open", path)),
+            None => inner(),
+        }
+    }
+
     pub(super) fn new(inner: Arc<dyn FileSystem>) -> Self {
         ReadOnlyOverlay {
             inner,
@@ -133,14 +149,10 @@ impl FileSystem for ReadOnlyOverlay {
         Ok(Box::new(OverlayWriter { data }))
     }
     fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>> {
-        match self.local(path) {
-            Some(Some(data)) => Ok(Arc::new(OverlayReader {
-                path: path.to_path_buf(),
-                data,
-            })),
-            Some(None) => Err(not_found("open", path)),
-            None => self.inner.open(path, direct),
-        }
+        self.open_with(path, || self.inner.open(path, direct))
+    }
+    fn open_mapped(&self, path: &Path) -> Result<Arc<dyn ReadableFile>> {
+        self.open_with(path, || self.inner.open_mapped(path))
     }
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let data = self.copy_up("rename", from)?;

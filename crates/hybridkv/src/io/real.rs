@@ -361,6 +361,100 @@ impl ReadableFile for RealReader {
     }
 }
 
+/// A file read through a memory map (`Options::mmap_reads`, Kreon's mode): a read is a
+/// copy out of the mapping, and the kernel reads what is not resident on the page faults.
+/// Faults read only the page they need (`MADV_RANDOM`); a read of more than one page,
+/// and each read of a batch, first asks for all of its pages (`MADV_WILLNEED`), so they
+/// are read together. The file is mapped at its first read, whole; a read past the mapped length (a log
+/// segment that grew since) maps it again at its current length, and past that is an
+/// `UnexpectedEof` error as with `pread`. Files opened so are never cut shorter while open
+/// (recovery cuts a torn tail before anything reads the file), so no read touches a page
+/// past the end of the file.
+struct MappedReader {
+    file: File,
+    path: PathBuf,
+    /// The length at open (as [`ReadableFile::len`] of every reader).
+    len: u64,
+    map: parking_lot::RwLock<Option<memmap2::Mmap>>,
+}
+
+impl MappedReader {
+    /// Copies `buf.len()` bytes at `offset` out of `map`, if it covers them.
+    fn copy_out(map: Option<&memmap2::Mmap>, offset: u64, buf: &mut [u8]) -> bool {
+        let src = map.and_then(|m| {
+            let start = usize::try_from(offset).ok()?;
+            m.get(start..start.checked_add(buf.len())?)
+        });
+        match src {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl ReadableFile for MappedReader {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if buf.len() > IO_ALIGN {
+            // Fault the pages in together rather than one synchronous read per page.
+            self.will_need(offset, buf.len());
+        }
+        if Self::copy_out(self.map.read().as_ref(), offset, buf) {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .ok_or_else(|| Error::InvalidArgument(format!("read at {offset} overflows")))?;
+        let now = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io("stat", &self.path, e))?
+            .len();
+        if end > now {
+            return super::read_from(&[], 0, buf, &self.path);
+        }
+        let mut map = self.map.write();
+        if map.as_ref().is_none_or(|m| (m.len() as u64) < end) {
+            // SAFETY: the engine never changes bytes of a file it reads (level files are
+            // immutable; log segments only grow, by appends past what any pointer names)
+            // and never cuts one shorter while it is open, so the mapped bytes stay what
+            // they are while the mapping lives; they are only copied out.
+            let fresh = unsafe { memmap2::Mmap::map(&self.file) }
+                .map_err(|e| Error::io("mmap", &self.path, e))?;
+            // No read-around on a fault: the kernel's default reads up to 128 KiB around
+            // every faulting page, which for point lookups multiplied the device bytes
+            // over a thousandfold under a memory limit. Longer reads ask for their pages
+            // ahead instead (below, and `will_need` for batches).
+            let _ = fresh.advise(memmap2::Advice::Random);
+            *map = Some(fresh);
+        }
+        if Self::copy_out(map.as_ref(), offset, buf) {
+            Ok(())
+        } else {
+            super::read_from(&[], 0, buf, &self.path)
+        }
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn will_need(&self, offset: u64, len: usize) {
+        let map = self.map.read();
+        if let (Some(m), Ok(start)) = (map.as_ref(), usize::try_from(offset)) {
+            // The advice needs a page-aligned start.
+            let page = start / IO_ALIGN * IO_ALIGN;
+            let span = len.saturating_add(start - page);
+            if page.saturating_add(span) <= m.len() {
+                let _ = m.advise_range(memmap2::Advice::WillNeed, page, span);
+            }
+        }
+    }
+}
+
 /// Entries of each thread's submission ring; a larger batch goes in several rounds.
 const RING_ENTRIES: u32 = 64;
 
@@ -594,6 +688,19 @@ impl FileSystem for RealFs {
             read_align,
         }))
     }
+    fn open_mapped(&self, path: &Path) -> Result<Arc<dyn ReadableFile>> {
+        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", path, e))?
+            .len();
+        Ok(Arc::new(MappedReader {
+            file,
+            path: path.to_path_buf(),
+            len,
+            map: parking_lot::RwLock::new(None),
+        }))
+    }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         std::fs::rename(from, to).map_err(|e| Error::io("rename", from, e))
@@ -793,6 +900,65 @@ mod tests {
         assert_eq!(back, data);
         let mut past = [0u8; 2];
         assert!(r.read_exact_at(data.len() as u64 - 1, &mut past).is_err());
+    }
+
+    #[test]
+    fn mapped_reads_follow_a_growing_file_and_stop_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("seg");
+        let data: Vec<u8> = (0..30_000u32).map(|i| (i % 253) as u8).collect();
+        let mut w = RealFs.create(&p, false).unwrap();
+        w.append(&data[..10_000]).unwrap();
+        w.flush().unwrap();
+        let io = crate::io::Io::new(Arc::new(RealFs), false).with_mapped_reads(true);
+        let r = io.open(&p, crate::io::IoComponent::LargeLog).unwrap();
+        let r2 = io.open(&p, crate::io::IoComponent::LargeLog).unwrap();
+        assert_eq!(r.len(), 10_000);
+        let mut buf = vec![0u8; 3000];
+        r.read_exact_at(7000, &mut buf).unwrap();
+        assert_eq!(buf, data[7000..10_000]);
+        // Past the end: an error, the file as it is now.
+        let mut past = vec![0u8; 10];
+        let e = r.read_exact_at(9995, &mut past).unwrap_err();
+        assert!(
+            matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof),
+            "{e}"
+        );
+        // The file grows: a read past the first mapping maps it again.
+        w.append(&data[10_000..]).unwrap();
+        w.flush().unwrap();
+        let mut buf = vec![0u8; 12_000];
+        r.read_exact_at(9000, &mut buf).unwrap();
+        assert_eq!(buf, data[9000..21_000]);
+        // A batch over mapped files: each read on its own, the pages asked for ahead.
+        let (mut a, mut b, mut c) = (vec![0u8; 500], vec![0u8; 4000], vec![0u8; 100]);
+        let mut reqs = [
+            BatchRead {
+                file: r.as_ref(),
+                offset: 29_000,
+                buf: &mut a,
+            },
+            BatchRead {
+                file: r2.as_ref(),
+                offset: 123,
+                buf: &mut b,
+            },
+            BatchRead {
+                file: r.as_ref(),
+                offset: 29_950,
+                buf: &mut c,
+            },
+        ];
+        let results = io.read_batch(&mut reqs);
+        assert!(results[0].is_ok() && results[1].is_ok(), "{results:?}");
+        assert!(results[2].is_err(), "a read past the end must fail");
+        assert_eq!(a, data[29_000..29_500]);
+        assert_eq!(b, data[123..4123]);
+        let read = io
+            .stats()
+            .snapshot()
+            .read_by(crate::io::IoComponent::LargeLog);
+        assert_eq!(read, 3000 + 12_000 + 500 + 4000, "bytes counted");
     }
 
     #[test]

@@ -84,6 +84,9 @@ impl FileSystem for SealableFs {
     fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>> {
         self.inner.open(path, direct)
     }
+    fn open_mapped(&self, path: &Path) -> Result<Arc<dyn ReadableFile>> {
+        self.inner.open_mapped(path)
+    }
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         self.change(|fs| fs.rename(from, to))
     }
