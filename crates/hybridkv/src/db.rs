@@ -15,6 +15,7 @@ use crate::read::iter::{DbIterator, KeyIterator};
 use crate::snapshot::Snapshot;
 use crate::space::SpaceReport;
 use crate::stats::{LevelStats, Stats};
+use crate::value::Value;
 use crate::write::batch::WriteBatch;
 use parking_lot::Mutex;
 use std::ops::RangeBounds;
@@ -267,6 +268,13 @@ impl Db {
 
     /// The value stored under `key`, if any.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_value(key)?.map(Value::into_vec))
+    }
+
+    /// [`Db::get`] as a [`Value`]: a reference-counted view of the bytes the engine read,
+    /// so a value from the large or the transient log comes without a copy (see
+    /// [`Value`]).
+    pub fn get_value(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
         let key = key.as_ref();
         let (sv, lsn) = self.engine.snapshot();
         let (value, folded) = crate::snapshot::get_noting_folds(&self.engine, &sv, lsn, key)?;

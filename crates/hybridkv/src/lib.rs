@@ -67,4 +67,5 @@ pub use read::iter::{DbIterator, KeyIterator, LazyIterator, LazyPair};
 pub use snapshot::Snapshot;
 pub use space::{SpaceComponent, SpaceReport};
 pub use stats::{LevelStats, Stats};
+pub use value::Value;
 pub use write::batch::{WriteBatch, MAX_BATCH_BYTES};

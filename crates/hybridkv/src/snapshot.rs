@@ -15,6 +15,7 @@ use crate::options::check_key;
 use crate::read::iter::{DbIterator, KeyIterator};
 use crate::read::SuperVersion;
 use crate::stats::Counters;
+use crate::value::Value;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
@@ -54,7 +55,12 @@ impl Snapshot {
 
     /// The value `key` had when the snapshot was taken.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        get_at(&self.engine, &self.sv, self.lsn, key.as_ref())
+        Ok(self.get_value(key)?.map(Value::into_vec))
+    }
+
+    /// [`Snapshot::get`] as a [`Value`]: a value read from a log comes without a copy.
+    pub fn get_value(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
+        get_noting_folds(&self.engine, &self.sv, self.lsn, key.as_ref()).map(|(v, _)| v)
     }
 
     /// Pairs whose keys fall in `range`, in key order, as of the snapshot.
@@ -80,22 +86,13 @@ impl Snapshot {
 }
 
 /// A user's get at a captured view: checked, counted.
-pub(crate) fn get_at(
-    engine: &Engine,
-    sv: &SuperVersion,
-    lsn: u64,
-    key: &[u8],
-) -> Result<Option<Vec<u8>>> {
-    get_noting_folds(engine, sv, lsn, key).map(|(v, _)| v)
-}
-
 /// [`get_at`], and whether the value folded deltas read from level files.
 pub(crate) fn get_noting_folds(
     engine: &Engine,
     sv: &SuperVersion,
     lsn: u64,
     key: &[u8],
-) -> Result<(Option<Vec<u8>>, bool)> {
+) -> Result<(Option<Value>, bool)> {
     engine.check_open()?;
     check_key(key)?;
     let (v, folded) = crate::read::get(sv, engine.opts.merge_operator.as_ref(), lsn, key)?;

@@ -6,6 +6,8 @@
 //! the level format; and the per-thread spare buffers that keys and in-place values are
 //! copied into ([`buffer_from`]) and handed back to ([`recycle`]) once written, so that a
 //! merge moving millions of entries does not allocate and free two buffers per entry.
+//! Also [`Value`], the value a read hands the caller: a view of bytes the engine already
+//! holds (a cached log record), so returning it copies nothing.
 //! Never: reads or decodes anything (the level and log modules do).
 
 use crate::log::ptr::LogPtr;
@@ -115,5 +117,143 @@ mod tests {
         let big = vec![7u8; SPARE_CAPACITY + 1];
         recycle(big.clone());
         assert_eq!(buffer_from(&big), big);
+    }
+}
+
+/// A value read from the database ([`Db::get_value`](crate::Db::get_value),
+/// [`Snapshot::get_value`](crate::Snapshot::get_value)): a value read from the large or
+/// the transient log is a reference-counted view of the record the block cache holds, so
+/// handing it out copies nothing (it keeps that record's bytes alive, even if the cache
+/// evicts it meanwhile); a value stored in place (small, or medium at the merge level) is
+/// the copy made out of its leaf. Dereferences to `&[u8]`; [`Value::into_vec`] gives a
+/// `Vec`.
+#[derive(Clone)]
+pub struct Value(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// Copied out of a leaf, or folded from deltas.
+    Owned(Vec<u8>),
+    /// A view of a cached record.
+    Shared(bytes::Bytes),
+}
+
+impl Value {
+    /// The bytes as a `bytes::Bytes` (no copy).
+    pub fn into_bytes(self) -> bytes::Bytes {
+        match self.0 {
+            Repr::Owned(v) => bytes::Bytes::from(v),
+            Repr::Shared(b) => b,
+        }
+    }
+
+    /// The bytes as a `Vec` (no copy for a value that was copied out of a leaf; one copy
+    /// for a view of a cached record).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self.0 {
+            Repr::Owned(v) => v,
+            Repr::Shared(b) => Vec::from(b),
+        }
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Owned(v) => v,
+            Repr::Shared(b) => b,
+        }
+    }
+}
+
+impl Default for Value {
+    fn default() -> Self {
+        Value(Repr::Owned(Vec::new()))
+    }
+}
+
+impl std::ops::Deref for Value {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for Value {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for Value {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&bytes::Bytes::copy_from_slice(self.as_slice()), f)
+    }
+}
+
+impl From<bytes::Bytes> for Value {
+    fn from(b: bytes::Bytes) -> Self {
+        Value(Repr::Shared(b))
+    }
+}
+
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Self {
+        Value(Repr::Owned(v))
+    }
+}
+
+impl From<Value> for Vec<u8> {
+    fn from(v: Value) -> Self {
+        v.into_vec()
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Value {}
+
+impl std::hash::Hash for Value {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
+impl PartialOrd for Value {
+    fn partial_cmp(&self, other: &Value) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Value {
+    fn cmp(&self, other: &Value) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl PartialEq<[u8]> for Value {
+    fn eq(&self, other: &[u8]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+impl PartialEq<&[u8]> for Value {
+    fn eq(&self, other: &&[u8]) -> bool {
+        self.as_slice() == *other
+    }
+}
+
+impl PartialEq<Vec<u8>> for Value {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        self.as_slice() == other.as_slice()
     }
 }

@@ -705,6 +705,19 @@ impl Harness {
                         describe_opt(want)
                     ));
                 }
+                // The same through the handle that does not copy.
+                let value = self
+                    .db()?
+                    .get_value(k)
+                    .map_err(|e| format!("get_value {}: {e}", describe(k)))?;
+                if value.as_deref() != want.map(Vec::as_slice) {
+                    return Err(format!(
+                        "get_value {}: got {}, expected {}",
+                        describe(k),
+                        describe_opt(value.map(|v| v.into_vec()).as_ref()),
+                        describe_opt(want)
+                    ));
+                }
             }
             Op::Range { start, end } => {
                 let invalid = inverted(start, end);
@@ -966,6 +979,16 @@ impl Harness {
                 };
                 self.totals.snapshot_reads += 1;
                 let got = snap.get(key).map_err(|e| format!("snapshot get: {e}"))?;
+                let value = snap
+                    .get_value(key)
+                    .map_err(|e| format!("snapshot get_value: {e}"))?;
+                if value.as_deref() != got.as_deref() {
+                    return Err(format!(
+                        "snapshot {} get_value {} differs from its get",
+                        snap.sequence(),
+                        describe(key)
+                    ));
+                }
                 if got.as_ref() != then.get(key) {
                     return Err(format!(
                         "snapshot {} get {}: got {}, expected {}",

@@ -71,8 +71,13 @@ impl Engine for HybridEngine {
         self.db.put(key, value).map_err(|e| self.err(e))
     }
 
+    /// `get_value`: the value is a view of the cached record, not a copy (issue 17).
     fn read(&self, key: &[u8]) -> Result<Option<usize>> {
-        Ok(self.db.get(key).map_err(|e| self.err(e))?.map(|v| v.len()))
+        Ok(self
+            .db
+            .get_value(key)
+            .map_err(|e| self.err(e))?
+            .map(|v| v.len()))
     }
 
     fn scan(&self, start: &[u8], len: usize) -> Result<ScanCount> {

@@ -14,8 +14,9 @@ use quick_cache::Weighter;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A verified node's bytes.
-pub(crate) type BlockBytes = Arc<[u8]>;
+/// A verified node's or record's bytes (a reference-counted handle: readers keep views of
+/// it, e.g. a value inside a record, without copying).
+pub(crate) type BlockBytes = bytes::Bytes;
 
 #[derive(Clone, Copy)]
 struct ByteWeighter;
@@ -152,11 +153,11 @@ mod tests {
     fn stays_within_budget() {
         let c = BlockCache::new(64 << 10);
         for i in 0..100u64 {
-            c.insert(1, i * 8192, Arc::from(vec![0u8; 8192]));
+            c.insert(1, i * 8192, bytes::Bytes::from(vec![0u8; 8192]));
         }
         assert!(c.used_bytes() <= 64 << 10, "{}", c.used_bytes());
         let off = BlockCache::new(0);
-        off.insert(1, 0, Arc::from(vec![0u8; 8192]));
+        off.insert(1, 0, bytes::Bytes::from(vec![0u8; 8192]));
         assert!(off.get(1, 0).is_none());
         assert_eq!(off.hits_and_misses(), (0, 1));
     }
@@ -165,7 +166,7 @@ mod tests {
     fn counts_hits_and_misses() {
         let c = BlockCache::new(64 << 10);
         assert!(c.get(1, 0).is_none());
-        c.insert(1, 0, Arc::from(vec![0u8; 8192]));
+        c.insert(1, 0, bytes::Bytes::from(vec![0u8; 8192]));
         assert!(c.get(1, 0).is_some());
         assert!(c.get(1, 0).is_some());
         assert_eq!(c.hits_and_misses(), (2, 1));

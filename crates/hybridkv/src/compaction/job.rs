@@ -374,7 +374,7 @@ impl MergeJob<'_> {
     /// that leaves medium values in the log).
     fn read_transient(&self, key: &[u8], p: crate::log::ptr::LogPtr) -> Result<Vec<u8>> {
         match self.segments.get(&p.segment) {
-            Some(seg) => seg.read_through_cache(p, key),
+            Some(seg) => seg.read_through_cache(p, key).map(Vec::from),
             None => Err(Error::corruption(
                 crate::log::large::SegmentKind::Transient.file_name(p.segment),
                 p.offset,

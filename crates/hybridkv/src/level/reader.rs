@@ -284,7 +284,7 @@ impl LevelFile {
             return Ok(n);
         }
         let node = self.read_node(offset, height)?;
-        self.cache.insert(self.id, offset, Arc::clone(&node));
+        self.cache.insert(self.id, offset, node.clone());
         Ok(node)
     }
 
@@ -299,7 +299,8 @@ impl LevelFile {
         let mut buf = vec![0u8; size];
         self.file.read_exact_at(offset, &mut buf)?;
         NodeView::verify(&buf, kind).map_err(|what| self.corrupt(offset, what))?;
-        Ok(Arc::from(buf))
+        // The read buffer becomes the cached node as it is, without a copy.
+        Ok(BlockBytes::from(buf))
     }
 
     /// Newest entry for `key` in this level, if any.

@@ -14,6 +14,7 @@ use crate::filename::FileKind;
 use crate::format::{crc32c, crc32c_append, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, WritableFile};
 use crate::options::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
+use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -281,15 +282,17 @@ impl SegmentFile {
     /// when it holds it (checked when it was read, so only its key is compared), else
     /// from the file, and is then cached. Segment ids are file ids, never reused, so a
     /// record of a deleted segment can never answer for another file.
-    pub(crate) fn read_through_cache(&self, ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
+    pub(crate) fn read_through_cache(&self, ptr: LogPtr, key: &[u8]) -> Result<Bytes> {
         if let Some(rec) = self.cached(ptr) {
-            return value_of(&rec, ptr, key, &self.path, false);
+            return value_in(&rec, ptr, key, &self.path, false);
         }
         check_ptr_len(ptr, &self.path)?;
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf)?;
-        let value = decode_checked(&buf, ptr, key, &self.path)?;
-        self.keep(ptr, &buf);
+        // The record read is the one cached and the one the value is a view of: no copy.
+        let rec = Bytes::from(buf);
+        let value = value_in(&rec, ptr, key, &self.path, true)?;
+        self.keep(ptr, rec);
         Ok(value)
     }
 
@@ -301,14 +304,16 @@ impl SegmentFile {
             .filter(|rec| rec.len() == ptr.len as usize)
     }
 
-    /// Caches a record that passed its checks (not one over [`CACHE_RECORD_MAX`]).
-    fn keep(&self, ptr: LogPtr, rec: &[u8]) {
+    /// Caches a record that passed its checks (not one over [`CACHE_RECORD_MAX`]). `rec`
+    /// must be exactly the record's bytes, not a view into a larger buffer: the cache
+    /// weighs an entry by its length.
+    fn keep(&self, ptr: LogPtr, rec: Bytes) {
         if let Some(cache) = self
             .cache
             .as_ref()
             .filter(|_| rec.len() <= CACHE_RECORD_MAX)
         {
-            cache.insert(self.id, ptr.offset, Arc::from(rec));
+            cache.insert(self.id, ptr.offset, rec);
         }
     }
 
@@ -342,8 +347,8 @@ impl SegmentFile {
     /// by record, so each error is that record's own. One result per item, in order.
     pub(crate) fn read_many_through_cache(
         items: &[(&SegmentFile, LogPtr, &[u8])],
-    ) -> Vec<Result<Vec<u8>>> {
-        let mut out: Vec<Option<Result<Vec<u8>>>> = Vec::with_capacity(items.len());
+    ) -> Vec<Result<Bytes>> {
+        let mut out: Vec<Option<Result<Bytes>>> = Vec::with_capacity(items.len());
         let mut to_read: Vec<usize> = Vec::new();
         for (i, &(seg, ptr, key)) in items.iter().enumerate() {
             if let Err(e) = check_ptr_len(ptr, &seg.path) {
@@ -351,7 +356,7 @@ impl SegmentFile {
                 continue;
             }
             match seg.cached(ptr) {
-                Some(rec) => out.push(Some(value_of(&rec, ptr, key, &seg.path, false))),
+                Some(rec) => out.push(Some(value_in(&rec, ptr, key, &seg.path, false))),
                 None => {
                     out.push(None);
                     to_read.push(i);
@@ -387,7 +392,10 @@ impl SegmentFile {
                     let at = usize::try_from(ptr.offset - span.start).unwrap_or(usize::MAX);
                     match buf.get(at..at.saturating_add(ptr.len as usize)) {
                         Some(rec) => {
-                            decode_checked(rec, ptr, key, &seg.path).inspect(|_| seg.keep(ptr, rec))
+                            // A copy of its own, so the cache never holds the whole span.
+                            let rec = Bytes::copy_from_slice(rec);
+                            value_in(&rec, ptr, key, &seg.path, true)
+                                .inspect(|_| seg.keep(ptr, rec.clone()))
                         }
                         None => seg.read_through_cache(ptr, key),
                     }
@@ -478,12 +486,18 @@ pub(crate) fn check_ptr_len(ptr: LogPtr, path: &Path) -> Result<()> {
 /// Decodes the record `ptr` points at from exactly its bytes, checking its CRC and that it
 /// holds `key`.
 pub(crate) fn decode_checked(buf: &[u8], ptr: LogPtr, key: &[u8], path: &Path) -> Result<Vec<u8>> {
-    value_of(buf, ptr, key, path, true)
+    checked_value(buf, ptr, key, path, true).map(<[u8]>::to_vec)
 }
 
 /// The value of the record `ptr` points at, from exactly its bytes, once the record is
 /// known to hold `key` (and to pass its CRC, when `verify`).
-fn value_of(buf: &[u8], ptr: LogPtr, key: &[u8], path: &Path, verify: bool) -> Result<Vec<u8>> {
+fn checked_value<'a>(
+    buf: &'a [u8],
+    ptr: LogPtr,
+    key: &[u8],
+    path: &Path,
+    verify: bool,
+) -> Result<&'a [u8]> {
     let (rec, _) =
         parse_record(buf, true, verify).map_err(|w| Error::corruption(path, ptr.offset, w))?;
     if rec.key != key {
@@ -493,7 +507,14 @@ fn value_of(buf: &[u8], ptr: LogPtr, key: &[u8], path: &Path, verify: bool) -> R
             "log record holds another key",
         ));
     }
-    Ok(rec.value.to_vec())
+    Ok(rec.value)
+}
+
+/// [`checked_value`] as a view of `rec` (no copy).
+fn value_in(rec: &Bytes, ptr: LogPtr, key: &[u8], path: &Path, verify: bool) -> Result<Bytes> {
+    let value = checked_value(rec, ptr, key, path, verify)?;
+    // `value` lies inside `rec` (the parser returns sub-slices of its input).
+    Ok(rec.slice_ref(value))
 }
 
 /// Reads every record of segment file `path` (for GC and checks). A damaged record ends

@@ -267,7 +267,8 @@ impl<const BACK: bool> Walk<BACK> {
                 key,
                 other,
                 self.file_of(source).map(Arc::as_ref),
-            ),
+            )
+            .map(|v| v.map(Vec::from)),
         }
     }
 
@@ -359,7 +360,7 @@ impl<const BACK: bool> Walk<BACK> {
                 values
                     .next()
                     .unwrap_or_else(|| Err(Error::InvalidArgument("batch lost a value".into())))
-                    .map(Some)
+                    .map(|v| Some(Vec::from(v)))
             } else {
                 self.resolve_value(view, source, &key, value)
             };
@@ -782,6 +783,7 @@ impl LazyPair {
             self.value.clone(),
             self.file.as_deref(),
         )?
+        .map(Vec::from)
         .ok_or_else(|| Error::Internal("a lazy pair without a value (a tombstone)".into()))
     }
 }

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::level::{LevelFile, LevelValue};
 use crate::log::large::SegmentKind;
 use crate::range_delete::RangeTombstones;
+use crate::value::Value;
 use std::sync::Arc;
 
 pub(crate) use crate::log::large::SegmentSet;
@@ -135,13 +136,13 @@ pub(crate) fn resolve_with(
     key: &[u8],
     value: LevelValue,
     file: Option<&LevelFile>,
-) -> Result<Option<Vec<u8>>> {
+) -> Result<Option<Value>> {
     match value {
-        LevelValue::Inline(b) => Ok(Some(b)),
+        LevelValue::Inline(b) => Ok(Some(Value::from(b))),
         LevelValue::Tombstone => Ok(None),
         LevelValue::Overflow { .. } => match file {
             Some(f) => match f.load_overflow(value)? {
-                LevelValue::Inline(b) => Ok(Some(b)),
+                LevelValue::Inline(b) => Ok(Some(Value::from(b))),
                 _ => Ok(None),
             },
             None => Err(Error::InvalidArgument(
@@ -152,7 +153,7 @@ pub(crate) fn resolve_with(
             "deltas resolved as a value (they must be folded first)".into(),
         )),
         LevelValue::Large(p) | LevelValue::Medium(p) => match segments.get(&p.segment) {
-            Some(seg) => seg.read_through_cache(p, key).map(Some),
+            Some(seg) => seg.read_through_cache(p, key).map(|b| Some(Value::from(b))),
             None => Err(Error::corruption(
                 match value {
                     LevelValue::Medium(_) => SegmentKind::Transient,
@@ -173,7 +174,7 @@ pub(crate) fn value_of(
     operator: Option<&Arc<dyn MergeOperator>>,
     key: &[u8],
     found: Lookup,
-) -> Result<Option<Vec<u8>>> {
+) -> Result<Option<Value>> {
     let base = match found.base {
         Some((v, file)) => resolve_with(segments, key, v, file.as_deref())?,
         None => None,
@@ -183,7 +184,7 @@ pub(crate) fn value_of(
     }
     let op = crate::delta::require(operator)?;
     let list = found.deltas.into_list(key)?;
-    crate::delta::fold_full(op, key, base.as_deref(), &list).map(Some)
+    crate::delta::fold_full(op, key, base.as_deref(), &list).map(|v| Some(Value::from(v)))
 }
 
 /// Deltas of one key in the memtables that make a get's value worth writing back.
@@ -198,7 +199,7 @@ pub(crate) fn get(
     operator: Option<&Arc<dyn MergeOperator>>,
     snapshot: u64,
     key: &[u8],
-) -> Result<(Option<Vec<u8>>, bool)> {
+) -> Result<(Option<Value>, bool)> {
     let found = lookup(sv, snapshot, key)?;
     let worth =
         !found.deltas.is_empty() && (found.from_files > 0 || found.deltas.len() >= FOLD_BACK_CHAIN);
