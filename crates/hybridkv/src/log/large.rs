@@ -366,7 +366,7 @@ impl SegmentFile {
         let spans = spans_of(items, to_read);
         let mut bufs: Vec<Vec<u8>> = spans
             .iter()
-            .map(|s| vec![0u8; usize::try_from(s.end - s.start).unwrap_or(0)])
+            .map(|s| span_buffer(usize::try_from(s.end - s.start).unwrap_or(0)))
             .collect();
         let results = match spans.first() {
             Some(first) => {
@@ -409,10 +409,48 @@ impl SegmentFile {
                 }
             }
         }
+        give_back_span_buffers(bufs);
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::InvalidArgument("unread batch item".into()))))
             .collect()
     }
+}
+
+/// Bytes of span buffers each thread keeps for its next batch.
+const SPARE_SPAN_BYTES: usize = 8 << 20;
+
+thread_local! {
+    /// Each thread's span buffers from its last batches: a scan reads a batch every few
+    /// dozen pairs, and allocating its spans (up to 512 KiB each) anew each time cost page
+    /// faults and page clearing as the allocator gave the memory back and took it again.
+    static SPARE_SPANS: std::cell::RefCell<Vec<Vec<u8>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A zeroed buffer of `len` bytes, reusing one of this thread's spare span buffers.
+fn span_buffer(len: usize) -> Vec<u8> {
+    let mut buf = SPARE_SPANS
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    buf.clear();
+    buf.resize(len, 0);
+    buf
+}
+
+/// Keeps `bufs` for this thread's next batch, up to [`SPARE_SPAN_BYTES`].
+fn give_back_span_buffers(bufs: Vec<Vec<u8>>) {
+    let _ = SPARE_SPANS.try_with(|s| {
+        let mut spare = s.borrow_mut();
+        let mut kept: usize = spare.iter().map(Vec::capacity).sum();
+        for buf in bufs {
+            if kept + buf.capacity() <= SPARE_SPAN_BYTES {
+                kept += buf.capacity();
+                spare.push(buf);
+            }
+        }
+    });
 }
 
 /// Records larger than this are not kept in the block cache: one long scan of large values
