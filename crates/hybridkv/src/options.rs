@@ -38,8 +38,8 @@ pub struct Options {
     pub index_node_size: usize,
     /// Byte budget of the node cache. Default 256 MiB. `0` disables caching.
     pub cache_bytes: usize,
-    /// Read level files and log segments, and write flush/compaction output, with
-    /// `O_DIRECT`, bypassing the page cache so that device traffic can be measured (log
+    /// Read level files and log segments (unless `mmap_reads`), and write
+    /// flush/compaction output, with `O_DIRECT`, bypassing the page cache so that device traffic can be measured (log
     /// appends stay buffered and are made durable by fsync). Default `false` (some file
     /// systems, e.g. tmpfs, reject `O_DIRECT`; `open` then fails with `Error::Io`).
     pub direct_io: bool,

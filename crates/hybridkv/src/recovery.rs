@@ -245,6 +245,12 @@ impl Engine {
                 SegmentTail::Valid { end, records } => {
                     // `truncate` makes the kept bytes durable too.
                     io.fs().truncate(&path, end)?;
+                    // Opened again: the handle opened above knows the old length, and a
+                    // file read through a memory map must never be cut shorter under an
+                    // open handle (`FileSystem::open_mapped`).
+                    let reopened = SegmentFile::open(&io, dir, SegmentKind::Large, id)?
+                        .with_cache(Arc::clone(&cache));
+                    segments.insert(id, Arc::new(reopened));
                     large_tail = Some(LargeTail {
                         id,
                         records,

@@ -85,8 +85,8 @@ impl Snapshot {
     }
 }
 
-/// A user's get at a captured view: checked, counted.
-/// [`get_at`], and whether the value folded deltas read from level files.
+/// A user's get at a captured view (checked, counted), and whether the value folded
+/// deltas read from level files.
 pub(crate) fn get_noting_folds(
     engine: &Engine,
     sv: &SuperVersion,

@@ -122,9 +122,9 @@ mod tests {
 
 /// A value read from the database ([`Db::get_value`](crate::Db::get_value),
 /// [`Snapshot::get_value`](crate::Snapshot::get_value)): a value read from the large or
-/// the transient log is a reference-counted view of the record the block cache holds, so
-/// handing it out copies nothing (it keeps that record's bytes alive, even if the cache
-/// evicts it meanwhile); a value stored in place (small, or medium at the merge level) is
+/// the transient log is a reference-counted view of the record as it was read (and is
+/// cached, for records up to 64 KiB), so handing it out copies nothing (it keeps that
+/// record's bytes alive, even if the cache evicts it meanwhile); a value stored in place (small, or medium at the merge level) is
 /// the copy made out of its leaf. Dereferences to `&[u8]`; [`Value::into_vec`] gives a
 /// `Vec`.
 #[derive(Clone)]

@@ -1,4 +1,5 @@
-//! The operating system's file system, with optional `O_DIRECT`.
+//! The operating system's file system, with optional `O_DIRECT` or memory-mapped reads,
+//! and batched reads through `io_uring`.
 
 use super::{BatchRead, DirLock, FileSystem, RawReadTarget, ReadableFile, WritableFile, IO_ALIGN};
 use crate::error::{Error, Result};
@@ -407,9 +408,12 @@ impl ReadableFile for MappedReader {
         if Self::copy_out(self.map.read().as_ref(), offset, buf) {
             return Ok(());
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .ok_or_else(|| Error::InvalidArgument(format!("read at {offset} overflows")))?;
+        let end = offset.checked_add(buf.len() as u64).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "read at {offset} of {} overflows",
+                self.path.display()
+            ))
+        })?;
         let now = self
             .file
             .metadata()
@@ -432,6 +436,16 @@ impl ReadableFile for MappedReader {
             // ahead instead (below, and `will_need` for batches).
             let _ = fresh.advise(memmap2::Advice::Random);
             *map = Some(fresh);
+            drop(map);
+            // The hint before found no mapping (or a short one): give it now.
+            if buf.len() > IO_ALIGN {
+                self.will_need(offset, buf.len());
+            }
+            return if Self::copy_out(self.map.read().as_ref(), offset, buf) {
+                Ok(())
+            } else {
+                super::read_from(&[], 0, buf, &self.path)
+            };
         }
         if Self::copy_out(map.as_ref(), offset, buf) {
             Ok(())
