@@ -118,21 +118,49 @@ pub(crate) struct MergeOutcome {
     pub dropped_by_range: u64,
     /// Bytes of large-log records that became garbage, by segment.
     pub garbage: BTreeMap<u64, u64>,
+    /// Dropped operand lists that are overflow blobs, with their sources: read once the
+    /// merge step that dropped them is over, for the large value they may be closed over.
+    dropped_lists: Vec<(usize, LevelValue)>,
 }
 
 impl MergeOutcome {
     fn drop_value(&mut self, v: &LevelValue) {
+        self.drop_value_of(usize::MAX, v);
+    }
+
+    /// [`MergeOutcome::drop_value`] of a version read from source `source` (an operand
+    /// list that is an overflow blob is read from it later, see `count_dropped_lists`).
+    fn drop_value_of(&mut self, source: usize, v: &LevelValue) {
         let ptr = match v {
             LevelValue::Large(p) => Some(*p),
-            // Deltas closed over a large value hold it live: dropped, it is garbage (an
-            // operand list that is an overflow blob is not read for this: its base's
-            // bytes are found dead by GC's own check, only later).
+            // Deltas closed over a large value hold it live: dropped, it is garbage.
             LevelValue::Deltas(list) => crate::log::ptr::LogPtr::closed_base_of(list),
+            LevelValue::DeltasOverflow { .. } => {
+                self.dropped_lists.push((source, v.clone()));
+                None
+            }
             _ => None,
         };
         if let Some(p) = ptr {
             *self.garbage.entry(p.segment).or_default() += u64::from(p.len);
         }
+    }
+
+    /// Reads the dropped operand lists that are overflow blobs and counts the large values
+    /// they were closed over as garbage (without it, GC would never learn that the
+    /// segment holding such a value lost it, and might never collect it).
+    fn count_dropped_lists(
+        &mut self,
+        load: impl Fn(usize, LevelValue) -> Result<LevelValue>,
+    ) -> Result<()> {
+        for (source, v) in std::mem::take(&mut self.dropped_lists) {
+            if let LevelValue::Deltas(list) = load(source, v)? {
+                if let Some(p) = crate::log::ptr::LogPtr::closed_base_of(&list) {
+                    *self.garbage.entry(p.segment).or_default() += u64::from(p.len);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -191,7 +219,7 @@ impl MergeJob<'_> {
                 let Some(winner) = winner else {
                     out.entries_in += 1;
                     out.dropped_by_range += 1;
-                    out.drop_value(&older.value);
+                    out.drop_value_of(older.source, &older.value);
                     return Ok(());
                 };
                 if older.lsn >= winner.lsn {
@@ -207,8 +235,15 @@ impl MergeJob<'_> {
                 }
                 out.entries_in += 1;
                 out.dropped_shadowed += 1;
-                out.drop_value(&older.value);
+                out.drop_value_of(older.source, &older.value);
                 Ok(())
+            })?;
+            out.count_dropped_lists(|source, v| match merge.source(source) {
+                Some(s) => s.load_overflow(v),
+                None => Err(Error::Internal(format!(
+                    "compaction into {}: a dropped list of source {source}, which does not exist",
+                    path.display()
+                ))),
             })?;
             let Some(mut entry) = next else {
                 break;
@@ -314,8 +349,9 @@ impl MergeJob<'_> {
         let stacked = entry.take_stack(load)?;
         for dead in &stacked.shadowed {
             out.dropped_shadowed += 1;
-            out.drop_value(&dead.value);
+            out.drop_value_of(dead.source, &dead.value);
         }
+        out.count_dropped_lists(load)?;
         let (list, key) = (stacked.list, entry.key.as_slice());
         let closed = crate::delta::is_closed(&list);
         let base_bytes = match stacked.base {
