@@ -933,44 +933,44 @@ mod tests {
                 src(&[("d", 1, Some("d1")), ("z", 4, Some("z4"))]),
             ]
         };
+        /// Every (key, LSN) the merge yields and every version it drops (range-deleted,
+        /// key, LSN), and the merge's counts.
+        #[allow(clippy::type_complexity)]
+        fn drain<const BACK: bool>(
+            mut m: Merge<VecSource, BACK>,
+        ) -> (Vec<(Vec<u8>, u64)>, Vec<(bool, Vec<u8>, u64)>, MergeCounts) {
+            let (mut got, mut dropped) = (Vec::new(), Vec::new());
+            while let Some(e) = m
+                .next_observed(|w, old| {
+                    dropped.push((w.is_none(), old.key.clone(), old.lsn));
+                    Ok(())
+                })
+                .unwrap()
+            {
+                got.push((e.key, e.lsn));
+            }
+            (got, dropped, m.counts())
+        }
         for back in [false, true] {
-            let mut dropped = Vec::new();
-            let mut got = Vec::new();
-            if back {
+            let (got, mut dropped, counts) = if back {
                 let rev = sources()
                     .into_iter()
                     .map(|s| VecSource(keys_reversed(&s.0.collect::<Vec<_>>()).into_iter()))
                     .collect();
-                let mut m = Merge::<_, true>::directed(rev, Tombstones::Keep)
+                let m = Merge::<_, true>::directed(rev, Tombstones::Keep)
                     .unwrap()
                     .with_range_tombstones(ranges.clone());
-                while let Some(e) = m
-                    .next_observed(|w, old| {
-                        dropped.push((w.is_none(), old.key.clone(), old.lsn));
-                        Ok(())
-                    })
-                    .unwrap()
-                {
-                    got.push((e.key, e.lsn));
-                }
+                let (mut got, dropped, counts) = drain(m);
                 got.reverse();
-                assert_eq!(m.counts().range_deleted, 4);
+                (got, dropped, counts)
             } else {
-                let mut m = Merge::new(sources(), Tombstones::Keep)
+                let m = Merge::new(sources(), Tombstones::Keep)
                     .unwrap()
                     .with_range_tombstones(ranges.clone());
-                while let Some(e) = m
-                    .next_observed(|w, old| {
-                        dropped.push((w.is_none(), old.key.clone(), old.lsn));
-                        Ok(())
-                    })
-                    .unwrap()
-                {
-                    got.push((e.key, e.lsn));
-                }
-                assert_eq!(m.counts().range_deleted, 4);
-                assert_eq!(m.counts().shadowed, 0);
-            }
+                drain(m)
+            };
+            assert_eq!(counts.range_deleted, 4);
+            assert_eq!(counts.shadowed, 0);
             let keys: Vec<(&[u8], u64)> = got.iter().map(|(k, l)| (k.as_slice(), *l)).collect();
             assert_eq!(
                 keys,

@@ -137,22 +137,10 @@ pub(crate) fn range_at<K: AsRef<[u8]>, R: RangeBounds<K>>(
 /// The bounds of the keys starting with `prefix`.
 pub(crate) fn prefix_bounds(prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     let start = Bound::Included(prefix.to_vec());
-    match prefix_successor(prefix) {
+    match crate::range_delete::prefix_end(prefix) {
         Some(end) => (start, Bound::Excluded(end)),
         None => (start, Bound::Unbounded),
     }
-}
-
-/// The smallest key greater than every key starting with `prefix` (`None` if unbounded).
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut p = prefix.to_vec();
-    while let Some(last) = p.pop() {
-        if last < u8::MAX {
-            p.push(last + 1);
-            return Some(p);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -124,13 +124,10 @@ pub(crate) struct MergeOutcome {
 }
 
 impl MergeOutcome {
-    fn drop_value(&mut self, v: &LevelValue) {
-        self.drop_value_of(usize::MAX, v);
-    }
-
-    /// [`MergeOutcome::drop_value`] of a version read from source `source` (an operand
-    /// list that is an overflow blob is read from it later, see `count_dropped_lists`).
-    fn drop_value_of(&mut self, source: usize, v: &LevelValue) {
+    /// Counts what dropping a version read from source `source` makes garbage (an operand
+    /// list that is an overflow blob is read from that source later, see
+    /// `count_dropped_lists`).
+    fn drop_value(&mut self, source: usize, v: &LevelValue) {
         let ptr = match v {
             LevelValue::Large(p) => Some(*p),
             // Deltas closed over a large value hold it live: dropped, it is garbage.
@@ -219,7 +216,7 @@ impl MergeJob<'_> {
                 let Some(winner) = winner else {
                     out.entries_in += 1;
                     out.dropped_by_range += 1;
-                    out.drop_value_of(older.source, &older.value);
+                    out.drop_value(older.source, &older.value);
                     return Ok(());
                 };
                 if older.lsn >= winner.lsn {
@@ -235,7 +232,7 @@ impl MergeJob<'_> {
                 }
                 out.entries_in += 1;
                 out.dropped_shadowed += 1;
-                out.drop_value_of(older.source, &older.value);
+                out.drop_value(older.source, &older.value);
                 Ok(())
             })?;
             out.count_dropped_lists(|source, v| match merge.source(source) {
@@ -308,12 +305,19 @@ impl MergeJob<'_> {
         out.entries_in += dropped;
         out.dropped_tombstones += dropped;
         drop(merge);
-        for s in sources.iter_mut() {
+        for (i, s) in sources.iter_mut().enumerate() {
             for v in s.take_dropped() {
                 out.dropped_shadowed += 1;
-                out.drop_value(&v);
+                out.drop_value(i, &v);
             }
         }
+        out.count_dropped_lists(|i, v| match sources.get(i) {
+            Some(s) => s.load_overflow(v),
+            None => Err(Error::Internal(format!(
+                "compaction into {}: a dropped list of source {i}, which does not exist",
+                path.display()
+            ))),
+        })?;
         if builder.entries() == 0 {
             drop(builder);
             self.io.fs().remove(&path)?;
@@ -349,7 +353,7 @@ impl MergeJob<'_> {
         let stacked = entry.take_stack(load)?;
         for dead in &stacked.shadowed {
             out.dropped_shadowed += 1;
-            out.drop_value_of(dead.source, &dead.value);
+            out.drop_value(dead.source, &dead.value);
         }
         out.count_dropped_lists(load)?;
         let (list, key) = (stacked.list, entry.key.as_slice());
@@ -374,7 +378,7 @@ impl MergeJob<'_> {
                     let list = crate::delta::fold_partial(op, key, list)?;
                     return crate::delta::close_over_ptr(key, &ptr, &list).map(LevelValue::Deltas);
                 }
-                out.drop_value(&value);
+                out.drop_value(b.source, &value);
                 match value {
                     LevelValue::Inline(v) => Some(v),
                     LevelValue::Tombstone => None,

@@ -391,12 +391,16 @@ impl SegmentFile {
                 let value = if res.is_ok() {
                     let at = usize::try_from(ptr.offset - span.start).unwrap_or(usize::MAX);
                     match buf.get(at..at.saturating_add(ptr.len as usize)) {
-                        Some(rec) => {
-                            // A copy of its own, so the cache never holds the whole span.
+                        // A record the cache keeps gets a copy of its own (the cache must
+                        // never hold the whole span); of a larger one only the value is
+                        // copied out.
+                        Some(rec) if rec.len() <= CACHE_RECORD_MAX => {
                             let rec = Bytes::copy_from_slice(rec);
                             value_in(&rec, ptr, key, &seg.path, true)
                                 .inspect(|_| seg.keep(ptr, rec.clone()))
                         }
+                        Some(rec) => checked_value(rec, ptr, key, &seg.path, true)
+                            .map(Bytes::copy_from_slice),
                         None => seg.read_through_cache(ptr, key),
                     }
                 } else {
