@@ -16,6 +16,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p hybridkv --features fuzzing --all-targets -- -D warnings
 cargo test --workspace
 # The examples are programs that check what they show: each must run to the end.
-for example in snapshot checkpoint read_only iterators merge delete_range; do
+for example in snapshot checkpoint read_only iterators merge delete_range keyspaces; do
   cargo run --quiet -p hybridkv --example "$example" >/dev/null
 done

@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod scaling;
 mod text;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,9 @@ enum Command {
     /// Load pairs into a fresh database, reopen it, read every pair back and verify it,
     /// printing throughput, peak memory and bytes written per component.
     Demo(demo::DemoArgs),
+    /// Write scaling with keyspaces: one thread into one keyspace, two threads into two
+    /// keyspaces, two threads into one keyspace, each into a fresh database, same run.
+    Keyspaces(scaling::ScalingArgs),
     /// Store a value. Every writing command opens the database with the options it was
     /// last opened with (its OPTIONS file).
     Put {
@@ -191,6 +195,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.command {
         Command::Bench(args) => bench::run(*args)?,
         Command::Demo(args) => demo::run(&args)?,
+        Command::Keyspaces(args) => scaling::run(&args)?,
         Command::Put {
             db,
             create,

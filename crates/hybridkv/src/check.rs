@@ -166,13 +166,16 @@ impl Engine {
         }
         let (segments, log_min, live) = {
             let vs = self.versions.lock();
-            let live = LiveFiles::from_state(&vs, self.versions.peek_next_file_id());
+            // Small-log files another keyspace still needs are live too.
+            let floor = self.writes.small_log_min();
+            let live = LiveFiles::from_state(&vs, self.versions.peek_next_file_id())
+                .with_small_log_floor(floor);
             let segs: Vec<(u64, bool)> = vs
                 .segments()
                 .iter()
                 .map(|(&id, m)| (id, m.kind == SegmentKind::Large))
                 .collect();
-            (segs, vs.log_min_id(), live)
+            (segs, vs.log_min_id().min(floor), live)
         };
         // Only the newest large segment (being appended to, or the one that was when a
         // crash happened: a full segment is synced before the next starts) may end in a

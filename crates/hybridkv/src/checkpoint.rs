@@ -15,6 +15,7 @@
 //! been handed to the operating system (what the copy reads); the manifest written is the
 //! captured state, whose small-log files replay exactly the writes the levels lack.
 
+use crate::catalog::Catalog;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::filename::FileKind;
@@ -73,60 +74,53 @@ enum Source {
     Copy(String, u64),
 }
 
-/// The state at the checkpoint's point, and what keeps its files on disk until the copy
-/// is done.
-struct Captured {
+/// One keyspace's state at the checkpoint's point.
+struct CapturedSpace {
+    engine: Arc<Engine>,
     manifest: ManifestState,
-    sequence: u64,
     files: Vec<Source>,
     /// Holds every run and segment the manifest names (an obsolete file goes when its
     /// last holder lets go).
     _sv: Arc<SuperVersion>,
+}
+
+/// The state of every keyspace at the checkpoint's point, and what keeps its files on
+/// disk until the copy is done.
+struct Captured {
+    /// The default keyspace first.
+    spaces: Vec<CapturedSpace>,
+    sequence: u64,
+    /// The small-log files to copy (into the checkpoint's own directory).
+    logs: Vec<Source>,
     /// Keeps small-log files from being deleted while they are copied.
-    _logs: SmallLogHold,
+    _hold: crate::write::SmallLogHold,
 }
 
-/// While alive, no small-log file of the engine is deleted (the flush that would delete
-/// one leaves it; the next flush, or the next open, deletes it).
-struct SmallLogHold {
-    engine: Arc<Engine>,
-}
-
-impl SmallLogHold {
-    fn new(engine: &Arc<Engine>, vs: &mut crate::version_set::VersionState) -> Self {
-        vs.small_log_holds += 1;
-        SmallLogHold {
-            engine: Arc::clone(engine),
-        }
-    }
-}
-
-impl Drop for SmallLogHold {
-    fn drop(&mut self) {
-        let mut vs = self.engine.versions.lock();
-        vs.small_log_holds = vs.small_log_holds.saturating_sub(1);
-    }
-}
-
-/// Makes a checkpoint of `engine` in `target` (which must not exist). On failure, every
-/// file this call made in `target` is removed (best effort), so that a checkpoint that
-/// reported an error leaves nothing that opens as a database.
-pub(crate) fn checkpoint(engine: &Arc<Engine>, target: &Path) -> Result<CheckpointReport> {
-    if engine.io.fs().kind(target)?.is_some() {
+/// Makes a checkpoint of the database whose default keyspace is `root`, with its other
+/// keyspaces `others` (as `catalog` names them), in `target` (which must not exist). On
+/// failure, every file this call made in `target` is removed (best effort), so that a
+/// checkpoint that reported an error leaves nothing that opens as a database.
+pub(crate) fn checkpoint(
+    root: &Arc<Engine>,
+    others: &[Arc<Engine>],
+    catalog: &Catalog,
+    target: &Path,
+) -> Result<CheckpointReport> {
+    if root.io.fs().kind(target)?.is_some() {
         return Err(Error::InvalidArgument(format!(
             "checkpoint directory {} already exists (a checkpoint goes into a new directory)",
             target.display()
         )));
     }
     let mut made: Vec<PathBuf> = Vec::new();
-    build(engine, target, &mut made).inspect_err(|e| {
+    build(root, others, catalog, target, &mut made).inspect_err(|e| {
         // The manifest first: without it nothing left opens as this checkpoint.
         for path in made.iter().rev() {
-            let _ = engine.io.fs().remove(path);
+            let _ = root.io.fs().remove(path);
         }
         log::warn!(
             "{}: checkpoint into {} failed: {e}",
-            engine.dir.display(),
+            root.dir.display(),
             target.display()
         );
     })
@@ -140,76 +134,139 @@ fn parent_of(path: &Path) -> &Path {
     }
 }
 
-/// Builds the checkpoint; `made` collects every file created in `target`, in order.
-fn build(engine: &Arc<Engine>, target: &Path, made: &mut Vec<PathBuf>) -> Result<CheckpointReport> {
-    let fs = engine.io.fs();
-    let captured = capture(engine)?;
-    // The directories this creates (the target and any missing parent), outermost first:
-    // each is made durable in its parent.
+/// Creates `dir` and any missing parent, each made durable in its parent.
+fn create_dirs(fs: &dyn crate::io::FileSystem, dir: &Path) -> Result<()> {
     let mut missing: Vec<&Path> = Vec::new();
-    let mut dir = Some(target);
-    while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
-        if fs.kind(d)?.is_some() {
+    let mut d = Some(dir);
+    while let Some(p) = d.filter(|p| !p.as_os_str().is_empty()) {
+        if fs.kind(p)?.is_some() {
             break;
         }
-        missing.push(d);
-        dir = d.parent();
+        missing.push(p);
+        d = p.parent();
     }
-    fs.create_dir_all(target)?;
-    for d in missing.iter().rev() {
-        fs.sync_dir(parent_of(d))?;
+    fs.create_dir_all(dir)?;
+    for p in missing.iter().rev() {
+        fs.sync_dir(parent_of(p))?;
     }
-    let mut report = CheckpointReport {
-        dir: target.to_path_buf(),
-        sequence: captured.sequence,
-        ..CheckpointReport::default()
-    };
-    // Small-log files are copied under temporary names and renamed only once everything
-    // else is in place: until then a crash leaves no log a later open could replay
-    // (temporary files are swept at open).
-    let mut renames: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for file in &captured.files {
+    Ok(())
+}
+
+/// Puts `files` of `from` into `to` (links or copies); small-log copies are written under
+/// temporary names, returned as renames to do last.
+fn place(
+    engine: &Engine,
+    files: &[Source],
+    from: &Path,
+    to: &Path,
+    made: &mut Vec<PathBuf>,
+    report: &mut CheckpointReport,
+) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let fs = engine.io.fs();
+    let mut renames = Vec::new();
+    for file in files {
         match file {
             Source::Link(name) => {
-                let to = target.join(name);
-                fs.hard_link(&engine.dir.join(name), &to)?;
-                made.push(to.clone());
+                let dst = to.join(name);
+                fs.hard_link(&from.join(name), &dst)?;
+                made.push(dst.clone());
                 // A sealed segment may never have been synced (a commit without `sync`):
                 // make the bytes under the new name durable (truncating to the current
                 // length changes nothing else).
-                let len = fs.file_len(&to)?;
-                fs.truncate(&to, len)?;
+                let len = fs.file_len(&dst)?;
+                fs.truncate(&dst, len)?;
                 report.files_linked += 1;
                 report.bytes_linked += len;
             }
             Source::Copy(name, len) => {
-                let to = target.join(name);
+                let dst = to.join(name);
                 let is_log = crate::filename::id_of(name, FileKind::SmallLog).is_some();
                 let written = if is_log {
-                    target.join(format!("{name}{}", crate::filename::TEMP_SUFFIX))
+                    to.join(format!("{name}{}", crate::filename::TEMP_SUFFIX))
                 } else {
-                    to.clone()
+                    dst.clone()
                 };
                 made.push(written.clone());
-                copy_prefix(engine, &engine.dir.join(name), &written, *len)?;
+                copy_prefix(engine, &from.join(name), &written, *len)?;
                 if is_log {
-                    renames.push((written, to));
+                    renames.push((written, dst));
                 }
                 report.files_copied += 1;
                 report.bytes_copied += len;
             }
         }
     }
+    Ok(renames)
+}
+
+/// Stores a keyspace's options in `dir` (the copy opens with them).
+fn store_options(
+    engine: &Engine,
+    dir: &Path,
+    made: &mut Vec<PathBuf>,
+    report: &mut CheckpointReport,
+) -> Result<()> {
     let options = crate::options_file::encode(&engine.opts);
-    made.push(target.join(crate::filename::OPTIONS));
+    made.push(dir.join(crate::filename::OPTIONS));
     engine.io.write_atomic(
-        target,
+        dir,
         crate::filename::OPTIONS,
         &options,
         IoComponent::Checkpoint,
     )?;
     report.files_copied += 1;
     report.bytes_copied += options.len() as u64;
+    Ok(())
+}
+
+/// Builds the checkpoint; `made` collects every file created in `target`, in order.
+fn build(
+    root: &Arc<Engine>,
+    others: &[Arc<Engine>],
+    catalog: &Catalog,
+    target: &Path,
+    made: &mut Vec<PathBuf>,
+) -> Result<CheckpointReport> {
+    let fs = root.io.fs();
+    let captured = capture(root, others)?;
+    create_dirs(fs, target)?;
+    let mut report = CheckpointReport {
+        dir: target.to_path_buf(),
+        sequence: captured.sequence,
+        ..CheckpointReport::default()
+    };
+    // Every other keyspace whole (its manifest included) before the default keyspace's
+    // manifest makes the directory a database.
+    for space in captured.spaces.iter().skip(1) {
+        let e = &space.engine;
+        let dir = crate::filename::keyspace_dir(target, e.keyspace);
+        create_dirs(fs, &dir)?;
+        place(e, &space.files, &e.dir, &dir, made, &mut report)?;
+        store_options(e, &dir, made, &mut report)?;
+        fs.sync_dir(&dir)?;
+        made.push(dir.join(crate::filename::MANIFEST));
+        space.manifest.store(&e.io, &dir)?;
+    }
+    let Some(main) = captured.spaces.first() else {
+        return Err(Error::Internal("a checkpoint captured no keyspace".into()));
+    };
+    // Small-log files are copied under temporary names and renamed only once everything
+    // else is in place: until then a crash leaves no log a later open could replay
+    // (temporary files are swept at open).
+    let mut renames = place(root, &main.files, &root.dir, target, made, &mut report)?;
+    renames.extend(place(
+        root,
+        &captured.logs,
+        root.writes.log_dir(),
+        target,
+        made,
+        &mut report,
+    )?);
+    store_options(root, target, made, &mut report)?;
+    if !catalog.by_name.is_empty() {
+        made.push(target.join(crate::filename::KEYSPACES));
+        catalog.store(&root.io, target)?;
+    }
     for (from, to) in renames {
         fs.rename(&from, &to)?;
         made.push(to);
@@ -218,77 +275,102 @@ fn build(engine: &Arc<Engine>, target: &Path, made: &mut Vec<PathBuf>) -> Result
     // database.
     fs.sync_dir(target)?;
     made.push(target.join(crate::filename::MANIFEST));
-    captured.manifest.store(&engine.io, target)?;
+    main.manifest.store(&root.io, target)?;
     log::info!(
-        "{}: checkpoint at sequence {} in {} ({} files linked, {} bytes copied)",
-        engine.dir.display(),
+        "{}: checkpoint at sequence {} in {} ({} keyspaces, {} files linked, {} bytes copied)",
+        root.dir.display(),
         report.sequence,
         target.display(),
+        captured.spaces.len(),
         report.files_linked,
         report.bytes_copied
     );
     Ok(report)
 }
 
-/// Captures the state between two commits: the `log` lock keeps commits out, and under
-/// it the versions lock gives the live state (lock order `log` -> `versions`).
-fn capture(engine: &Arc<Engine>) -> Result<Captured> {
-    let log = engine.writes.lock();
+/// Captures the state of every keyspace between two commits: the `log` lock keeps
+/// commits out, and under it each keyspace's versions lock gives its live state (lock
+/// order `log` -> `versions`).
+fn capture(root: &Arc<Engine>, others: &[Arc<Engine>]) -> Result<Captured> {
+    let log = root.writes.lock();
+    let engines: Vec<&Arc<Engine>> = std::iter::once(root).chain(others).collect();
     // A commit that failed may have left part of a group in the logs: nothing to copy.
-    engine.check_poison()?;
+    for e in &engines {
+        e.check_poison()?;
+    }
     let sequence = log.next_lsn.saturating_sub(1);
-    let active_large = log.large.as_ref().map(|w| (w.id(), w.len()));
-    let mut vs = engine.versions.lock();
-    let (sv, _) = engine.versions.snapshot();
-    let mut manifest = vs.as_manifest(engine.versions.peek_next_file_id());
-    // A transient segment whose run is not installed yet belongs to a flush still
-    // running: it is not part of this state (and may still be growing).
-    let runs: std::collections::HashSet<u64> =
-        manifest.levels.iter().map(|&(_, id, _)| id).collect();
-    manifest
-        .segments
-        .retain(|s| s.kind == SegmentKind::Large || runs.contains(&s.owner));
-    let mut files: Vec<Source> = manifest
-        .levels
-        .iter()
-        .map(|&(_, id, _)| Source::Link(FileKind::Level.name(id)))
-        .collect();
-    // The newest large segment is copied, never linked: the copy's recovery cuts that
-    // segment's tail (to where its records end), and the source may still append to it.
-    let newest_large = manifest
-        .segments
-        .iter()
-        .filter(|s| s.kind == SegmentKind::Large)
-        .map(|s| s.id)
-        .max();
-    for s in &manifest.segments {
-        let name = s.kind.file_name(s.id);
-        if Some(s.id) == newest_large {
-            let len = match active_large {
-                Some((id, len)) if id == s.id => len,
-                // Not appended to since the last open: its length is final.
-                _ => engine.io.fs().file_len(&engine.dir.join(&name))?,
-            };
-            files.push(Source::Copy(name, len));
-        } else {
-            files.push(Source::Link(name));
+    let mut spaces = Vec::with_capacity(engines.len());
+    for engine in engines {
+        let active_large = log
+            .space(engine.keyspace)?
+            .large
+            .as_ref()
+            .map(|w| (w.id(), w.len()));
+        let vs = engine.versions.lock();
+        let (sv, _) = engine.versions.snapshot();
+        let mut manifest = vs.as_manifest(engine.versions.peek_next_file_id());
+        drop(vs);
+        // A transient segment whose run is not installed yet belongs to a flush still
+        // running: it is not part of this state (and may still be growing).
+        let runs: std::collections::HashSet<u64> =
+            manifest.levels.iter().map(|&(_, id, _)| id).collect();
+        manifest
+            .segments
+            .retain(|s| s.kind == SegmentKind::Large || runs.contains(&s.owner));
+        let mut files: Vec<Source> = manifest
+            .levels
+            .iter()
+            .map(|&(_, id, _)| Source::Link(FileKind::Level.name(id)))
+            .collect();
+        // The newest large segment is copied, never linked: the copy's recovery cuts that
+        // segment's tail (to where its records end), and the source may still append to
+        // it.
+        let newest_large = manifest
+            .segments
+            .iter()
+            .filter(|s| s.kind == SegmentKind::Large)
+            .map(|s| s.id)
+            .max();
+        for s in &manifest.segments {
+            let name = s.kind.file_name(s.id);
+            if Some(s.id) == newest_large {
+                let len = match active_large {
+                    Some((id, len)) if id == s.id => len,
+                    // Not appended to since the last open: its length is final.
+                    _ => engine.io.fs().file_len(&engine.dir.join(&name))?,
+                };
+                files.push(Source::Copy(name, len));
+            } else {
+                files.push(Source::Link(name));
+            }
         }
+        spaces.push(CapturedSpace {
+            engine: Arc::clone(engine),
+            manifest,
+            files,
+            _sv: sv,
+        });
     }
     // Every commit so far was handed to the operating system, so each small-log file's
-    // length now ends at a whole record.
-    for (id, path) in crate::log::small::list(&engine.io, &engine.dir, vs.log_min_id())? {
-        let len = engine.io.fs().file_len(&path)?;
-        files.push(Source::Copy(FileKind::SmallLog.name(id), len));
+    // length now ends at a whole record. The copy replays from the oldest replay start of
+    // any keyspace.
+    let from = spaces
+        .iter()
+        .map(|s| s.manifest.log_min_id)
+        .min()
+        .unwrap_or(0);
+    let mut logs = Vec::new();
+    for (id, path) in crate::log::small::list(&root.io, root.writes.log_dir(), from)? {
+        let len = root.io.fs().file_len(&path)?;
+        logs.push(Source::Copy(FileKind::SmallLog.name(id), len));
     }
-    let logs = SmallLogHold::new(engine, &mut vs);
-    drop(vs);
+    let hold = root.writes.hold_small_logs();
     drop(log);
     Ok(Captured {
-        manifest,
+        spaces,
         sequence,
-        files,
-        _sv: sv,
-        _logs: logs,
+        logs,
+        _hold: hold,
     })
 }
 

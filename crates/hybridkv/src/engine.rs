@@ -41,12 +41,16 @@ pub(crate) struct BgState {
 }
 
 pub(crate) struct Engine {
+    /// Which keyspace this is (0: the default one, in the database's directory; others
+    /// in `ks/<id>/`).
+    pub keyspace: u32,
     pub dir: PathBuf,
     pub opts: Options,
     pub io: Io,
     pub cache: Arc<BlockCache>,
-    /// The small log, the active memtable and the commit path.
-    pub writes: WritePath,
+    /// The small log and the commit path, shared by every keyspace of the database (which
+    /// holds this keyspace's active memtable and large-log segment).
+    pub writes: Arc<WritePath>,
     /// What is live, the manifest, and what readers see.
     pub versions: VersionSet,
     pub bg: Mutex<BgState>,
@@ -143,11 +147,14 @@ impl Engine {
 
     /// Makes every committed write durable (see `WritePath::make_durable`).
     pub(crate) fn make_committed_durable(&self) -> Result<()> {
-        self.writes.make_durable(self)
+        self.writes.make_durable()
     }
 }
 
 impl WriteEnv for Engine {
+    fn keyspace(&self) -> u32 {
+        self.keyspace
+    }
     fn opts(&self) -> &Options {
         &self.opts
     }

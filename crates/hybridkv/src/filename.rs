@@ -1,7 +1,7 @@
 //! The names of the files in a database directory.
 //!
 //! Owns: how each kind of file is named (`NNNNNNNN.wal`, `.lvl`, `.vlog`, `.tlog`,
-//! `MANIFEST`, `OPTIONS`, `LOCK`, `*.tmp`), parsing a name back to its kind and id, and listing the
+//! `MANIFEST`, `OPTIONS`, `LOCK`, `KEYSPACES`, `ks/<id>/`, `*.tmp`), parsing a name back to its kind and id, and listing the
 //! numbered files of one kind in id order. Open, small-log deletion, `check` and `space`
 //! classify a directory through it; every module that names a file takes the name from
 //! it. Never: touches a file (callers list the directory through the I/O layer and pass
@@ -13,6 +13,11 @@ pub(crate) const MANIFEST: &str = "MANIFEST";
 pub(crate) const OPTIONS: &str = "OPTIONS";
 /// The directory lock's name.
 pub(crate) const LOCK: &str = "LOCK";
+/// The keyspace catalog's name (`FORMAT.md`, "Keyspace catalog"; only in the database's
+/// own directory).
+pub(crate) const KEYSPACES: &str = "KEYSPACES";
+/// The directory holding one subdirectory per keyspace other than the default one.
+pub(crate) const KEYSPACE_DIR: &str = "ks";
 /// Suffix of a file being written before its atomic rename (`Io::write_atomic`).
 pub(crate) const TEMP_SUFFIX: &str = ".tmp";
 
@@ -58,6 +63,8 @@ pub(crate) enum DbFile {
     Manifest,
     Options,
     Lock,
+    /// The keyspace catalog, or the directory of the keyspaces.
+    Keyspaces,
     /// A leftover of an atomic write that did not finish.
     Temp,
     Numbered(FileKind, u64),
@@ -74,6 +81,9 @@ pub(crate) fn parse(name: &str) -> Option<DbFile> {
     if name == OPTIONS {
         return Some(DbFile::Options);
     }
+    if name == KEYSPACES || name == KEYSPACE_DIR {
+        return Some(DbFile::Keyspaces);
+    }
     if name.ends_with(TEMP_SUFFIX) {
         return Some(DbFile::Temp);
     }
@@ -83,6 +93,11 @@ pub(crate) fn parse(name: &str) -> Option<DbFile> {
         return None;
     }
     Some(DbFile::Numbered(kind, stem.parse().ok()?))
+}
+
+/// The directory of keyspace `id` (other than the default one) under the database's.
+pub(crate) fn keyspace_dir(db: &std::path::Path, id: u32) -> std::path::PathBuf {
+    db.join(KEYSPACE_DIR).join(format!("{id:08}"))
 }
 
 /// The id of `name` if it is a file of `kind`.
@@ -122,6 +137,8 @@ mod tests {
         assert_eq!(parse("MANIFEST"), Some(DbFile::Manifest));
         assert_eq!(parse("LOCK"), Some(DbFile::Lock));
         assert_eq!(parse("OPTIONS"), Some(DbFile::Options));
+        assert_eq!(parse("KEYSPACES"), Some(DbFile::Keyspaces));
+        assert_eq!(parse("ks"), Some(DbFile::Keyspaces));
         assert_eq!(parse("MANIFEST.tmp"), Some(DbFile::Temp));
     }
 

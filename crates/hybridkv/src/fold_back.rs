@@ -24,7 +24,9 @@ impl Engine {
         // A close may have finished on another handle since the get began.
         if self.check_open().is_err()
             || self.check_poison().is_err()
-            || log.mem.size() >= self.opts.memtable_size
+            || log
+                .space(self.keyspace)
+                .map_or(true, |s| s.mem.size() >= self.opts.memtable_size)
         {
             return;
         }
@@ -43,8 +45,9 @@ impl Engine {
             ops: vec![BatchOp::Put(key, value)],
             payload: None,
             relocation: false,
+            keyspace: self.keyspace,
         };
-        match self.writes.commit(self, &mut log, &[record], false) {
+        match self.writes.commit(&mut log, &[record], false) {
             Ok(_) => Counters::add(&self.counters.reads_folded_back, 1),
             // The commit poisoned the engine: later writes report it.
             Err(e) => log::warn!("{}: fold-back of a read failed: {e}", self.dir.display()),

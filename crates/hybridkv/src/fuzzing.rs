@@ -95,6 +95,8 @@ pub enum Op {
     Merge(Vec<u8>, Vec<u8>),
     /// `op 5`: start, end (`None`: to the end of the key space) of a range deletion.
     DeleteRange(Vec<u8>, Option<Vec<u8>>),
+    /// `op 6`: the operations after it go to this keyspace (not counted as an operation).
+    Keyspace(u32),
 }
 
 impl Op {
@@ -105,6 +107,7 @@ impl Op {
             Op::PutLarge(k, p) => BatchOp::PutLarge(k, *p),
             Op::Merge(k, d) => BatchOp::Merge(k, d),
             Op::DeleteRange(s, e) => BatchOp::DeleteRange(s, e.as_deref()),
+            Op::Keyspace(id) => BatchOp::Keyspace(*id),
         }
     }
 }
@@ -117,6 +120,7 @@ impl From<BatchOp<'_>> for Op {
             BatchOp::PutLarge(k, p) => Op::PutLarge(k.to_vec(), p),
             BatchOp::Merge(k, d) => Op::Merge(k.to_vec(), d.to_vec()),
             BatchOp::DeleteRange(s, e) => Op::DeleteRange(s.to_vec(), e.map(<[u8]>::to_vec)),
+            BatchOp::Keyspace(id) => Op::Keyspace(id),
         }
     }
 }
@@ -561,6 +565,12 @@ pub const MANIFEST_VERSION: u32 = crate::manifest::MANIFEST_VERSION;
 /// Decodes an `OPTIONS` file (`docs/FORMAT.md`, "Options file").
 pub fn decode_options(data: &[u8]) -> Result<crate::Options> {
     crate::options_file::decode(data, Path::new("OPTIONS"))
+}
+
+/// Decodes a keyspace catalog (`KEYSPACES`) and encodes it again: `Ok` holds the
+/// re-encoded bytes of an accepted catalog.
+pub fn roundtrip_keyspace_catalog(data: &[u8]) -> Result<Vec<u8>> {
+    crate::catalog::Catalog::decode(data, Path::new("KEYSPACES")).map(|c| c.encode())
 }
 
 /// Encodes options as an `OPTIONS` file.

@@ -22,6 +22,7 @@
 
 mod background;
 mod cache;
+mod catalog;
 mod check;
 mod checkpoint;
 mod compaction;
@@ -36,7 +37,9 @@ mod format;
 pub mod fuzzing;
 mod gc;
 pub mod io;
+mod keyspace;
 mod level;
+mod lifecycle;
 mod log;
 mod manifest;
 mod memtable;
@@ -55,12 +58,14 @@ mod value;
 mod version_set;
 mod write;
 
+pub use catalog::{DEFAULT_KEYSPACE, MAX_KEYSPACE_NAME};
 pub use check::CheckReport;
 pub use checkpoint::CheckpointReport;
 pub use db::Db;
 pub use delta::{Append, CounterAdd, Max, MergeError, MergeOperator};
 pub use error::{Error, Result};
 pub use gc::GcReport;
+pub use keyspace::Keyspace;
 pub use options::{MediumMergeLevel, Options, WriteOptions, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 pub use placement::{Category, Placement};
 pub use read::iter::{DbIterator, KeyIterator, LazyIterator, LazyPair};

@@ -72,6 +72,12 @@ impl LiveFiles {
         }
     }
 
+    /// Small-log files from `floor` on are live too (another keyspace still needs them).
+    pub(crate) fn with_small_log_floor(mut self, floor: u64) -> LiveFiles {
+        self.log_min_id = self.log_min_id.min(floor);
+        self
+    }
+
     /// The segments the state names (not those it judges live by their id alone).
     pub(crate) fn named_segments(&self) -> impl Iterator<Item = u64> + '_ {
         self.segments.iter().copied()
@@ -85,7 +91,7 @@ impl LiveFiles {
             }
         }
         let live = match file {
-            DbFile::Manifest | DbFile::Options | DbFile::Lock => true,
+            DbFile::Manifest | DbFile::Options | DbFile::Lock | DbFile::Keyspaces => true,
             DbFile::Temp => false,
             DbFile::Numbered(FileKind::Level, id) => self.runs.contains(&id),
             DbFile::Numbered(FileKind::SmallLog, id) => id >= self.log_min_id,

@@ -119,7 +119,8 @@ impl Engine {
                 .map(|m| m.garbage)
                 .sum::<u64>();
             (
-                LiveFiles::from_state(&vs, self.versions.peek_next_file_id()),
+                LiveFiles::from_state(&vs, self.versions.peek_next_file_id())
+                    .with_small_log_floor(self.writes.small_log_min()),
                 garbage,
             )
         };

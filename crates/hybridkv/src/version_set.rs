@@ -64,9 +64,6 @@ pub(crate) struct VersionState {
     /// Ids of level files that running flushes and compactions are writing: live, though no
     /// version names them yet (`check` must not call them orphans).
     pending_outputs: std::collections::BTreeSet<u64>,
-    /// Checkpoints copying small-log files: while nonzero, no small-log file is deleted
-    /// (the next flush after, or the next open, deletes what became obsolete meanwhile).
-    pub small_log_holds: usize,
 }
 
 impl VersionState {
@@ -176,7 +173,6 @@ impl VersionSet {
                 flushing: false,
                 l1_dead_estimate: 0,
                 pending_outputs: Default::default(),
-                small_log_holds: 0,
             }),
             read: RwLock::new(ReadState {
                 sv: Arc::new(r.sv),

@@ -1,7 +1,10 @@
 //! Model-based test: random sequences of writes (merges with the `Append` operator among
 //! them), reads, flushes, compactions, GC passes and
 //! reopens, and read-only opens beside the writer, every read checked against a `BTreeMap`
-//! that holds what the database must hold.
+//! that holds what the database must hold. A second keyspace ("side", with other
+//! placement options) has its own model: writes to it alone, batches across both
+//! keyspaces, its own flushes, views of both at one point, and drops (then a new, empty
+//! "side"); every full check, reopen, read-only open and checkpoint covers it too.
 //!
 //! Two drivers share one harness: a proptest property (shrinks a failure to a minimal
 //! sequence; `PROPTEST_CASES` raises the case count) and a deterministic long run driven by
@@ -9,7 +12,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use hybridkv::{Append, Db, Error, MediumMergeLevel, Options, Placement, WriteBatch, WriteOptions};
+use hybridkv::{
+    Append, Db, Error, Keyspace, MediumMergeLevel, Options, Placement, WriteBatch, WriteOptions,
+};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -202,7 +207,30 @@ enum Op {
     /// there; it is opened and checked again after each later reopen of the source (which
     /// went on writing, merging and collecting meanwhile).
     Checkpoint,
+    /// A write to the "side" keyspace alone: 0 put, 1 delete, 2 merge.
+    SideWrite {
+        key: u8,
+        len: usize,
+        kind: u8,
+    },
+    /// One batch across both keyspaces (`true`: the entry goes to "side").
+    CrossBatch(Vec<(bool, BatchEntry)>),
+    /// A get and a range scan (forward and backward) of "side".
+    SideRead {
+        key: Vec<u8>,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+    },
+    /// Flushes "side" alone.
+    SideFlush,
+    /// Snapshots of both keyspaces at one point, each checked against its model.
+    CrossView,
+    /// Drops "side" and creates it again (empty).
+    DropSide,
 }
+
+/// The second keyspace's name.
+const SIDE: &str = "side";
 
 /// The database configuration of one case.
 #[derive(Debug, Clone, Copy)]
@@ -232,6 +260,18 @@ impl Config {
             // GC passes come from `Op::Gc` only, so a case replays identically.
             gc_interval: Duration::from_secs(3600),
             ..Options::default()
+        }
+    }
+
+    /// The "side" keyspace's options: another placement than the default keyspace's.
+    fn side_options(&self) -> Options {
+        Options {
+            placement: match self.placement {
+                Placement::Hybrid => Placement::AllLog,
+                Placement::InPlace | Placement::AllLog => Placement::Hybrid,
+            },
+            max_levels: 3,
+            ..self.options()
         }
     }
 }
@@ -429,8 +469,12 @@ struct Harness {
     snapshots: Vec<(hybridkv::Snapshot, Model)>,
     /// Where checkpoints go.
     checkpoints: tempfile::TempDir,
-    /// The newest checkpoint and what it must hold.
-    checkpoint: Option<(std::path::PathBuf, Model)>,
+    /// The newest checkpoint and what it must hold (default keyspace, "side").
+    checkpoint: Option<(std::path::PathBuf, Model, Model)>,
+    /// The "side" keyspace of the open database, and what it must hold.
+    side: Option<Keyspace>,
+    side_model: Model,
+    side_opts: Options,
 }
 
 /// Work counted over the whole run, to show the run exercised what it claims to.
@@ -447,6 +491,9 @@ struct Totals {
     merges: u64,
     /// Keys whose deltas a flush, compaction or GC folded into a value.
     deltas_folded: u64,
+    side_writes: u64,
+    cross_batches: u64,
+    side_drops: u64,
 }
 
 impl Harness {
@@ -454,9 +501,16 @@ impl Harness {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let opts = config.options();
         let db = Db::open(dir.path(), opts.clone()).map_err(|e| format!("open: {e}"))?;
+        let side_opts = config.side_options();
+        let side = db
+            .create_keyspace(SIDE, side_opts.clone())
+            .map_err(|e| format!("create keyspace: {e}"))?;
         Ok(Harness {
             dir,
             opts,
+            side: Some(side),
+            side_model: Model::new(),
+            side_opts,
             db: Some(db),
             model: Model::new(),
             tag: 0,
@@ -473,14 +527,23 @@ impl Harness {
             .ok_or_else(|| "database not open".to_string())
     }
 
+    fn side(&self) -> Result<&Keyspace, String> {
+        self.side
+            .as_ref()
+            .ok_or_else(|| "side keyspace not open".to_string())
+    }
+
     fn add_stats(&mut self) -> Result<(), String> {
-        let s = self.db()?.stats().map_err(|e| format!("stats: {e}"))?;
-        self.totals.flushes += s.flushes;
-        self.totals.compactions += s.compactions;
-        self.totals.gc_segments_freed += s.gc_segments_freed;
-        self.totals.medium_values_merged += s.medium_values_merged;
-        self.totals.merges += s.merges;
-        self.totals.deltas_folded += s.deltas_folded;
+        let all = [self.db()?.stats(), self.side()?.stats()];
+        for s in all {
+            let s = s.map_err(|e| format!("stats: {e}"))?;
+            self.totals.flushes += s.flushes;
+            self.totals.compactions += s.compactions;
+            self.totals.gc_segments_freed += s.gc_segments_freed;
+            self.totals.medium_values_merged += s.medium_values_merged;
+            self.totals.merges += s.merges;
+            self.totals.deltas_folded += s.deltas_folded;
+        }
         Ok(())
     }
 
@@ -498,14 +561,19 @@ impl Harness {
         scan_check_model(&self.model, what, iter, keep)
     }
 
-    /// Every pair by scan, every model key by get, and a few absent keys.
+    /// Every pair by scan, every model key by get, and a few absent keys, in both
+    /// keyspaces.
     fn full_check(&self, what: &str) -> Result<(), String> {
         self.check_db(self.db()?, what)
     }
 
     /// [`Self::full_check`] on any handle of this database.
     fn check_db(&self, db: &Db, what: &str) -> Result<(), String> {
-        check_db_model(&self.model, db, what)
+        check_db_model(&self.model, db, what)?;
+        let side = db
+            .keyspace(SIDE)
+            .map_err(|e| format!("{what}: keyspace {SIDE}: {e}"))?;
+        check_db_model(&self.side_model, &side, &format!("{what}, keyspace {SIDE}"))
     }
 }
 
@@ -527,7 +595,7 @@ fn scan_check_model(
 }
 
 /// Every pair of `model` by scan, every model key by get, and a few absent keys.
-fn check_db_model(model: &Model, db: &Db, what: &str) -> Result<(), String> {
+fn check_db_model(model: &Model, db: &Keyspace, what: &str) -> Result<(), String> {
     scan_check_model(model, &format!("{what}: full scan"), db.iter(), |_| true)?;
     for (k, v) in model {
         let got = db
@@ -901,6 +969,8 @@ impl Harness {
             Op::Reopen { close } => {
                 self.add_stats()?;
                 self.totals.reopens += 1;
+                // A keyspace's handle keeps the database open too.
+                self.side = None;
                 let db = self.db.take().ok_or("database not open")?;
                 if *close {
                     db.close().map_err(|e| format!("close: {e}"))?;
@@ -918,16 +988,21 @@ impl Harness {
                         }
                     }
                 }
+                self.side = None;
                 let db = Db::open(self.dir.path(), self.opts.clone())
                     .map_err(|e| format!("reopen: {e}"))?;
+                self.side = Some(db.keyspace(SIDE).map_err(|e| format!("reopen: {e}"))?);
                 self.db = Some(db);
                 self.full_check("after reopen")?;
-                if let Some((path, then)) = &self.checkpoint {
+                if let Some((path, then, side_then)) = &self.checkpoint {
                     // The source wrote, merged and collected since: the checkpoint's
                     // linked files must not have changed under it.
                     let ckpt = Db::open(path, self.opts.clone())
                         .map_err(|e| format!("reopen checkpoint: {e}"))?;
                     check_db_model(then, &ckpt, "checkpoint, reopened later")?;
+                    let side = ckpt.keyspace(SIDE).map_err(|e| e.to_string())?;
+                    check_db_model(side_then, &side, "checkpoint's side, reopened later")?;
+                    drop(side);
                     ckpt.close().map_err(|e| format!("close checkpoint: {e}"))?;
                 }
             }
@@ -946,7 +1021,7 @@ impl Harness {
                     ..self.opts.clone()
                 };
                 let ckpt = Db::open(&path, opts).map_err(|e| format!("open checkpoint: {e}"))?;
-                check_db_model(&self.model, &ckpt, "checkpoint")
+                self.check_db(&ckpt, "checkpoint")
                     .map_err(|e| format!("{e} ({report:?})"))?;
                 // A write to the checkpoint stays in it: the source's next check (key 0
                 // is in its key space) would see it otherwise.
@@ -956,7 +1031,8 @@ impl Harness {
                     .map_err(|e| format!("put to checkpoint: {e}"))?;
                 then.insert(k, v);
                 ckpt.close().map_err(|e| format!("close checkpoint: {e}"))?;
-                if let Some((old, _)) = self.checkpoint.replace((path, then)) {
+                let side_then = self.side_model.clone();
+                if let Some((old, _, _)) = self.checkpoint.replace((path, then, side_then)) {
                     let _ = std::fs::remove_dir_all(old);
                 }
             }
@@ -1016,6 +1092,164 @@ impl Harness {
                     Err(hybridkv::Error::ReadOnly) => {}
                     other => return Err(format!("put on a read-only handle: {other:?}")),
                 }
+            }
+            Op::SideWrite { key: k, len, kind } => {
+                self.totals.side_writes += 1;
+                let k = key(*k);
+                match kind % 3 {
+                    0 => {
+                        let v = self.next_value(*len);
+                        self.side()?
+                            .put(&k, &v)
+                            .map_err(|e| format!("side put: {e}"))?;
+                        self.side_model.insert(k, v);
+                    }
+                    1 => {
+                        self.side()?
+                            .delete(&k)
+                            .map_err(|e| format!("side delete: {e}"))?;
+                        self.side_model.remove(&k);
+                    }
+                    _ => {
+                        let d = self.next_value(*len % 64);
+                        self.side()?
+                            .merge(&k, &d)
+                            .map_err(|e| format!("side merge: {e}"))?;
+                        append(&mut self.side_model, k, &d);
+                    }
+                }
+            }
+            Op::CrossBatch(entries) => {
+                self.totals.cross_batches += 1;
+                let mut b = WriteBatch::new();
+                let mut effects = Vec::new();
+                let mut inverted = false;
+                let (main, side) = (self.db()?.clone(), self.side()?.clone());
+                for (to_side, e) in entries {
+                    let ks: &Keyspace = if *to_side { &side } else { &main };
+                    let effect = match e {
+                        BatchEntry::Put { key: k, len } => {
+                            let (k, v) = (key(*k), self.next_value(*len));
+                            b.put_in(ks, &k, &v);
+                            Effect::Put(k, v)
+                        }
+                        BatchEntry::Delete { key: k } => {
+                            let k = key(*k);
+                            b.delete_in(ks, &k);
+                            Effect::Delete(k)
+                        }
+                        BatchEntry::Merge { key: k, len } => {
+                            let (k, d) = (key(*k), self.next_value(*len));
+                            b.merge_in(ks, &k, &d);
+                            Effect::Merge(k, d)
+                        }
+                        BatchEntry::DeleteRange { start, end } => {
+                            let (start, end) = (key(*start), key(*end));
+                            b.delete_range_in(ks, &start, &end);
+                            inverted |= start > end;
+                            Effect::Range(start, end)
+                        }
+                    };
+                    effects.push((*to_side, effect));
+                }
+                match main.write(b) {
+                    Err(Error::InvalidArgument(_)) if inverted => return Ok(()),
+                    Err(e) => return Err(format!("cross batch: {e}")),
+                    Ok(()) if inverted => {
+                        return Err("a batch with an inverted range was accepted".into())
+                    }
+                    Ok(()) => {}
+                }
+                for (to_side, effect) in effects {
+                    let model = if to_side {
+                        &mut self.side_model
+                    } else {
+                        &mut self.model
+                    };
+                    match effect {
+                        Effect::Put(k, v) => {
+                            model.insert(k, v);
+                        }
+                        Effect::Merge(k, d) => append(model, k, &d),
+                        Effect::Delete(k) => {
+                            model.remove(&k);
+                        }
+                        Effect::Range(start, end) => {
+                            model.retain(|k, _| *k < start || *k >= end);
+                        }
+                    }
+                }
+            }
+            Op::SideRead { key: k, start, end } => {
+                let got = self.side()?.get(k).map_err(|e| format!("side get: {e}"))?;
+                if got.as_ref() != self.side_model.get(k) {
+                    return Err(format!(
+                        "side get {}: got {}, expected {}",
+                        describe(k),
+                        describe_opt(got.as_ref()),
+                        describe_opt(self.side_model.get(k))
+                    ));
+                }
+                if !inverted(start, end) {
+                    let iter = self
+                        .side()?
+                        .range::<Vec<u8>, _>((start.clone(), end.clone()));
+                    scan_check_model(&self.side_model, "side range", iter, |k| {
+                        in_range(k, start, end)
+                    })?;
+                    let mut back = Vec::new();
+                    for item in self
+                        .side()?
+                        .range::<Vec<u8>, _>((start.clone(), end.clone()))
+                        .rev()
+                    {
+                        back.push(item.map_err(|e| format!("side reverse range: {e}"))?);
+                    }
+                    let mut want: Vec<_> = self
+                        .side_model
+                        .iter()
+                        .filter(|(k, _)| in_range(k, start, end))
+                        .collect();
+                    want.reverse();
+                    if let Some(d) = diff_pairs(&back, &want) {
+                        return Err(format!("side reverse range: {d}"));
+                    }
+                }
+            }
+            Op::SideFlush => self
+                .side()?
+                .flush()
+                .map_err(|e| format!("side flush: {e}"))?,
+            Op::CrossView => {
+                let (main, side) = (self.db()?, self.side()?);
+                let views = main
+                    .consistent_snapshots(&[main, side])
+                    .map_err(|e| format!("consistent snapshots: {e}"))?;
+                for (view, model, what) in [
+                    (&views[0], &self.model, "view of default"),
+                    (&views[1], &self.side_model, "view of side"),
+                ] {
+                    scan_check_model(model, what, view.iter(), |_| true)?;
+                }
+            }
+            Op::DropSide => {
+                self.totals.side_drops += 1;
+                let old = self.side.take().ok_or("side keyspace not open")?;
+                self.db()?
+                    .drop_keyspace(SIDE)
+                    .map_err(|e| format!("drop keyspace: {e}"))?;
+                match old.get(b"k") {
+                    Err(Error::Closed) => {}
+                    other => return Err(format!("get on a dropped keyspace: {other:?}")),
+                }
+                let side = self
+                    .db()?
+                    .create_keyspace(SIDE, self.side_opts.clone())
+                    .map_err(|e| format!("create keyspace again: {e}"))?;
+                self.side = Some(side);
+                self.side_model.clear();
+                // The snapshots and checkpoint taken before keep the keyspace as it was;
+                // only the checkpoint is checked again, and it is a copy of its own.
             }
         }
         Ok(())
@@ -1130,6 +1364,15 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Checkpoint),
         4 => (any::<u8>(), any_key(), prefix())
             .prop_map(|(which, key, prefix)| Op::SnapshotRead { which, key, prefix }),
+        6 => (small_key(), value_len(), 0..3u8)
+            .prop_map(|(key, len, kind)| Op::SideWrite { key, len, kind }),
+        4 => proptest::collection::vec((any::<bool>(), batch_entry()), 1..8)
+            .prop_map(Op::CrossBatch),
+        3 => (any_key(), bound(), bound())
+            .prop_map(|(key, start, end)| Op::SideRead { key, start, end }),
+        1 => Just(Op::SideFlush),
+        1 => Just(Op::CrossView),
+        1 => Just(Op::DropSide),
     ]
 }
 
@@ -1237,8 +1480,51 @@ impl Rng {
         }
     }
 
+    /// An operation on the "side" keyspace.
+    fn side_op(&mut self) -> Op {
+        match self.below(100) {
+            0..=49 => Op::SideWrite {
+                key: self.small_key(),
+                len: self.value_len(),
+                kind: self.below(3) as u8,
+            },
+            50..=79 => Op::CrossBatch(
+                (0..1 + self.below(6))
+                    .map(|_| {
+                        let to_side = self.chance(500);
+                        let entry = match self.below(3) {
+                            0 => BatchEntry::Delete {
+                                key: self.small_key(),
+                            },
+                            1 => BatchEntry::Merge {
+                                key: self.small_key(),
+                                len: self.below(40) as usize,
+                            },
+                            _ => BatchEntry::Put {
+                                key: self.small_key(),
+                                len: self.value_len(),
+                            },
+                        };
+                        (to_side, entry)
+                    })
+                    .collect(),
+            ),
+            80..=89 => Op::SideRead {
+                key: self.any_key(),
+                start: self.bound(),
+                end: self.bound(),
+            },
+            90..=94 => Op::SideFlush,
+            95..=97 => Op::CrossView,
+            _ => Op::DropSide,
+        }
+    }
+
     /// One operation, with roughly the proptest mix but rarer bulk work and reopens.
     fn op(&mut self) -> Op {
+        if self.chance(80) {
+            return self.side_op();
+        }
         match self.below(1000) {
             0..=259 => Op::Put {
                 key: self.small_key(),
@@ -1386,6 +1672,9 @@ fn long_run(seed: u64, config: Config, n: usize) -> Totals {
     assert!(totals.snapshot_reads > 0, "{totals:?}");
     assert!(totals.checkpoints > 0, "{totals:?}");
     assert!(totals.merges > 0, "{totals:?}");
+    assert!(totals.side_writes > 0, "{totals:?}");
+    assert!(totals.cross_batches > 0, "{totals:?}");
+    assert!(totals.side_drops > 0, "{totals:?}");
     totals
 }
 

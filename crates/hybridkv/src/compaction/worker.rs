@@ -6,17 +6,14 @@ use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSou
 use super::transient::{TransientReader, TransientSink};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::filename::{DbFile, FileKind};
 use crate::io::IoComponent;
 use crate::level::reader::LevelScanner;
 use crate::level::{LevelFile, LevelMeta};
 use crate::log::large::{SegmentFile, SegmentKind, SegmentSet, SegmentWriter};
 use crate::log::ptr::LOG_PTR_SIZE;
-use crate::log::small;
 use crate::manifest::edit::VersionEdit;
 use crate::manifest::version::Version;
 use crate::memtable::Memtable;
-use crate::obsolete::{LiveFiles, Verdict};
 use crate::range_delete::RangeTombstones;
 use crate::stats::Counters;
 use crate::value::LevelValue;
@@ -165,6 +162,13 @@ impl Engine {
         });
 
         let next_log = mem.next_log_id.load(Ordering::SeqCst);
+        if self.writes.envs().len() > 1 {
+            // Another keyspace may hold the rest of a batch this memtable holds part of:
+            // the logs holding it must not lose their tails once this part is in L1.
+            self.writes
+                .sync_sealed_below(next_log)
+                .inspect_err(|e| self.set_poison(e))?;
+        }
         let freed = {
             let mut vs = self.versions.lock();
             let freed = match &new_file {
@@ -177,7 +181,7 @@ impl Engine {
                 segments_freed: freed.clone(),
                 garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
                 log_min_id: Some(next_log),
-                flushed_lsn: Some(mem.max_lsn()),
+                flushed_lsn: Some(mem.sealed_lsn.load(Ordering::SeqCst)),
                 range_tombstones_added: tombstones,
                 range_applied_through: applied,
                 ..VersionEdit::default()
@@ -244,38 +248,53 @@ impl Engine {
             self.versions.lock().flushing = true;
             return self.run_flush(&mem);
         }
-        let current = self.writes.current_log_id();
-        let older = small::list(&self.io, &self.dir, 0)?
-            .iter()
-            .any(|(id, _)| *id < current);
-        if older {
-            let mut vs = self.versions.lock();
-            let edit = VersionEdit {
-                log_min_id: Some(current),
-                ..VersionEdit::default()
-            };
-            self.install(&mut vs, &edit, None)?;
-        }
         self.delete_old_logs()
     }
 
-    /// Deletes small-log files that hold only flushed data.
+    /// Deletes small-log files that hold only flushed data (of every keyspace), first
+    /// moving the replay start of each keyspace with nothing unflushed to the current
+    /// file (an idle keyspace must not keep every file since its last flush).
     fn delete_old_logs(&self) -> Result<()> {
-        let (min, live, held) = {
-            let vs = self.versions.lock();
-            let live = LiveFiles::from_state(&vs, self.versions.peek_next_file_id());
-            (vs.log_min_id(), live, vs.small_log_holds > 0)
-        };
-        // Their writers need no sync any more; the commit leader drops them (never take
-        // `log` here: a writer stalled on this flush holds it).
-        self.writes.set_small_log_min(min);
-        if held {
-            // A checkpoint is copying small-log files: the next flush deletes these.
-            return Ok(());
-        }
-        for (id, path) in small::list(&self.io, &self.dir, 0)? {
-            if live.verdict(DbFile::Numbered(FileKind::SmallLog, id)) == Verdict::Obsolete {
-                self.io.fs().remove(&path)?;
+        self.advance_idle_keyspaces()?;
+        let own = self.versions.lock().log_min_id();
+        self.writes.set_log_min(self.keyspace, own);
+        self.writes.delete_obsolete_logs()
+    }
+
+    /// Moves the replay start of every keyspace whose memtables are empty to the current
+    /// small-log file. Safe because such a keyspace's every write is in its levels: a
+    /// write that arrives meanwhile has a later LSN than the one recorded, so replay keeps
+    /// it (and a flush of it installs a later start, which the edit's maximum keeps).
+    fn advance_idle_keyspaces(&self) -> Result<()> {
+        let start = self.writes.current_log();
+        for env in self.writes.envs() {
+            let versions = env.versions();
+            {
+                let (sv, _) = versions.snapshot();
+                if !sv.mem.is_empty() || !sv.imms.is_empty() {
+                    continue;
+                }
+            }
+            let mut vs = versions.lock();
+            if vs.log_min_id() >= start.id {
+                continue;
+            }
+            let edit = VersionEdit {
+                log_min_id: Some(start.id),
+                flushed_lsn: Some(start.first_lsn.saturating_sub(1)),
+                ..VersionEdit::default()
+            };
+            let stored = versions.log_and_apply(&mut vs, &edit, None);
+            let log_min = vs.log_min_id();
+            drop(vs);
+            match stored {
+                Ok(_) => {
+                    self.writes.set_log_min(env.keyspace(), log_min);
+                }
+                Err(e) => {
+                    env.set_poison(&e);
+                    return Err(e);
+                }
             }
         }
         Ok(())

@@ -64,7 +64,11 @@ impl Engine {
         // active one, become a victim: freed while writers still appended to it, or failing
         // the pass with NotFound before its file existed.)
         let log = self.writes.lock();
-        let active = log.large.as_ref().map(large::SegmentWriter::id);
+        let active = log
+            .space(self.keyspace)?
+            .large
+            .as_ref()
+            .map(large::SegmentWriter::id);
         let usage: Vec<SegmentUsage> = {
             let vs = self.versions.lock();
             vs.segments()
@@ -193,7 +197,7 @@ impl Engine {
         let mut log = self.writes.lock();
         // A write failure since the pass began poisoned the engine: append nothing more.
         self.check_poison()?;
-        self.writes.make_room(self, &mut log)?;
+        self.writes.make_room(&mut log)?;
         // A value under deltas is relocated folded with them (it becomes the newest
         // version; the deltas it folds are then shadowed).
         // `None`: dead; `Some(None)`: moved as it is; `Some(Some(v))`: folded into `v`.
@@ -230,8 +234,9 @@ impl Engine {
             ops,
             payload: None,
             relocation: true,
+            keyspace: self.keyspace,
         };
-        let done = self.writes.commit(self, &mut log, &[record], true)?;
+        let done = self.writes.commit(&mut log, &[record], true)?;
         report.entries_relocated += done.large_values;
         report.bytes_relocated += done.large_bytes;
         Ok(())

@@ -724,6 +724,10 @@ impl FileSystem for RealFs {
         std::fs::remove_file(path).map_err(|e| Error::io("delete", path, e))
     }
 
+    fn remove_dir(&self, path: &Path) -> Result<()> {
+        std::fs::remove_dir(path).map_err(|e| Error::io("delete directory", path, e))
+    }
+
     fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
         std::fs::hard_link(from, to).map_err(|e| Error::io("hard link", to, e))
     }

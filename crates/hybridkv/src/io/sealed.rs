@@ -93,6 +93,9 @@ impl FileSystem for SealableFs {
     fn remove(&self, path: &Path) -> Result<()> {
         self.change(|fs| fs.remove(path))
     }
+    fn remove_dir(&self, path: &Path) -> Result<()> {
+        self.change(|fs| fs.remove_dir(path))
+    }
     fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
         self.change(|fs| fs.hard_link(from, to))
     }

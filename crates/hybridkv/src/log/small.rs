@@ -69,17 +69,28 @@ impl SmallLogWriter {
         self.id
     }
 
-    /// Encodes one record into the pending group.
+    /// Encodes one record into the pending group (tests and fuzzing write records
+    /// directly; the commit path uses [`SmallLogWriter::add_prefixed`]).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn add(&mut self, first_lsn: u64, count: u32, payload: &[u8]) {
+        self.add_prefixed(first_lsn, count, &[], payload);
+    }
+
+    /// Encodes one record whose payload is `prefix` then `rest` (a keyspace switch before
+    /// a caller's batch), without joining them first.
+    pub(crate) fn add_prefixed(&mut self, first_lsn: u64, count: u32, prefix: &[u8], rest: &[u8]) {
+        let len = prefix.len() + rest.len();
         let mut h = [0u8; RECORD_HEADER];
-        h[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[..4].copy_from_slice(&(len as u32).to_le_bytes());
         h[4..12].copy_from_slice(&first_lsn.to_le_bytes());
         h[12..16].copy_from_slice(&count.to_le_bytes());
         let hcrc = crc32c(&h[..16]);
         h[16..20].copy_from_slice(&hcrc.to_le_bytes());
-        h[20..24].copy_from_slice(&crc32c(payload).to_le_bytes());
+        let crc = crate::format::crc32c_append(crc32c(prefix), rest);
+        h[20..24].copy_from_slice(&crc.to_le_bytes());
         self.buf.extend_from_slice(&h);
-        self.buf.extend_from_slice(payload);
+        self.buf.extend_from_slice(prefix);
+        self.buf.extend_from_slice(rest);
     }
 
     /// Writes the pending group in one append and hands it to the OS; with `sync`, also

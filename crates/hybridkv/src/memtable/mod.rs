@@ -188,6 +188,11 @@ pub(crate) struct Memtable {
     /// First small-log file that holds none of this memtable's data (set when sealed):
     /// once this memtable is flushed, replay can start there.
     pub next_log_id: AtomicU64,
+    /// The last LSN committed (in any keyspace) before this memtable was sealed: the
+    /// first record of `next_log_id` follows it. Once this memtable is flushed, every
+    /// operation of its keyspace up to this LSN is in the levels (the manifest's flushed
+    /// LSN; replay skips them).
+    pub sealed_lsn: AtomicU64,
     /// Range tombstones, in LSN order (inserted by the commit path, one writer at a time).
     ranges: parking_lot::RwLock<Vec<RangeTombstone>>,
     /// Whether `ranges` is not empty (lookups skip its lock while it is).
@@ -207,6 +212,7 @@ impl Memtable {
             bytes: AtomicUsize::new(0),
             max_lsn: AtomicU64::new(0),
             next_log_id: AtomicU64::new(0),
+            sealed_lsn: AtomicU64::new(0),
             ranges: parking_lot::RwLock::new(Vec::new()),
             has_ranges: AtomicBool::new(false),
         }

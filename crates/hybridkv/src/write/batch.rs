@@ -20,6 +20,10 @@ pub(crate) const OP_MERGE: u8 = 4;
 pub(crate) const OP_DELETE_RANGE: u8 = 5;
 /// The end length of a range deletion that runs to the end of the key space.
 pub(crate) const NO_END: u32 = u32::MAX;
+/// Switches the keyspace of the operations after it (`op u8, keyspace u32`); not an
+/// operation itself (no LSN, not in the record's count). A payload starts in keyspace 0,
+/// the default one.
+pub(crate) const OP_KEYSPACE: u8 = 6;
 
 /// Largest encoded batch accepted (keeps a log record's length in 32 bits with room).
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -34,6 +38,10 @@ pub struct WriteBatch {
     /// First argument error, reported when the batch is written (builder methods are
     /// infallible so they chain).
     invalid: Option<String>,
+    /// The keyspace of the last operation added: `None` until an operation names one (the
+    /// batch's operations then go to the keyspace it is written to), `Some(id)` once one
+    /// did (every later operation is encoded with its keyspace).
+    keyspace: Option<u32>,
 }
 
 /// One decoded operation of a batch.
@@ -48,6 +56,8 @@ pub(crate) enum BatchOp<'a> {
     /// Deletes every key in `start..end` (`None`: to the end of the key space) written
     /// before it.
     DeleteRange(&'a [u8], Option<&'a [u8]>),
+    /// The operations after it belong to this keyspace (not an operation: no LSN).
+    Keyspace(u32),
 }
 
 /// Encodes a large put's log record for the small log (`OP_PUT_LARGE`).
@@ -79,7 +89,14 @@ pub(crate) fn encode_op(out: &mut Vec<u8>, op: BatchOp<'_>) {
         }
         BatchOp::PutLarge(k, p) => encode_put_large(out, k, p),
         BatchOp::DeleteRange(start, end) => encode_delete_range(out, start, end),
+        BatchOp::Keyspace(id) => encode_keyspace(out, id),
     }
+}
+
+/// Encodes a keyspace switch (`OP_KEYSPACE`).
+pub(crate) fn encode_keyspace(out: &mut Vec<u8>, id: u32) {
+    out.push(OP_KEYSPACE);
+    out.extend_from_slice(&id.to_le_bytes());
 }
 
 fn encode_delete_range(out: &mut Vec<u8>, start: &[u8], end: Option<&[u8]>) {
@@ -105,6 +122,85 @@ impl WriteBatch {
     /// Adds a put of `key` -> `value`.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut Self {
         self.push_pair(OP_PUT, key.as_ref(), value.as_ref())
+    }
+
+    /// Adds a put of `key` -> `value` in keyspace `ks` (see [`crate::Keyspace`]): one
+    /// batch may write several keyspaces of a database, atomically.
+    pub fn put_in(
+        &mut self,
+        ks: &crate::Keyspace,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> &mut Self {
+        self.switch_to(ks.id()).put(key, value)
+    }
+
+    /// Adds a delete of `key` in keyspace `ks`.
+    pub fn delete_in(&mut self, ks: &crate::Keyspace, key: impl AsRef<[u8]>) -> &mut Self {
+        self.switch_to(ks.id()).delete(key)
+    }
+
+    /// Adds a delta for `key` in keyspace `ks` (see [`WriteBatch::merge`]).
+    pub fn merge_in(
+        &mut self,
+        ks: &crate::Keyspace,
+        key: impl AsRef<[u8]>,
+        operand: impl AsRef<[u8]>,
+    ) -> &mut Self {
+        self.switch_to(ks.id()).merge(key, operand)
+    }
+
+    /// Adds a range deletion in keyspace `ks` (see [`WriteBatch::delete_range`]).
+    pub fn delete_range_in(
+        &mut self,
+        ks: &crate::Keyspace,
+        start: impl AsRef<[u8]>,
+        end: impl AsRef<[u8]>,
+    ) -> &mut Self {
+        self.switch_to(ks.id()).delete_range(start, end)
+    }
+
+    /// Operations added from now on go to keyspace `id` (until the next `*_in` call names
+    /// another); those added before any `*_in` call go to the keyspace the batch is
+    /// written to.
+    fn switch_to(&mut self, id: u32) -> &mut Self {
+        if self.keyspace != Some(id) {
+            if self.keyspace.is_none() && self.count > 0 {
+                // Operations so far were meant for the keyspace the batch is written to:
+                // they keep that meaning only if no switch precedes them, so the switch
+                // cannot be encoded after them. Refused rather than guessed.
+                self.note(Err(Error::InvalidArgument(
+                    "a batch mixes operations without a keyspace (put, delete, ...) before \
+                     operations with one (put_in, delete_in, ...): name the keyspace of \
+                     every operation, or of none"
+                        .into(),
+                )));
+            }
+            encode_keyspace(&mut self.rep, id);
+            self.keyspace = Some(id);
+        }
+        self
+    }
+
+    /// The keyspaces the batch names (empty: it goes to the keyspace it is written to).
+    pub(crate) fn keyspaces(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = decode_ops(&self.rep, self.count)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|op| match op {
+                BatchOp::Keyspace(id) => Some(id),
+                _ => None,
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Whether the batch names its keyspaces (`*_in` methods) rather than going to the
+    /// keyspace it is written to.
+    pub(crate) fn names_keyspaces(&self) -> bool {
+        self.keyspace.is_some()
     }
 
     /// Appends an operation of the put layout (`OP_PUT` or `OP_MERGE`).
@@ -240,12 +336,20 @@ fn ops_capacity(payload_len: usize, count: u32) -> usize {
     (count as usize).min(payload_len / MIN_OP_BYTES)
 }
 
-/// Decodes a batch payload (from memory or from the log). `None` if malformed.
+/// Decodes a batch payload (from memory or from the log): `count` operations, with the
+/// keyspace switches among them (which do not count). `None` if malformed.
 pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>> {
     let mut d = Decoder::new(payload);
     let mut ops = Vec::with_capacity(ops_capacity(payload.len(), count));
-    for _ in 0..count {
+    let mut decoded = 0u32;
+    while decoded < count {
+        decoded += 1;
         match d.u8()? {
+            OP_KEYSPACE => {
+                // A switch, not an operation: it must be followed by one.
+                decoded -= 1;
+                ops.push(BatchOp::Keyspace(d.u32()?));
+            }
             op @ (OP_PUT | OP_MERGE) => {
                 let klen = d.u32()? as usize;
                 let vlen = d.u32()? as usize;

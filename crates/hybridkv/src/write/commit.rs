@@ -12,14 +12,17 @@ use std::sync::Arc;
 pub(crate) struct Request {
     pub batch: WriteBatch,
     pub sync: bool,
+    /// The keyspace the batch was written to (its operations that name none go there).
+    pub keyspace: u32,
     result: Mutex<Option<Result<()>>>,
 }
 
 impl Request {
-    pub(crate) fn new(batch: WriteBatch, sync: bool) -> Arc<Self> {
+    pub(crate) fn new(batch: WriteBatch, sync: bool, keyspace: u32) -> Arc<Self> {
         Arc::new(Request {
             batch,
             sync,
+            keyspace,
             result: Mutex::new(None),
         })
     }
@@ -112,7 +115,7 @@ mod tests {
                     for _ in 0..200 {
                         let mut b = WriteBatch::new();
                         b.put("k", "v");
-                        q.submit(Request::new(b, false), |g| {
+                        q.submit(Request::new(b, false, 0), |g| {
                             committed.fetch_add(g.len(), Ordering::SeqCst);
                             groups.fetch_add(1, Ordering::SeqCst);
                             std::thread::yield_now();
@@ -133,7 +136,7 @@ mod tests {
     #[test]
     fn a_failed_group_fails_every_member() {
         let q = CommitQueue::default();
-        let r = q.submit(Request::new(WriteBatch::new(), false), |_| {
+        let r = q.submit(Request::new(WriteBatch::new(), false, 0), |_| {
             Err(Error::io("write", "x", std::io::Error::other("boom")))
         });
         assert!(matches!(r, Err(Error::Io { .. })));

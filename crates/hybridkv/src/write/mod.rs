@@ -8,7 +8,7 @@
 //! failing them) while flushes catch up, and making every committed write durable on
 //! request ([`WritePath::make_durable`]). There is
 //! one commit function, [`WritePath::commit`]: user batches and GC's relocations both go
-//! through it, and recovery's replay uses the same memtable step ([`replay_ops`]).
+//! through it, and recovery's replay uses the same memtable step ([`replay_op`]).
 //! Never: reads levels or writes level files; knows the engine only through [`WriteEnv`].
 //!
 //! A batch commits atomically through its one small-log record. A large value is written
@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::io::Io;
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::ptr::LogPtr;
-use crate::log::small::SmallLogWriter;
+use crate::log::small::{self, SmallLogWriter};
 use crate::memtable::{MemValue, Memtable};
 use crate::options::Options;
 use crate::placement::Category;
@@ -33,16 +33,20 @@ use crate::stats::Counters;
 use crate::version_set::VersionSet;
 use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
 use commit::{CommitQueue, Request};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::borrow::Cow;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
-/// What the write path needs from the rest of the engine (implemented by `Engine`).
-pub(crate) trait WriteEnv {
+/// What the write path needs from one keyspace of the engine (implemented by `Engine`).
+pub(crate) trait WriteEnv: Send + Sync {
+    /// The keyspace this is (0: the default one, whose directory is the database's).
+    fn keyspace(&self) -> u32;
     fn opts(&self) -> &Options;
     fn io(&self) -> &Io;
+    /// The keyspace's directory (its levels and large log).
     fn dir(&self) -> &Path;
     fn versions(&self) -> &VersionSet;
     fn counters(&self) -> &Counters;
@@ -61,33 +65,50 @@ pub(crate) trait WriteEnv {
     fn wake_background(&self);
 }
 
-/// Held by the commit leader: the small log and the active memtable.
-pub(crate) struct LogState {
-    pub writer: SmallLogWriter,
-    /// Older small-log files whose memtables are not flushed yet and whose tails may not
-    /// be durable: a memtable switch does not sync the log it leaves (a log deleted after
-    /// its flush then often never reaches the device). A synced commit syncs these first,
-    /// oldest first, so no synced record ever follows one a power loss can take.
-    pub unsynced: Vec<SmallLogWriter>,
+/// A keyspace as the commit path holds it.
+type EnvRef = Weak<dyn WriteEnv>;
+
+/// One keyspace's part of the state under the `log` mutex.
+pub(crate) struct SpaceLog {
+    env: EnvRef,
     /// The large-log segment being appended to (opened on the first large write).
     pub large: Option<SegmentWriter>,
     pub mem: Arc<Memtable>,
+}
+
+/// Held by the commit leader: the small log (shared by every keyspace), the next LSN (one
+/// sequence for all of them), and each keyspace's active memtable and large-log segment.
+pub(crate) struct LogState {
+    pub writer: SmallLogWriter,
     pub next_lsn: u64,
+    /// Every open keyspace, by id.
+    pub spaces: BTreeMap<u32, SpaceLog>,
 }
 
 impl LogState {
-    /// Hands the pending small-log group to the OS; with `sync`, first makes every older
-    /// unsynced log durable, then this one. Logs below `min_needed` (their memtables are
-    /// flushed, their files deleted) are forgotten without a sync.
-    fn commit_small(&mut self, sync: bool, min_needed: u64) -> Result<()> {
-        self.unsynced.retain(|w| w.id() >= min_needed);
-        if sync {
-            for older in &mut self.unsynced {
-                older.sync()?;
+    /// Keyspace `id`'s part (`Error::Closed` once it is dropped or the database closed).
+    pub(crate) fn space(&self, id: u32) -> Result<&SpaceLog> {
+        self.spaces.get(&id).ok_or(Error::Closed)
+    }
+
+    /// Makes the large-log tail of every keyspace durable.
+    fn sync_large(&mut self) -> Result<()> {
+        for space in self.spaces.values_mut() {
+            if let Some(w) = space.large.as_mut().filter(|w| w.has_unsynced()) {
+                w.commit(true)?;
             }
-            self.unsynced.clear();
         }
-        self.writer.commit(sync)
+        Ok(())
+    }
+
+    /// Refuses writes in every keyspace: a failed write to the shared small log leaves
+    /// its state unknown to all of them.
+    fn poison_all(&self, why: &Error) {
+        for space in self.spaces.values() {
+            if let Some(env) = space.env.upgrade() {
+                env.set_poison(why);
+            }
+        }
     }
 }
 
@@ -101,12 +122,25 @@ enum Staged<'a> {
 
 /// One small-log record to commit: operations that become visible together.
 pub(crate) struct CommitRecord<'a> {
-    /// Puts and deletes (`BatchOp::PutLarge` is refused: pointers are made here).
+    /// Puts and deletes, and switches of keyspace (`BatchOp::PutLarge` is refused:
+    /// pointers are made here).
     pub ops: Vec<BatchOp<'a>>,
     /// The caller's encoded payload of `ops`, reused when no value goes to the large log.
     pub payload: Option<&'a [u8]>,
     /// Every put goes to the large log whatever its size (GC's relocations).
     pub relocation: bool,
+    /// The keyspace of the operations before the first switch.
+    pub keyspace: u32,
+}
+
+/// One small-log record as the commit writes it.
+struct Encoded<'a> {
+    first_lsn: u64,
+    count: u32,
+    /// A keyspace switch to write before the body (the caller's batch, reused as it is,
+    /// went to a keyspace other than the default one).
+    switch: Option<u32>,
+    body: Cow<'a, [u8]>,
 }
 
 /// What a commit wrote.
@@ -123,24 +157,233 @@ pub(crate) struct Committed {
     pub large_bytes: u64,
 }
 
-/// The write path's state: the `log` mutex, the group-commit queue, and the oldest
-/// small-log file still needed.
+impl Committed {
+    fn add(&mut self, o: &Committed) {
+        self.puts += o.puts;
+        self.deletes += o.deletes;
+        self.merges += o.merges;
+        self.range_deletes += o.range_deletes;
+        self.bytes += o.bytes;
+        self.large_values += o.large_values;
+        self.large_bytes += o.large_bytes;
+    }
+
+    /// Adds these figures to a keyspace's counters.
+    fn count_into(&self, c: &Counters) {
+        Counters::add(&c.puts, self.puts);
+        Counters::add(&c.deletes, self.deletes);
+        Counters::add(&c.merges, self.merges);
+        Counters::add(&c.range_deletes, self.range_deletes);
+        Counters::add(&c.user_bytes_written, self.bytes);
+        Counters::add(&c.large_bytes_written, self.large_bytes);
+    }
+}
+
+/// The small-log file being appended to and the LSN its first record has (or will have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogStart {
+    pub id: u64,
+    pub first_lsn: u64,
+}
+
+/// The write path's state: the `log` mutex, the group-commit queue, the keyspaces, and
+/// what decides which small-log files are still needed.
 pub(crate) struct WritePath {
     log: Mutex<LogState>,
     queue: CommitQueue,
-    /// The smallest small-log id still needed (the replay start after the last flush),
-    /// published without a lock: a flush must never wait for `log`, which a stalled
-    /// writer holds while it waits for that flush.
+    /// Where the small log lives (the database's directory).
+    log_dir: PathBuf,
+    io: Io,
+    /// The open keyspaces, readable without `log` (argument checks before a commit).
+    envs: RwLock<BTreeMap<u32, EnvRef>>,
+    /// Per keyspace, the replay start its last durable manifest records: small-log files
+    /// below the smallest of them hold only flushed writes.
+    log_mins: Mutex<BTreeMap<u32, u64>>,
+    /// The smallest of `log_mins`, published without a lock: a flush must never wait for
+    /// `log`, which a stalled writer holds while it waits for that flush.
     small_log_min: AtomicU64,
+    /// The current small-log file (published at each switch, read without `log`).
+    current: Mutex<LogStart>,
+    /// Checkpoints copying small-log files: while nonzero, none is deleted (the next flush
+    /// after, or the next open, deletes what became obsolete meanwhile).
+    small_log_holds: AtomicUsize,
+    /// Older small-log files whose memtables are not all flushed yet and whose tails may
+    /// not be durable: a memtable switch does not sync the log it leaves (a log deleted
+    /// after its flush then often never reaches the device). A synced commit syncs these
+    /// first, oldest first, so no synced record ever follows one a power loss can take;
+    /// a flush with several keyspaces syncs those it flushed (see
+    /// [`WritePath::sync_sealed_below`]). Its own lock (taken under `log`, or alone).
+    sealed: Mutex<Vec<SmallLogWriter>>,
+    /// Serializes deletions of obsolete small-log files (the flushes of several keyspaces
+    /// may finish at once).
+    deleting: Mutex<()>,
 }
 
 impl WritePath {
-    pub(crate) fn new(state: LogState, small_log_min: u64) -> WritePath {
+    /// A write path appending to `writer` (in `log_dir`), whose first record will take
+    /// `next_lsn`. Keyspaces join with [`WritePath::register`].
+    pub(crate) fn new(io: Io, log_dir: PathBuf, writer: SmallLogWriter, next_lsn: u64) -> Self {
+        let current = LogStart {
+            id: writer.id(),
+            first_lsn: next_lsn,
+        };
         WritePath {
-            log: Mutex::new(state),
+            log: Mutex::new(LogState {
+                writer,
+                next_lsn,
+                spaces: BTreeMap::new(),
+            }),
             queue: CommitQueue::default(),
-            small_log_min: AtomicU64::new(small_log_min),
+            log_dir,
+            io,
+            envs: RwLock::new(BTreeMap::new()),
+            log_mins: Mutex::new(BTreeMap::new()),
+            small_log_min: AtomicU64::new(0),
+            current: Mutex::new(current),
+            small_log_holds: AtomicUsize::new(0),
+            sealed: Mutex::new(Vec::new()),
+            deleting: Mutex::new(()),
         }
+    }
+
+    /// Adds keyspace `env` with its active memtable and durable replay start. The caller
+    /// holds `log` (passed in), so no commit sees half of it.
+    pub(crate) fn register(
+        &self,
+        log: &mut LogState,
+        env: &Arc<dyn WriteEnv>,
+        mem: Arc<Memtable>,
+        log_min: u64,
+    ) {
+        let id = env.keyspace();
+        log.spaces.insert(
+            id,
+            SpaceLog {
+                env: Arc::downgrade(env),
+                large: None,
+                mem,
+            },
+        );
+        self.envs.write().insert(id, Arc::downgrade(env));
+        self.set_log_min(id, log_min);
+    }
+
+    /// Removes keyspace `id` (dropped, or the database closing): commits that name it
+    /// fail from now on, and it no longer holds small-log files back. Its large-log tail
+    /// is handed to the OS first.
+    pub(crate) fn unregister(&self, log: &mut LogState, id: u32) {
+        if let Some(mut space) = log.spaces.remove(&id) {
+            if let Some(w) = space.large.as_mut() {
+                let _ = w.commit(false);
+            }
+        }
+        self.envs.write().remove(&id);
+        let mut mins = self.log_mins.lock();
+        mins.remove(&id);
+        self.publish_min(&mins);
+    }
+
+    /// Records that keyspace `id`'s durable manifest now starts replay at `log_min`;
+    /// returns the smallest such start over every keyspace (files below it are obsolete).
+    pub(crate) fn set_log_min(&self, id: u32, log_min: u64) -> u64 {
+        let mut mins = self.log_mins.lock();
+        let e = mins.entry(id).or_insert(log_min);
+        *e = (*e).max(log_min);
+        self.publish_min(&mins)
+    }
+
+    fn publish_min(&self, mins: &BTreeMap<u32, u64>) -> u64 {
+        let min = mins.values().copied().min().unwrap_or(0);
+        self.small_log_min.store(min, Ordering::SeqCst);
+        min
+    }
+
+    /// The smallest replay start of any keyspace: small-log files below it are obsolete.
+    pub(crate) fn small_log_min(&self) -> u64 {
+        self.small_log_min.load(Ordering::SeqCst)
+    }
+
+    /// Keyspace `id`, if open.
+    pub(crate) fn env(&self, id: u32) -> Option<Arc<dyn WriteEnv>> {
+        self.envs.read().get(&id).and_then(Weak::upgrade)
+    }
+
+    /// Every open keyspace.
+    pub(crate) fn envs(&self) -> Vec<Arc<dyn WriteEnv>> {
+        self.envs
+            .read()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    /// The directory of the small log.
+    pub(crate) fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+
+    /// Hands the pending small-log group to the OS; with `sync`, first makes every older
+    /// unsynced log durable, then this one. Logs below the smallest replay start (their
+    /// memtables are flushed, their files deleted) are forgotten without a sync.
+    fn commit_small(&self, log: &mut LogState, sync: bool) -> Result<()> {
+        {
+            let min_needed = self.small_log_min();
+            let mut sealed = self.sealed.lock();
+            if !sealed.is_empty() {
+                sealed.retain(|w| w.id() >= min_needed);
+                if sync {
+                    for older in sealed.iter_mut() {
+                        older.sync()?;
+                    }
+                    sealed.clear();
+                }
+            }
+        }
+        log.writer.commit(sync)
+    }
+
+    /// Deletes the small-log files below the smallest replay start of any keyspace (they
+    /// hold only flushed writes), unless a checkpoint is copying them. Never takes `log`
+    /// (a writer stalled on the flush that calls this holds it).
+    pub(crate) fn delete_obsolete_logs(&self) -> Result<()> {
+        let _one_at_a_time = self.deleting.lock();
+        if self.small_logs_held() {
+            // The next flush after the checkpoint, or the next open, deletes them.
+            return Ok(());
+        }
+        let min = self.small_log_min();
+        for (id, path) in small::list(&self.io, &self.log_dir, 0)? {
+            if id < min {
+                self.io.fs().remove(&path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every sealed small-log file below `id` durable (without `log`). A flush of
+    /// one keyspace calls it before its install when the database has several: a batch
+    /// across keyspaces is one record, and once one keyspace's part is in its levels the
+    /// other parts must not be lost with an unsynced log tail.
+    pub(crate) fn sync_sealed_below(&self, id: u64) -> Result<()> {
+        let mut sealed = self.sealed.lock();
+        for w in sealed
+            .iter_mut()
+            .filter(|w| w.id() < id && w.has_unsynced())
+        {
+            w.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Keeps small-log files from deletion while held (a checkpoint copying them).
+    pub(crate) fn hold_small_logs(self: &Arc<Self>) -> SmallLogHold {
+        self.small_log_holds.fetch_add(1, Ordering::SeqCst);
+        SmallLogHold(Arc::clone(self))
+    }
+
+    /// Whether a checkpoint holds the small-log files.
+    pub(crate) fn small_logs_held(&self) -> bool {
+        self.small_log_holds.load(Ordering::SeqCst) > 0
     }
 
     /// Takes the `log` mutex (first in the lock order): no commit runs while it is held.
@@ -153,25 +396,21 @@ impl WritePath {
         self.log.try_lock()
     }
 
-    /// Seals the active memtable (unless empty) so a flush can take it; returns the last
-    /// LSN committed before it.
+    /// Seals keyspace `env`'s active memtable (unless empty) so a flush can take it;
+    /// returns the last LSN committed before it.
     pub(crate) fn seal_memtable(&self, env: &dyn WriteEnv) -> Result<u64> {
         let mut log = self.log.lock();
-        self.rotate(env, &mut log)?;
+        self.rotate(&mut log, env.keyspace())?;
         Ok(log.next_lsn.saturating_sub(1))
     }
 
-    /// The id of the small-log file being appended to.
-    pub(crate) fn current_log_id(&self) -> u64 {
-        self.log.lock().writer.id()
+    /// The small-log file being appended to, and its first LSN.
+    pub(crate) fn current_log(&self) -> LogStart {
+        *self.current.lock()
     }
 
-    /// Small-log files below `min` hold only flushed writes: commits stop syncing them.
-    pub(crate) fn set_small_log_min(&self, min: u64) {
-        self.small_log_min.store(min, Ordering::SeqCst);
-    }
-
-    /// Commits `batch` (atomically) and returns once it is in the log and visible.
+    /// Commits `batch` (atomically) in keyspace `env` (and the keyspaces it names) and
+    /// returns once it is in the log and visible.
     pub(crate) fn write_batch(
         &self,
         env: &dyn WriteEnv,
@@ -182,29 +421,40 @@ impl WritePath {
         if batch.is_empty() {
             return Ok(());
         }
+        if batch.names_keyspaces() {
+            for id in batch.keyspaces() {
+                let other = self.env(id).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "write batch names keyspace {id}, which is not open in this database"
+                    ))
+                })?;
+                other.check_poison()?;
+            }
+        }
         if batch.has_merges() {
             // Refused here, alone: a bad operand must not fail the rest of a commit group.
-            let op = crate::delta::require(env.opts().merge_operator.as_ref())?;
             let ops = decode_ops(batch.payload(), batch.count())
                 .ok_or_else(|| Error::InvalidArgument("malformed write batch".into()))?;
+            let mut space: Option<Arc<dyn WriteEnv>> = None;
             for o in ops {
-                if let BatchOp::Merge(k, d) = o {
-                    crate::delta::check_operand(op, k, d)?;
+                match o {
+                    BatchOp::Keyspace(id) => space = self.env(id),
+                    BatchOp::Merge(k, d) => {
+                        let opts = space.as_deref().map_or(env.opts(), |s| s.opts());
+                        let op = crate::delta::require(opts.merge_operator.as_ref())?;
+                        crate::delta::check_operand(op, k, d)?;
+                    }
+                    _ => {}
                 }
             }
         }
         env.check_poison()?;
-        let req = Request::new(batch, sync);
-        self.queue
-            .submit(req, |group| self.commit_group(env, group))
+        let req = Request::new(batch, sync, env.keyspace());
+        self.queue.submit(req, |group| self.commit_group(group))
     }
 
     /// The group-commit leader's step: every queued batch, one record each.
-    fn commit_group(&self, env: &dyn WriteEnv, group: &[Arc<Request>]) -> Result<()> {
-        env.check_poison()?;
-        if env.is_shutdown() {
-            return Err(Error::Closed);
-        }
+    fn commit_group(&self, group: &[Arc<Request>]) -> Result<()> {
         let mut records = Vec::with_capacity(group.len());
         let mut sync = false;
         for r in group {
@@ -216,19 +466,18 @@ impl WritePath {
                 ops,
                 payload: Some(r.batch.payload()),
                 relocation: false,
+                keyspace: r.keyspace,
             });
         }
         let mut log = self.log.lock();
-        self.make_room(env, &mut log)?;
-        let done = self.commit(env, &mut log, &records, sync)?;
+        let root = log.space(0)?.env.upgrade().ok_or(Error::Closed)?;
+        if root.is_shutdown() {
+            return Err(Error::Closed);
+        }
+        self.make_room(&mut log)?;
+        self.commit(&mut log, &records, sync)?;
         drop(log);
-        let c = env.counters();
-        Counters::add(&c.puts, done.puts);
-        Counters::add(&c.deletes, done.deletes);
-        Counters::add(&c.merges, done.merges);
-        Counters::add(&c.range_deletes, done.range_deletes);
-        Counters::add(&c.user_bytes_written, done.bytes);
-        Counters::add(&c.large_bytes_written, done.large_bytes);
+        let c = root.counters();
         Counters::add(&c.commit_groups, 1);
         if sync {
             Counters::add(&c.synced_commits, 1);
@@ -236,25 +485,21 @@ impl WritePath {
         Ok(())
     }
 
-    /// The one commit function. Assigns consecutive LSNs, appends large values to the
-    /// large log, then one small-log record per `records` entry (the commit point; with
-    /// `sync`, every older unsynced log and the large log are made durable first), then
-    /// inserts into the memtable and publishes the new visible LSN. A failed log write or
-    /// sync poisons: the logs may hold part of the group. The caller holds `log`.
+    /// The one commit function. Assigns consecutive LSNs, appends large values to their
+    /// keyspace's large log, then one small-log record per `records` entry (the commit
+    /// point; with `sync`, every older unsynced log and every large log are made durable
+    /// first), then inserts into the memtables and publishes the new visible LSN. A failed
+    /// log write or sync poisons every keyspace: the logs may hold part of the group. The
+    /// caller holds `log`.
     pub(crate) fn commit(
         &self,
-        env: &dyn WriteEnv,
         log: &mut LogState,
         records: &[CommitRecord<'_>],
         sync: bool,
     ) -> Result<Committed> {
-        let opts = env.opts();
-        let goes_large = |relocation: bool, op: &BatchOp<'_>| match op {
-            BatchOp::Put(k, v) => relocation || opts.classify(k.len(), v.len()) == Category::Large,
-            _ => false,
-        };
         // Everything that can refuse the records is checked before anything is appended:
         // an error after a large value reached the log would leave half a group behind.
+        let mut envs: BTreeMap<u32, Arc<dyn WriteEnv>> = BTreeMap::new();
         for rec in records {
             if u32::try_from(rec.ops.len()).is_err() {
                 return Err(Error::InvalidArgument(
@@ -266,31 +511,78 @@ impl WritePath {
                     "a log pointer handed to the commit path (pointers are made there)".into(),
                 ));
             }
+            let named = rec.ops.iter().filter_map(|op| match op {
+                BatchOp::Keyspace(id) => Some(*id),
+                _ => None,
+            });
+            for id in std::iter::once(rec.keyspace).chain(named) {
+                if let std::collections::btree_map::Entry::Vacant(e) = envs.entry(id) {
+                    let env = log.spaces.get(&id).and_then(|s| s.env.upgrade());
+                    let env = env.ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "write names keyspace {id}, which is not open in this database"
+                        ))
+                    })?;
+                    env.check_poison()?;
+                    e.insert(env);
+                }
+            }
         }
+        let goes_large = |opts: &Options, relocation: bool, op: &BatchOp<'_>| match op {
+            BatchOp::Put(k, v) => relocation || opts.classify(k.len(), v.len()) == Category::Large,
+            _ => false,
+        };
         let mut lsn = log.next_lsn;
-        let mut done = Committed::default();
+        let mut done: BTreeMap<u32, Committed> = BTreeMap::new();
         let mut large_written = false;
-        let mut staged: Vec<(&[u8], u64, Staged<'_>)> = Vec::new();
-        let mut encoded: Vec<(u64, u32, Cow<'_, [u8]>)> = Vec::with_capacity(records.len());
+        let mut staged: Vec<(u32, &[u8], u64, Staged<'_>)> = Vec::new();
+        let mut encoded: Vec<Encoded<'_>> = Vec::with_capacity(records.len());
         for rec in records {
             let first = lsn;
-            let reencode =
-                rec.payload.is_none() || rec.ops.iter().any(|op| goes_large(rec.relocation, op));
-            let mut payload: Option<Vec<u8>> =
-                reencode.then(|| Vec::with_capacity(64 * rec.ops.len()));
+            let mut ks = rec.keyspace;
+            let mut env = &envs[&ks];
+            let reencode = rec.payload.is_none()
+                || rec
+                    .ops
+                    .iter()
+                    .scan(ks, |cur, op| {
+                        if let BatchOp::Keyspace(id) = op {
+                            *cur = *id;
+                        }
+                        Some(goes_large(envs[cur].opts(), rec.relocation, op))
+                    })
+                    .any(|large| large);
+            let mut payload: Option<Vec<u8>> = reencode.then(|| {
+                let mut p = Vec::with_capacity(64 * rec.ops.len() + 5);
+                if ks != 0 {
+                    batch::encode_keyspace(&mut p, ks);
+                }
+                p
+            });
+            let mut here = Committed::default();
             for op in &rec.ops {
                 let (key, value) = match *op {
-                    BatchOp::Put(k, v) if goes_large(rec.relocation, op) => {
-                        let ptr = match self.append_large(env, log, k, v, lsn) {
+                    BatchOp::Keyspace(id) => {
+                        if let Some(p) = payload.as_mut() {
+                            batch::encode_keyspace(p, id);
+                        }
+                        done.entry(ks).or_default().add(&here);
+                        here = Committed::default();
+                        ks = id;
+                        env = &envs[&ks];
+                        continue;
+                    }
+                    BatchOp::Put(k, v) if goes_large(env.opts(), rec.relocation, op) => {
+                        let ptr = match Self::append_large(env.as_ref(), log, k, v, lsn) {
                             Ok(p) => p,
                             Err(e) => {
-                                env.set_poison(&e);
+                                log.poison_all(&e);
                                 return Err(e);
                             }
                         };
                         large_written = true;
-                        done.large_values += 1;
-                        done.large_bytes += u64::from(ptr.len);
+                        here.large_values += 1;
+                        here.large_bytes += u64::from(ptr.len);
                         if let Some(p) = payload.as_mut() {
                             encode_put_large(p, k, ptr);
                         }
@@ -325,183 +617,241 @@ impl WritePath {
                 };
                 match op {
                     BatchOp::Delete(k) => {
-                        done.deletes += 1;
-                        done.bytes += k.len() as u64;
+                        here.deletes += 1;
+                        here.bytes += k.len() as u64;
                     }
                     BatchOp::Put(k, v) => {
-                        done.puts += 1;
-                        done.bytes += (k.len() + v.len()) as u64;
+                        here.puts += 1;
+                        here.bytes += (k.len() + v.len()) as u64;
                     }
                     BatchOp::Merge(k, d) => {
-                        done.merges += 1;
-                        done.bytes += (k.len() + d.len()) as u64;
+                        here.merges += 1;
+                        here.bytes += (k.len() + d.len()) as u64;
                     }
                     BatchOp::DeleteRange(start, end) => {
-                        done.range_deletes += 1;
-                        done.bytes += (start.len() + end.map_or(0, <[u8]>::len)) as u64;
+                        here.range_deletes += 1;
+                        here.bytes += (start.len() + end.map_or(0, <[u8]>::len)) as u64;
                     }
-                    BatchOp::PutLarge(..) => {}
+                    BatchOp::PutLarge(..) | BatchOp::Keyspace(_) => {}
                 }
-                staged.push((key, lsn, value));
+                staged.push((ks, key, lsn, value));
                 lsn += 1;
             }
-            // Checked above.
-            let count = u32::try_from(rec.ops.len()).unwrap_or(u32::MAX);
-            let body = match (payload, rec.payload) {
-                (Some(p), _) => Cow::Owned(p),
-                (None, Some(p)) => Cow::Borrowed(p),
-                (None, None) => Cow::Borrowed(&[][..]),
+            done.entry(ks).or_default().add(&here);
+            let count = u32::try_from(lsn - first).unwrap_or(u32::MAX);
+            let (prefix, body) = match (payload, rec.payload) {
+                (Some(p), _) => (None, Cow::Owned(p)),
+                (None, Some(p)) => (
+                    (rec.keyspace != 0).then_some(rec.keyspace),
+                    Cow::Borrowed(p),
+                ),
+                (None, None) => (None, Cow::Borrowed(&[][..])),
             };
-            encoded.push((first, count, body));
+            encoded.push(Encoded {
+                first_lsn: first,
+                count,
+                switch: prefix,
+                body,
+            });
         }
         if staged.is_empty() {
-            return Ok(done);
+            return Ok(Committed::default());
         }
-        // The large log first: the small-log record is the commit point. A synced group
+        // The large logs first: the small-log record is the commit point. A synced group
         // also syncs the large values of earlier unsynced groups: its fdatasync of the
         // small log makes their records durable, so their values must be too.
         let mut result = Ok(());
-        let large_unsynced = sync && log.large.as_ref().is_some_and(|w| w.has_unsynced());
-        if large_written || large_unsynced {
-            if let Some(w) = log.large.as_mut() {
-                result = w.commit(sync);
+        if sync {
+            result = log.sync_large();
+        } else if large_written {
+            for space in log.spaces.values_mut() {
+                if let Some(w) = space.large.as_mut().filter(|w| w.has_unsynced()) {
+                    if let Err(e) = w.commit(false) {
+                        result = Err(e);
+                        break;
+                    }
+                }
             }
         }
         if result.is_ok() {
-            for (first_lsn, count, body) in &encoded {
-                log.writer.add(*first_lsn, *count, body);
+            let mut switch = Vec::with_capacity(5);
+            for rec in &encoded {
+                switch.clear();
+                if let Some(id) = rec.switch {
+                    batch::encode_keyspace(&mut switch, id);
+                }
+                log.writer
+                    .add_prefixed(rec.first_lsn, rec.count, &switch, &rec.body);
             }
-            result = log.commit_small(sync, self.small_log_min.load(Ordering::SeqCst));
+            result = self.commit_small(log, sync);
         }
         if let Err(e) = result {
-            env.set_poison(&e);
+            log.poison_all(&e);
             return Err(e);
         }
         log.next_lsn = lsn;
-        let op = opts.merge_operator.as_deref();
-        for (key, lsn, value) in staged {
+        let mut current: Option<(u32, Arc<Memtable>, Option<&dyn crate::delta::MergeOperator>)> =
+            None;
+        for (ks, key, lsn, value) in staged {
+            if current.as_ref().is_none_or(|c| c.0 != ks) {
+                let mem = Arc::clone(&log.space(ks)?.mem);
+                current = Some((ks, mem, envs[&ks].opts().merge_operator.as_deref()));
+            }
+            let Some((_, mem, op)) = current.as_ref() else {
+                continue;
+            };
             match value {
-                Staged::Version(MemValue::Delta(d)) => log.mem.insert_delta(key, lsn, d, op),
-                Staged::Version(v) => log.mem.insert(key, lsn, v),
-                Staged::Range(end) => log.mem.insert_range_tombstone(RangeTombstone {
+                Staged::Version(MemValue::Delta(d)) => mem.insert_delta(key, lsn, d, *op),
+                Staged::Version(v) => mem.insert(key, lsn, v),
+                Staged::Range(end) => mem.insert_range_tombstone(RangeTombstone {
                     start: key.to_vec(),
                     end: end.map(<[u8]>::to_vec),
                     lsn,
                 }),
             }
         }
-        env.versions().publish_visible(lsn - 1);
-        Ok(done)
+        let mut total = Committed::default();
+        for (ks, d) in &done {
+            let env = &envs[ks];
+            d.count_into(env.counters());
+            env.versions().publish_visible(lsn - 1);
+            total.add(d);
+        }
+        Ok(total)
     }
 
-    /// Appends a large value to the large log, starting a new segment when the current one
-    /// is full (the full one is synced first, keeping later segments from outliving it).
+    /// Appends a large value to keyspace `env`'s large log, starting a new segment when
+    /// the current one is full (the full one is synced first, keeping later segments from
+    /// outliving it).
     fn append_large(
-        &self,
         env: &dyn WriteEnv,
         log: &mut LogState,
         key: &[u8],
         value: &[u8],
         lsn: u64,
     ) -> Result<LogPtr> {
-        let full = log
+        let space = log.spaces.get_mut(&env.keyspace()).ok_or(Error::Closed)?;
+        let full = space
             .large
             .as_ref()
             .is_none_or(|w| w.len() >= env.opts().large_segment_size as u64);
         if full {
-            if let Some(old) = log.large.as_mut() {
+            if let Some(old) = space.large.as_mut() {
                 old.commit(true)?;
             }
-            log.large = Some(new_large_segment(env)?);
+            space.large = Some(new_large_segment(env)?);
         }
-        match log.large.as_mut() {
+        match space.large.as_mut() {
             Some(w) => w.append(key, value, lsn),
             None => Err(Error::Closed),
         }
     }
 
-    /// Makes every write committed so far durable: the large log's unsynced tail, then
+    /// Makes every write committed so far durable: the large logs' unsynced tails, then
     /// every small-log file (older ones first). GC calls it before an install that frees
     /// something on the strength of those writes (a record is dead because a newer write
     /// shadows it; if that write could still be lost, so must the record not be).
-    pub(crate) fn make_durable(&self, env: &dyn WriteEnv) -> Result<()> {
+    pub(crate) fn make_durable(&self) -> Result<()> {
         let mut log = self.log.lock();
-        let min = self.small_log_min.load(Ordering::SeqCst);
-        let large_unsynced = log.large.as_ref().is_some_and(|w| w.has_unsynced());
-        let small_unsynced = log.writer.has_unsynced() || !log.unsynced.is_empty();
-        let result = if large_unsynced {
-            log.large.as_mut().map_or(Ok(()), |w| w.commit(true))
-        } else {
-            Ok(())
-        }
-        .and_then(|()| {
+        let small_unsynced = log.writer.has_unsynced() || !self.sealed.lock().is_empty();
+        let result = log.sync_large().and_then(|()| {
             if small_unsynced {
-                log.commit_small(true, min)
+                self.commit_small(&mut log, true)
             } else {
                 Ok(())
             }
         });
-        drop(log);
         if let Err(e) = &result {
-            env.set_poison(e);
+            log.poison_all(e);
         }
         result
     }
 
-    /// Switches a full memtable to immutable, first waiting while too many wait for flush.
-    pub(crate) fn make_room(&self, env: &dyn WriteEnv, log: &mut LogState) -> Result<()> {
-        if log.mem.size() < env.opts().memtable_size {
-            return Ok(());
-        }
-        let mut stalled = false;
-        while env.versions().imms_waiting() >= env.opts().max_immutable_memtables {
-            env.check_poison()?;
-            if !stalled {
-                stalled = true;
-                Counters::add(&env.counters().write_stalls, 1);
-                log::debug!(
-                    "{}: writes wait for a flush ({} memtables waiting)",
-                    env.dir().display(),
-                    env.versions().imms_waiting()
-                );
+    /// Switches every full memtable to immutable, first waiting while too many of its
+    /// keyspace wait for flush.
+    pub(crate) fn make_room(&self, log: &mut LogState) -> Result<()> {
+        let full: Vec<(u32, EnvRef)> = log
+            .spaces
+            .iter()
+            .filter_map(|(&id, s)| {
+                let env = s.env.upgrade()?;
+                // A keyspace being dropped or closed takes no more room.
+                (s.mem.size() >= env.opts().memtable_size && !env.is_shutdown())
+                    .then(|| (id, s.env.clone()))
+            })
+            .collect();
+        for (id, env) in full {
+            let Some(env) = env.upgrade() else { continue };
+            let mut stalled = false;
+            while env.versions().imms_waiting() >= env.opts().max_immutable_memtables {
+                env.check_poison()?;
+                if !stalled {
+                    stalled = true;
+                    Counters::add(&env.counters().write_stalls, 1);
+                    log::debug!(
+                        "{}: writes wait for a flush ({} memtables waiting)",
+                        env.dir().display(),
+                        env.versions().imms_waiting()
+                    );
+                }
+                env.wait_for_background()?;
             }
-            env.wait_for_background()?;
+            self.rotate(log, id)?;
         }
-        self.rotate(env, log)
+        Ok(())
     }
 
-    /// Seals the active memtable and starts a new small-log file for its successor.
-    pub(crate) fn rotate(&self, env: &dyn WriteEnv, log: &mut LogState) -> Result<()> {
-        if log.mem.is_empty() {
+    /// Seals keyspace `id`'s active memtable and starts a new small-log file for what
+    /// comes after it.
+    pub(crate) fn rotate(&self, log: &mut LogState, id: u32) -> Result<()> {
+        let space = log.space(id)?;
+        if space.mem.is_empty() {
             return Ok(());
         }
-        // The large log is made durable (it is the only copy of its values, so its bytes
-        // reach the device anyway): every large record a sealed log points to survives a
-        // power loss. The small log is not synced here: it is deleted once its memtable is
-        // flushed, often before the OS writes it back, so it then costs no device writes
-        // (as RocksDB's write-ahead log). It stays in `unsynced` until then, so that a
-        // synced commit makes it durable first, and recovery treats a torn tail in any
-        // log as the end of the durable prefix (FORMAT.md, "Small log").
-        let id = env.versions().alloc_file_id();
+        let env = space.env.upgrade().ok_or(Error::Closed)?;
+        let root = log.space(0)?.env.upgrade().ok_or(Error::Closed)?;
+        // The large logs are made durable (they are the only copy of their values, so
+        // their bytes reach the device anyway): every large record a sealed log points to
+        // survives a power loss. The small log is not synced here: it is deleted once the
+        // memtables it holds are flushed, often before the OS writes it back, so it then
+        // costs no device writes (as RocksDB's write-ahead log). It stays in `unsynced`
+        // until then, so that a synced commit makes it durable first, and recovery treats
+        // a torn tail in any log as the end of the durable prefix (FORMAT.md, "Small log").
+        let file_id = root.versions().alloc_file_id();
         let next = log
-            .large
-            .as_mut()
-            .map_or(Ok(()), |w| w.commit(true))
-            .and_then(|()| SmallLogWriter::create(env.io(), env.dir(), id));
+            .sync_large()
+            .and_then(|()| SmallLogWriter::create(&self.io, &self.log_dir, file_id));
         let writer = match next {
             Ok(w) => w,
             Err(e) => {
-                env.set_poison(&e);
+                log.poison_all(&e);
                 return Err(e);
             }
         };
         let sealed_log = std::mem::replace(&mut log.writer, writer);
-        log.unsynced.push(sealed_log);
-        log.mem.next_log_id.store(id, Ordering::SeqCst);
-        let sealed = std::mem::replace(&mut log.mem, Arc::new(Memtable::new()));
-        env.versions().publish_switch(sealed, Arc::clone(&log.mem));
+        self.sealed.lock().push(sealed_log);
+        *self.current.lock() = LogStart {
+            id: file_id,
+            first_lsn: log.next_lsn,
+        };
+        let last = log.next_lsn.saturating_sub(1);
+        let space = log.spaces.get_mut(&id).ok_or(Error::Closed)?;
+        space.mem.next_log_id.store(file_id, Ordering::SeqCst);
+        space.mem.sealed_lsn.store(last, Ordering::SeqCst);
+        let sealed = std::mem::replace(&mut space.mem, Arc::new(Memtable::new()));
+        env.versions()
+            .publish_switch(sealed, Arc::clone(&space.mem));
         env.wake_background();
         Ok(())
+    }
+}
+
+/// Keeps small-log files from deletion while it lives (see [`WritePath::hold_small_logs`]).
+pub(crate) struct SmallLogHold(Arc<WritePath>);
+
+impl Drop for SmallLogHold {
+    fn drop(&mut self) {
+        self.0.small_log_holds.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -519,30 +869,26 @@ fn new_large_segment(env: &dyn WriteEnv) -> Result<SegmentWriter> {
     Ok(writer)
 }
 
-/// Recovery's memtable step for a small-log record already in the log: the same
-/// insertion a commit does after its log write, with pointers as logged.
-pub(crate) fn replay_ops(
+/// Recovery's memtable step for one operation of a small-log record already in the log:
+/// the same insertion a commit does after its log write, with pointers as logged.
+pub(crate) fn replay_op(
     mem: &Memtable,
-    first_lsn: u64,
-    ops: Vec<BatchOp<'_>>,
+    lsn: u64,
+    op: BatchOp<'_>,
     operator: Option<&dyn crate::delta::MergeOperator>,
-) -> u64 {
-    let mut lsn = first_lsn;
-    for op in ops {
-        match op {
-            BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v)),
-            BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
-            BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
-            BatchOp::Merge(k, d) => mem.insert_delta(k, lsn, d, operator),
-            BatchOp::DeleteRange(start, end) => mem.insert_range_tombstone(RangeTombstone {
-                start: start.to_vec(),
-                end: end.map(<[u8]>::to_vec),
-                lsn,
-            }),
-        }
-        lsn = lsn.saturating_add(1);
+) {
+    match op {
+        BatchOp::Put(k, v) => mem.insert(k, lsn, MemValue::Value(v)),
+        BatchOp::Delete(k) => mem.insert(k, lsn, MemValue::Tombstone),
+        BatchOp::PutLarge(k, p) => mem.insert(k, lsn, MemValue::Large(p)),
+        BatchOp::Merge(k, d) => mem.insert_delta(k, lsn, d, operator),
+        BatchOp::DeleteRange(start, end) => mem.insert_range_tombstone(RangeTombstone {
+            start: start.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+            lsn,
+        }),
+        BatchOp::Keyspace(_) => {}
     }
-    lsn.saturating_sub(1)
 }
 
 #[cfg(test)]
@@ -567,6 +913,9 @@ mod tests {
     }
 
     impl WriteEnv for TestEnv {
+        fn keyspace(&self) -> u32 {
+            0
+        }
         fn opts(&self) -> &Options {
             &self.opts
         }
@@ -603,7 +952,7 @@ mod tests {
         fn wake_background(&self) {}
     }
 
-    fn setup(fs: &SimFs) -> (TestEnv, WritePath) {
+    fn setup(fs: &SimFs) -> (Arc<TestEnv>, WritePath) {
         let io = Io::new(Arc::new(fs.clone()), false);
         let dir = PathBuf::from(DIR);
         io.fs().create_dir_all(&dir).unwrap();
@@ -614,23 +963,19 @@ mod tests {
             Recovered::empty(Arc::clone(&mem), 1),
         );
         let writer = SmallLogWriter::create(&io, &dir, versions.alloc_file_id()).unwrap();
-        let env = TestEnv {
+        let env = Arc::new(TestEnv {
             opts: Options::default(),
-            io,
-            dir,
+            io: io.clone(),
+            dir: dir.clone(),
             versions,
             counters: Counters::default(),
             cache: Arc::new(BlockCache::new(1 << 20)),
             poison: Mutex::new(None),
-        };
-        let log = LogState {
-            writer,
-            unsynced: Vec::new(),
-            large: None,
-            mem,
-            next_lsn: 1,
-        };
-        (env, WritePath::new(log, 0))
+        });
+        let writes = WritePath::new(io, dir, writer, 1);
+        let shared: Arc<dyn WriteEnv> = Arc::clone(&env) as Arc<dyn WriteEnv>;
+        writes.register(&mut writes.lock(), &shared, mem, 0);
+        (env, writes)
     }
 
     /// One logged record: its first LSN and its ops as (key, kind).
@@ -651,6 +996,7 @@ mod tests {
                         BatchOp::PutLarge(k, _) => (k.to_vec(), "put-large"),
                         BatchOp::Merge(k, _) => (k.to_vec(), "merge"),
                         BatchOp::DeleteRange(k, _) => (k.to_vec(), "delete-range"),
+                        BatchOp::Keyspace(_) => (Vec::new(), "keyspace"),
                     })
                     .collect();
                 out.push((rec.first_lsn, ops));
@@ -669,18 +1015,20 @@ mod tests {
                 ops: vec![BatchOp::Put(b"a", b"small"), BatchOp::Put(b"b", &big)],
                 payload: None,
                 relocation: false,
+                keyspace: 0,
             },
             CommitRecord {
                 ops: vec![BatchOp::Delete(b"a")],
                 payload: None,
                 relocation: false,
+                keyspace: 0,
             },
         ];
         let mut log = writes.lock();
-        let done = writes.commit(&env, &mut log, &records, false).unwrap();
+        let done = writes.commit(&mut log, &records, false).unwrap();
         assert_eq!((done.puts, done.deletes, done.large_values), (2, 1, 1));
         assert_eq!(log.next_lsn, 4);
-        let mem = Arc::clone(&log.mem);
+        let mem = Arc::clone(&log.space(0).unwrap().mem);
         drop(log);
         assert_eq!(env.versions.snapshot().1, 3, "visible LSN");
         assert_eq!(
@@ -709,9 +1057,10 @@ mod tests {
             ops: vec![BatchOp::Put(b"k", b"tiny")],
             payload: None,
             relocation: true,
+            keyspace: 0,
         };
         let mut log = writes.lock();
-        let done = writes.commit(&env, &mut log, &[record], true).unwrap();
+        let done = writes.commit(&mut log, &[record], true).unwrap();
         drop(log);
         assert_eq!(done.large_values, 1);
         assert_eq!(logged(&env), vec![(1, vec![(b"k".to_vec(), "put-large")])]);
@@ -740,13 +1089,17 @@ mod tests {
             ops: vec![BatchOp::Put(b"a", &big), BatchOp::PutLarge(b"b", ptr)],
             payload: None,
             relocation: false,
+            keyspace: 0,
         };
         let mut log = writes.lock();
-        let r = writes.commit(&env, &mut log, &[record], false);
+        let r = writes.commit(&mut log, &[record], false);
         assert!(matches!(r, Err(Error::Internal(_))), "{r:?}");
         assert_eq!(log.next_lsn, 1);
-        assert!(log.mem.is_empty());
-        assert!(log.large.is_none(), "a large-log segment was started");
+        assert!(log.space(0).unwrap().mem.is_empty());
+        assert!(
+            log.space(0).unwrap().large.is_none(),
+            "a large-log segment was started"
+        );
         drop(log);
         assert!(logged(&env).is_empty());
         assert!(
@@ -764,11 +1117,15 @@ mod tests {
             ops: vec![BatchOp::Put(b"k", b"v")],
             payload: None,
             relocation: false,
+            keyspace: 0,
         };
         let mut log = writes.lock();
-        assert!(writes.commit(&env, &mut log, &[record], true).is_err());
+        assert!(writes.commit(&mut log, &[record], true).is_err());
         assert_eq!(log.next_lsn, 1, "LSNs handed out");
-        assert!(log.mem.is_empty(), "inserted into the memtable");
+        assert!(
+            log.space(0).unwrap().mem.is_empty(),
+            "inserted into the memtable"
+        );
         drop(log);
         assert_eq!(env.versions.snapshot().1, 0, "made visible");
         assert!(matches!(env.check_poison(), Err(Error::Poisoned(_))));
