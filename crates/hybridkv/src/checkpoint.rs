@@ -292,6 +292,8 @@ fn build(
 /// commits out, and under it each keyspace's versions lock gives its live state (lock
 /// order `log` -> `versions`).
 fn capture(root: &Arc<Engine>, others: &[Arc<Engine>]) -> Result<Captured> {
+    // Before anything is listed: no small-log file goes from here on.
+    let hold = root.writes.hold_small_logs();
     let log = root.writes.lock();
     let engines: Vec<&Arc<Engine>> = std::iter::once(root).chain(others).collect();
     // A commit that failed may have left part of a group in the logs: nothing to copy.
@@ -364,7 +366,6 @@ fn capture(root: &Arc<Engine>, others: &[Arc<Engine>]) -> Result<Captured> {
         let len = root.io.fs().file_len(&path)?;
         logs.push(Source::Copy(FileKind::SmallLog.name(id), len));
     }
-    let hold = root.writes.hold_small_logs();
     drop(log);
     Ok(Captured {
         spaces,

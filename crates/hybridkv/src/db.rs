@@ -158,10 +158,10 @@ impl Db {
         let mut last: Option<(Opened, Io)> = None;
         let (opened, io) = loop {
             attempt += 1;
-            let before = manifest_bytes(fs.as_ref(), dir);
+            let before = state_bytes(fs.as_ref(), dir);
             let io = Io::read_only(Arc::clone(&fs), options.direct_io);
             let opened = recovery::open_database(dir, options.clone(), io.clone(), true);
-            let changed = manifest_bytes(fs.as_ref(), dir) != before;
+            let changed = state_bytes(fs.as_ref(), dir) != before;
             match opened {
                 Ok(o) if !changed || attempt >= ATTEMPTS => break (o, io),
                 Ok(o) => last = Some((o, io)),
@@ -201,6 +201,9 @@ impl Db {
             )));
         }
         let id = spaces.catalog.next_id;
+        let next_id = id.checked_add(1).ok_or_else(|| {
+            Error::InvalidArgument("every keyspace id was used (the catalog is full)".into())
+        })?;
         let kdir = filename::keyspace_dir(&shared.dir, id);
         // A directory left by a create cut short (an error, a crash) holds nothing named.
         if shared.io.fs().kind(&kdir)?.is_some() {
@@ -227,12 +230,26 @@ impl Db {
         };
         let mut catalog = spaces.catalog.clone();
         catalog.by_name.insert(name.to_string(), id);
-        catalog.next_id = id + 1;
-        let stored = catalog.store(&shared.io, &shared.dir);
-        let threads = stored.and_then(|()| spawn_threads(&engine));
-        let threads = match threads {
+        catalog.next_id = next_id;
+        // The threads before the catalog: once the catalog names the keyspace, nothing
+        // may fail that would unregister it (its replay start would stop holding the
+        // small log back while its manifest still counts on it).
+        let stored = spawn_threads(&engine).and_then(|threads| {
+            match catalog.store(&shared.io, &shared.dir) {
+                Ok(()) => Ok(threads),
+                Err(e) => {
+                    stop(&engine);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    Err(e)
+                }
+            }
+        });
+        let threads = match stored {
             Ok(t) => t,
             Err(e) => {
+                // The catalog does not name it: its directory is swept at the next open.
                 stop(&engine);
                 shared.writes.unregister(&mut shared.writes.lock(), id);
                 return Err(e);
@@ -303,18 +320,23 @@ impl Db {
             .ok_or_else(|| Error::InvalidArgument(format!("no keyspace named {name:?}")))?;
         let mut catalog = spaces.catalog.clone();
         catalog.by_name.remove(name);
-        if let Some(mut k) = spaces.open.remove(&id) {
+        if let Some(k) = spaces.open.get_mut(&id) {
+            // Its handles fail from now on and its background work stops; it stays
+            // registered (its replay start holds the small log back) until the catalog
+            // no longer names it.
             stop(&k.engine);
             for t in k.threads.drain(..) {
                 let _ = t.join();
             }
-            // Commits naming it fail from now on; it no longer holds small-log files.
-            shared.writes.unregister(&mut shared.writes.lock(), id);
         }
         // The catalog first: a crash after it leaves a directory no keyspace names, which
-        // the next open deletes; a crash before it leaves the keyspace whole.
+        // the next open deletes; a crash before it leaves the keyspace whole. Should the
+        // store fail, the keyspace stays named and registered (closed until the next open).
         catalog.store(&shared.io, &shared.dir)?;
         spaces.catalog = catalog;
+        spaces.open.remove(&id);
+        // Commits naming it fail from now on; it no longer holds small-log files.
+        shared.writes.unregister(&mut shared.writes.lock(), id);
         let kdir = filename::keyspace_dir(&shared.dir, id);
         recovery::remove_keyspace_dir(&shared.io, &kdir)?;
         if let Some(parent) = kdir.parent() {
@@ -402,11 +424,28 @@ impl Db {
     }
 }
 
-/// The manifest's bytes, if it can be read (a read-only open compares them before and
-/// after it reads the rest).
-fn manifest_bytes(fs: &dyn FileSystem, dir: &Path) -> Option<Vec<u8>> {
-    let file = fs.open(&dir.join(crate::filename::MANIFEST), false).ok()?;
+/// The bytes of a file, if it can be read.
+fn file_bytes(fs: &dyn FileSystem, path: &Path) -> Option<Vec<u8>> {
+    let file = fs.open(path, false).ok()?;
     let mut buf = vec![0u8; usize::try_from(file.len()).ok()?];
     file.read_exact_at(0, &mut buf).ok()?;
     Some(buf)
+}
+
+/// The bytes of every manifest (the database's and each keyspace's) and of the keyspace
+/// catalog, as far as they can be read: a read-only open compares them before and after
+/// it reads the rest, and tries again if a writer installed something meanwhile.
+fn state_bytes(fs: &dyn FileSystem, dir: &Path) -> Vec<Option<Vec<u8>>> {
+    let mut out = vec![
+        file_bytes(fs, &dir.join(filename::MANIFEST)),
+        file_bytes(fs, &dir.join(filename::KEYSPACES)),
+    ];
+    let spaces = dir.join(filename::KEYSPACE_DIR);
+    if let Ok(mut names) = fs.list(&spaces) {
+        names.sort();
+        for name in names {
+            out.push(file_bytes(fs, &spaces.join(name).join(filename::MANIFEST)));
+        }
+    }
+    out
 }

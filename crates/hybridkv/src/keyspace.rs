@@ -61,6 +61,12 @@ impl Keyspace {
         self.engine.keyspace
     }
 
+    /// Which open database this keyspace belongs to (a batch naming keyspaces is written
+    /// to that database only).
+    pub(crate) fn db_token(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
     /// `Error::ReadOnly` for a handle from [`crate::Db::open_read_only`], `Error::Closed` once
     /// closed (or, for a keyspace, dropped).
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -137,6 +143,11 @@ impl Keyspace {
     /// in the same atomic commit.
     pub fn write_opt(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
         self.check_writable()?;
+        if batch.db_token().is_some_and(|db| db != self.db_token()) {
+            return Err(Error::InvalidArgument(
+                "write batch names keyspaces of another database".into(),
+            ));
+        }
         self.engine.write_batch(batch, opts.sync)
     }
 

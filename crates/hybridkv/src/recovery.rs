@@ -106,7 +106,7 @@ pub(crate) fn open_database(dir: &Path, opts: Options, io: Io, read_only: bool) 
     spaces.push(root);
     spaces.extend(others);
 
-    let last_lsn = replay(&io, dir, &mut spaces, read_only)?;
+    let last_lsn = replay(&io, dir, &mut spaces, catalog.next_id, read_only)?;
 
     let root_next_id = spaces[0].max_id + 1;
     let writer_id = root_next_id;
@@ -516,7 +516,13 @@ fn value_lost(space: &Loaded, op: &BatchOp<'_>) -> bool {
 /// levels hold it already (its LSN is at most the keyspace's flushed LSN) or the keyspace
 /// is gone (dropped). LSNs must rise without gaps across the whole log. Returns the last
 /// LSN in use (replayed, or flushed by any keyspace).
-fn replay(io: &Io, log_dir: &Path, spaces: &mut [Loaded], read_only: bool) -> Result<u64> {
+fn replay(
+    io: &Io,
+    log_dir: &Path,
+    spaces: &mut [Loaded],
+    next_keyspace: u32,
+    read_only: bool,
+) -> Result<u64> {
     let start = spaces.iter().map(|s| s.state.log_min_id).min().unwrap_or(0);
     // Every keyspace's replay start is the first record after its flushed LSN, so the
     // smallest flushed LSN is where the first file to replay begins.
@@ -594,6 +600,16 @@ fn replay(io: &Io, log_dir: &Path, spaces: &mut [Loaded], read_only: bool) -> Re
             let mut lsn = rec.first_lsn;
             for op in ops {
                 if let BatchOp::Keyspace(k) = op {
+                    // A keyspace is in the catalog before anything is written to it: an
+                    // id the catalog never handed out is damage (a read-only open may
+                    // meet one a writer created after it read the catalog).
+                    if k >= next_keyspace && !read_only {
+                        return Err(Error::corruption(
+                            path,
+                            rec.offset,
+                            format!("record names keyspace {k}, never created"),
+                        ));
+                    }
                     space = index.get(&k).copied();
                     continue;
                 }

@@ -138,7 +138,8 @@ pub struct Stats {
     pub pinned_index_bytes: u64,
     /// Iterators opened (`Db::iter`, `Db::scan`, ...).
     pub scans: u64,
-    /// Bytes of small-log files on disk.
+    /// Bytes of small-log files on disk (the database's one small log, shared by its
+    /// keyspaces: counted in the default keyspace's statistics, 0 in the others').
     pub wal_file_bytes: u64,
     /// Bytes of large-log records appended by user writes.
     pub large_bytes_written: u64,

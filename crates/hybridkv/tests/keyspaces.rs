@@ -40,8 +40,9 @@ fn files_under(dir: &Path) -> Vec<(String, u64)> {
         return out;
     };
     for e in entries {
-        let e = e.unwrap();
-        let meta = e.metadata().unwrap();
+        // A file the engine deletes while this lists the directory is skipped.
+        let Ok(e) = e else { continue };
+        let Ok(meta) = e.metadata() else { continue };
         if meta.is_dir() {
             out.extend(files_under(&e.path()));
         } else {
@@ -197,6 +198,53 @@ fn an_idle_keyspace_does_not_keep_the_small_log() {
         .filter(|(n, _)| n.ends_with(".wal"))
         .collect();
     assert!(wal.len() <= 3, "small-log files kept: {wal:?}");
+}
+
+#[test]
+fn a_rarely_written_keyspace_does_not_keep_the_small_log() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), small_opts()).unwrap();
+        let quiet = db.create_keyspace("quiet", small_opts()).unwrap();
+        let busy = db.create_keyspace("busy", small_opts()).unwrap();
+        quiet.put("one", "write").unwrap(); // far from filling its memtable
+        let mut most = 0;
+        for i in 0..60_000u32 {
+            busy.put(format!("b{i:06}"), vec![2u8; 100]).unwrap();
+            if i % 1000 == 0 {
+                let wal = files_under(dir.path())
+                    .into_iter()
+                    .filter(|(n, _)| n.ends_with(".wal"))
+                    .count();
+                most = most.max(wal);
+            }
+        }
+        assert!(busy.stats().unwrap().flushes >= 60);
+        // The quiet keyspace's memtable was switched and flushed for it.
+        assert!(quiet.stats().unwrap().flushes >= 1);
+        assert!(most <= 24, "small-log files at most {most}");
+    }
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let quiet = db.keyspace("quiet").unwrap();
+    assert_eq!(quiet.get("one").unwrap().as_deref(), Some(&b"write"[..]));
+    assert_eq!(db.keyspace("busy").unwrap().iter().count(), 60_000);
+}
+
+#[test]
+fn a_batch_naming_another_databases_keyspace_is_refused() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db1 = Db::open(d1.path(), small_opts()).unwrap();
+    let db2 = Db::open(d2.path(), small_opts()).unwrap();
+    let a1 = db1.create_keyspace("a", small_opts()).unwrap();
+    let a2 = db2.create_keyspace("a", small_opts()).unwrap();
+    let mut b = WriteBatch::new();
+    b.put_in(&a1, "k", "v");
+    assert!(matches!(db2.write(b), Err(Error::InvalidArgument(_))));
+    let mut mixed = WriteBatch::new();
+    mixed.put_in(&a1, "k", "v").put_in(&a2, "k", "v");
+    assert!(matches!(db1.write(mixed), Err(Error::InvalidArgument(_))));
+    assert_eq!(a2.get("k").unwrap(), None);
+    assert_eq!(a1.get("k").unwrap(), None);
 }
 
 #[test]

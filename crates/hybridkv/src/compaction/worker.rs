@@ -268,6 +268,9 @@ impl Engine {
     fn advance_idle_keyspaces(&self) -> Result<()> {
         let start = self.writes.current_log();
         for env in self.writes.envs() {
+            if env.is_shutdown() {
+                continue; // closing or being dropped
+            }
             let versions = env.versions();
             {
                 let (sv, _) = versions.snapshot();
@@ -290,6 +293,15 @@ impl Engine {
             match stored {
                 Ok(_) => {
                     self.writes.set_log_min(env.keyspace(), log_min);
+                }
+                // That keyspace's manifest is in doubt: it refuses writes from now on.
+                // This keyspace's own flush succeeded, so its error is not this one's.
+                Err(e) if env.keyspace() != self.keyspace => {
+                    log::warn!(
+                        "{}: moving the replay start of an idle keyspace failed: {e}",
+                        env.dir().display()
+                    );
+                    env.set_poison(&e);
                 }
                 Err(e) => {
                     env.set_poison(&e);

@@ -42,6 +42,8 @@ pub struct WriteBatch {
     /// batch's operations then go to the keyspace it is written to), `Some(id)` once one
     /// did (every later operation is encoded with its keyspace).
     keyspace: Option<u32>,
+    /// The database the named keyspaces belong to (keyspace ids mean nothing elsewhere).
+    db: Option<usize>,
 }
 
 /// One decoded operation of a batch.
@@ -132,12 +134,12 @@ impl WriteBatch {
         key: impl AsRef<[u8]>,
         value: impl AsRef<[u8]>,
     ) -> &mut Self {
-        self.switch_to(ks.id()).put(key, value)
+        self.switch_to(ks).put(key, value)
     }
 
     /// Adds a delete of `key` in keyspace `ks`.
     pub fn delete_in(&mut self, ks: &crate::Keyspace, key: impl AsRef<[u8]>) -> &mut Self {
-        self.switch_to(ks.id()).delete(key)
+        self.switch_to(ks).delete(key)
     }
 
     /// Adds a delta for `key` in keyspace `ks` (see [`WriteBatch::merge`]).
@@ -147,7 +149,7 @@ impl WriteBatch {
         key: impl AsRef<[u8]>,
         operand: impl AsRef<[u8]>,
     ) -> &mut Self {
-        self.switch_to(ks.id()).merge(key, operand)
+        self.switch_to(ks).merge(key, operand)
     }
 
     /// Adds a range deletion in keyspace `ks` (see [`WriteBatch::delete_range`]).
@@ -157,13 +159,21 @@ impl WriteBatch {
         start: impl AsRef<[u8]>,
         end: impl AsRef<[u8]>,
     ) -> &mut Self {
-        self.switch_to(ks.id()).delete_range(start, end)
+        self.switch_to(ks).delete_range(start, end)
     }
 
     /// Operations added from now on go to keyspace `id` (until the next `*_in` call names
     /// another); those added before any `*_in` call go to the keyspace the batch is
     /// written to.
-    fn switch_to(&mut self, id: u32) -> &mut Self {
+    fn switch_to(&mut self, ks: &crate::Keyspace) -> &mut Self {
+        let id = ks.id();
+        let db = ks.db_token();
+        if self.db.is_some_and(|d| d != db) {
+            self.note(Err(Error::InvalidArgument(
+                "a batch names keyspaces of two different databases".into(),
+            )));
+        }
+        self.db = Some(db);
         if self.keyspace != Some(id) {
             if self.keyspace.is_none() && self.count > 0 {
                 // Operations so far were meant for the keyspace the batch is written to:
@@ -195,6 +205,11 @@ impl WriteBatch {
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+
+    /// The database whose keyspaces the batch names, if it names any.
+    pub(crate) fn db_token(&self) -> Option<usize> {
+        self.db
     }
 
     /// Whether the batch names its keyspaces (`*_in` methods) rather than going to the
@@ -342,14 +357,23 @@ pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>>
     let mut d = Decoder::new(payload);
     let mut ops = Vec::with_capacity(ops_capacity(payload.len(), count));
     let mut decoded = 0u32;
+    let mut after_switch = false;
     while decoded < count {
         decoded += 1;
-        match d.u8()? {
-            OP_KEYSPACE => {
-                // A switch, not an operation: it must be followed by one.
-                decoded -= 1;
-                ops.push(BatchOp::Keyspace(d.u32()?));
+        let op = d.u8()?;
+        if op == OP_KEYSPACE {
+            // A switch, not an operation: it must be followed by one (never by another
+            // switch: one payload has one encoding).
+            if after_switch {
+                return None;
             }
+            after_switch = true;
+            decoded -= 1;
+            ops.push(BatchOp::Keyspace(d.u32()?));
+            continue;
+        }
+        after_switch = false;
+        match op {
             op @ (OP_PUT | OP_MERGE) => {
                 let klen = d.u32()? as usize;
                 let vlen = d.u32()? as usize;

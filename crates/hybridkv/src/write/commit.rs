@@ -18,6 +18,11 @@ pub(crate) struct Request {
 }
 
 impl Request {
+    /// Fails this request alone (its group goes on without it).
+    pub(crate) fn fail(&self, e: Error) {
+        *self.result.lock() = Some(Err(e));
+    }
+
     pub(crate) fn new(batch: WriteBatch, sync: bool, keyspace: u32) -> Arc<Self> {
         Arc::new(Request {
             batch,
@@ -84,12 +89,16 @@ impl CommitQueue {
 
         let result = commit_group(&group);
         for other in group.iter().filter(|r| !Arc::ptr_eq(r, &req)) {
-            let shared = match &result {
-                Ok(()) => Ok(()),
-                Err(e) => Err(share(e)),
-            };
-            *other.result.lock() = Some(shared);
+            let mut slot = other.result.lock();
+            if slot.is_none() {
+                *slot = Some(match &result {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(share(e)),
+                });
+            }
         }
+        // This thread's own request may have been failed alone.
+        let result = req.result.lock().take().unwrap_or(result);
         let mut st = self.state.lock();
         st.leader_active = false;
         self.cv.notify_all();

@@ -217,7 +217,16 @@ pub(crate) struct WritePath {
     /// Serializes deletions of obsolete small-log files (the flushes of several keyspaces
     /// may finish at once).
     deleting: Mutex<()>,
+    /// Small-log files started since the open that are not deleted yet (read by the
+    /// commit path to bound the small log).
+    started: Mutex<std::collections::BTreeSet<u64>>,
 }
+
+/// Small-log files the oldest unflushed write may keep before its keyspace's memtable is
+/// switched (so flushed) whatever its size: a keyspace written rarely must not keep every
+/// file the others write after it (RocksDB's `max_total_wal_size`, counted in files, each
+/// about a memtable of some keyspace).
+const MAX_SMALL_LOG_FILES: usize = 16;
 
 impl WritePath {
     /// A write path appending to `writer` (in `log_dir`), whose first record will take
@@ -243,6 +252,7 @@ impl WritePath {
             small_log_holds: AtomicUsize::new(0),
             sealed: Mutex::new(Vec::new()),
             deleting: Mutex::new(()),
+            started: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -265,7 +275,9 @@ impl WritePath {
             },
         );
         self.envs.write().insert(id, Arc::downgrade(env));
-        self.set_log_min(id, log_min);
+        let mut mins = self.log_mins.lock();
+        mins.insert(id, log_min);
+        self.publish_min(&mins);
     }
 
     /// Removes keyspace `id` (dropped, or the database closing): commits that name it
@@ -283,12 +295,14 @@ impl WritePath {
         self.publish_min(&mins);
     }
 
-    /// Records that keyspace `id`'s durable manifest now starts replay at `log_min`;
-    /// returns the smallest such start over every keyspace (files below it are obsolete).
+    /// Records that keyspace `id`'s durable manifest now starts replay at `log_min`
+    /// (ignored once it is unregistered); returns the smallest such start over every
+    /// keyspace (files below it are obsolete).
     pub(crate) fn set_log_min(&self, id: u32, log_min: u64) -> u64 {
         let mut mins = self.log_mins.lock();
-        let e = mins.entry(id).or_insert(log_min);
-        *e = (*e).max(log_min);
+        if let Some(e) = mins.get_mut(&id) {
+            *e = (*e).max(log_min);
+        }
         self.publish_min(&mins)
     }
 
@@ -357,6 +371,7 @@ impl WritePath {
                 self.io.fs().remove(&path)?;
             }
         }
+        self.started.lock().retain(|&id| id >= min);
         Ok(())
     }
 
@@ -377,6 +392,8 @@ impl WritePath {
 
     /// Keeps small-log files from deletion while held (a checkpoint copying them).
     pub(crate) fn hold_small_logs(self: &Arc<Self>) -> SmallLogHold {
+        // Under the deletion lock: no deletion is half done once the hold is taken.
+        let _no_deletion = self.deleting.lock();
         self.small_log_holds.fetch_add(1, Ordering::SeqCst);
         SmallLogHold(Arc::clone(self))
     }
@@ -453,15 +470,43 @@ impl WritePath {
         self.queue.submit(req, |group| self.commit_group(group))
     }
 
-    /// The group-commit leader's step: every queued batch, one record each.
+    /// The group-commit leader's step: every queued batch, one record each. A batch that
+    /// names a keyspace that is gone or refuses writes fails alone.
     fn commit_group(&self, group: &[Arc<Request>]) -> Result<()> {
+        // Decoded before the lock is taken (the batches were validated when submitted).
+        let decoded: Vec<Option<Vec<BatchOp<'_>>>> = group
+            .iter()
+            .map(|r| decode_ops(r.batch.payload(), r.batch.count()))
+            .collect();
+        let mut log = self.log.lock();
+        let root = log.space(0)?.env.upgrade().ok_or(Error::Closed)?;
+        if root.is_shutdown() {
+            return Err(Error::Closed);
+        }
         let mut records = Vec::with_capacity(group.len());
         let mut sync = false;
-        for r in group {
-            sync |= r.sync;
-            let Some(ops) = decode_ops(r.batch.payload(), r.batch.count()) else {
-                return Err(Error::InvalidArgument("malformed write batch".into()));
+        for (r, ops) in group.iter().zip(decoded) {
+            let Some(ops) = ops else {
+                r.fail(Error::InvalidArgument("malformed write batch".into()));
+                continue;
             };
+            let named = ops.iter().filter_map(|op| match op {
+                BatchOp::Keyspace(id) => Some(*id),
+                _ => None,
+            });
+            let refused = std::iter::once(r.keyspace).chain(named).find_map(|id| {
+                match log.spaces.get(&id).and_then(|s| s.env.upgrade()) {
+                    None => Some(Error::InvalidArgument(format!(
+                        "write names keyspace {id}, which is not open in this database"
+                    ))),
+                    Some(env) => env.check_poison().err(),
+                }
+            });
+            if let Some(e) = refused {
+                r.fail(e);
+                continue;
+            }
+            sync |= r.sync;
             records.push(CommitRecord {
                 ops,
                 payload: Some(r.batch.payload()),
@@ -469,10 +514,8 @@ impl WritePath {
                 keyspace: r.keyspace,
             });
         }
-        let mut log = self.log.lock();
-        let root = log.space(0)?.env.upgrade().ok_or(Error::Closed)?;
-        if root.is_shutdown() {
-            return Err(Error::Closed);
+        if records.is_empty() {
+            return Ok(());
         }
         self.make_room(&mut log)?;
         self.commit(&mut log, &records, sync)?;
@@ -768,16 +811,51 @@ impl WritePath {
     }
 
     /// Switches every full memtable to immutable, first waiting while too many of its
-    /// keyspace wait for flush.
+    /// keyspace wait for flush; and when the small log grew past `MAX_SMALL_LOG_FILES`
+    /// files, the memtable of each keyspace that holds the oldest of them back.
     pub(crate) fn make_room(&self, log: &mut LogState) -> Result<()> {
+        if self.started.lock().len() > MAX_SMALL_LOG_FILES {
+            let min = self.small_log_min();
+            let holding: Vec<u32> = self
+                .log_mins
+                .lock()
+                .iter()
+                .filter(|&(_, &m)| m <= min)
+                .map(|(&id, _)| id)
+                .collect();
+            for id in holding {
+                let Some(space) = log.spaces.get(&id) else {
+                    continue;
+                };
+                let Some(env) = space.env.upgrade() else {
+                    continue;
+                };
+                // Its flush is what moves the start on; one pending is enough.
+                if !space.mem.is_empty()
+                    && env.versions().imms_waiting() == 0
+                    && !env.is_shutdown()
+                    && env.check_poison().is_ok()
+                {
+                    log::debug!(
+                        "{}: switching a memtable that holds {} small-log files back",
+                        env.dir().display(),
+                        self.started.lock().len()
+                    );
+                    self.rotate(log, id)?;
+                }
+            }
+        }
         let full: Vec<(u32, EnvRef)> = log
             .spaces
             .iter()
             .filter_map(|(&id, s)| {
                 let env = s.env.upgrade()?;
-                // A keyspace being dropped or closed takes no more room.
-                (s.mem.size() >= env.opts().memtable_size && !env.is_shutdown())
-                    .then(|| (id, s.env.clone()))
+                // A keyspace being dropped or closed, or refusing writes, takes no more
+                // room (its writes fail on their own).
+                (s.mem.size() >= env.opts().memtable_size
+                    && !env.is_shutdown()
+                    && env.check_poison().is_ok())
+                .then(|| (id, s.env.clone()))
             })
             .collect();
         for (id, env) in full {
@@ -830,6 +908,7 @@ impl WritePath {
         };
         let sealed_log = std::mem::replace(&mut log.writer, writer);
         self.sealed.lock().push(sealed_log);
+        self.started.lock().insert(file_id);
         *self.current.lock() = LogStart {
             id: file_id,
             first_lsn: log.next_lsn,
