@@ -25,6 +25,10 @@ struct Cli {
     /// other byte (and `\n`, `\t`, `\r`, `\0` on input).
     #[arg(long, global = true)]
     hex: bool,
+    /// The keyspace a command reads or writes (default: the database's own). Every
+    /// keyspace of the database opens with it.
+    #[arg(long, global = true)]
+    keyspace: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,7 +44,7 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Write scaling with keyspaces: one thread into one keyspace, two threads into two
     /// keyspaces, two threads into one keyspace, each into a fresh database, same run.
-    Keyspaces(scaling::ScalingArgs),
+    KeyspaceBench(scaling::ScalingArgs),
     /// Store a value. Every writing command opens the database with the options it was
     /// last opened with (its OPTIONS file).
     Put {
@@ -190,12 +194,20 @@ const LOAD_BATCH_BYTES: usize = 4 << 20;
 
 fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let form = Form::new(cli.hex);
+    let keyspace = cli.keyspace.clone();
+    // The keyspace a command works on (the database's own without `--keyspace`).
+    let pick = |db: &Db| -> Result<hybridkv::Keyspace, hybridkv::Error> {
+        match &keyspace {
+            Some(name) => db.keyspace(name),
+            None => Ok((**db).clone()),
+        }
+    };
     let parse = |text: &str, what: &str| form.parse(text, what).map_err(usage);
     let stdout = std::io::stdout();
     match cli.command {
         Command::Bench(args) => bench::run(*args)?,
         Command::Demo(args) => demo::run(&args)?,
-        Command::Keyspaces(args) => scaling::run(&args)?,
+        Command::KeyspaceBench(args) => scaling::run(&args)?,
         Command::Put {
             db,
             create,
@@ -204,13 +216,15 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         } => {
             let (key, value) = (parse(&key, "key")?, parse(&value, "value")?);
             let db = open_writing(&db, create)?;
-            db.put(key, value)?;
+            let ks = pick(&db)?;
+            ks.put(key, value)?;
             db.close()?;
         }
         Command::Get { db, key } => {
             let key = parse(&key, "key")?;
             let db = open_reading(&db)?;
-            match db.get(&key)? {
+            let ks = pick(&db)?;
+            match ks.get(&key)? {
                 Some(v) => println!("{}", form.show(&v)),
                 None => {
                     eprintln!("key not found: {}", form.show(&key));
@@ -227,10 +241,11 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let key = parse(&key, "key")?;
             let to = to.as_deref().map(|t| parse(t, "--to")).transpose()?;
             let db = open_writing(&db, false)?;
+            let ks = pick(&db)?;
             match (to, prefix) {
-                (Some(end), _) => db.delete_range(key, end)?,
-                (None, true) => db.delete_prefix(key)?,
-                (None, false) => db.delete(key)?,
+                (Some(end), _) => ks.delete_range(key, end)?,
+                (None, true) => ks.delete_prefix(key)?,
+                (None, false) => ks.delete(key)?,
             }
             db.close()?;
         }
@@ -244,14 +259,15 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             limit,
         } => {
             let db = open_reading(&db)?;
+            let ks = pick(&db)?;
             let iter = match (&prefix, &from, &to) {
-                (Some(p), _, _) => db.prefix(parse(p, "prefix")?),
+                (Some(p), _, _) => ks.prefix(parse(p, "prefix")?),
                 (None, from, to) => {
                     let from = from.as_deref().map(|f| parse(f, "--from")).transpose()?;
                     let to = to.as_deref().map(|t| parse(t, "--to")).transpose()?;
                     let lower = from.map_or(Bound::Unbounded, Bound::Included);
                     let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
-                    db.range::<Vec<u8>, _>((lower, upper))
+                    ks.range::<Vec<u8>, _>((lower, upper))
                 }
             };
             let limit = if limit == 0 { usize::MAX } else { limit };
@@ -286,6 +302,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Command::Dump { db, out } => {
             let db = open_reading(&db)?;
+            let ks = pick(&db)?;
             let sink: Box<dyn Write> = match &out {
                 Some(path) => Box::new(
                     std::fs::File::create(path)
@@ -295,7 +312,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             };
             let mut sink = std::io::BufWriter::new(sink);
             let mut pairs = 0u64;
-            for pair in db.iter() {
+            for pair in ks.iter() {
                 let (k, v) = pair?;
                 writeln!(sink, "{}\t{}", form.show(&k), form.show(&v))?;
                 pairs += 1;
@@ -312,6 +329,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 None => Box::new(std::io::stdin().lock()),
             };
             let db = open_writing(&db, create)?;
+            let ks = pick(&db)?;
             let mut batch = WriteBatch::new();
             let (mut pending, mut bytes, mut pairs) = (0usize, 0usize, 0u64);
             for (i, line) in source.lines().enumerate() {
@@ -335,27 +353,30 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 pending += 1;
                 pairs += 1;
                 if pending >= LOAD_BATCH_PAIRS || bytes >= LOAD_BATCH_BYTES {
-                    db.write(std::mem::take(&mut batch))?;
+                    ks.write(std::mem::take(&mut batch))?;
                     (pending, bytes) = (0, 0);
                 }
             }
             if pending > 0 {
-                db.write(batch)?;
+                ks.write(batch)?;
             }
             db.close()?;
             eprintln!("loaded {pairs} pairs");
         }
         Command::Stats { db } => {
             let db = open_reading(&db)?;
-            println!("{}", db.stats()?);
+            let ks = pick(&db)?;
+            println!("{}", ks.stats()?);
         }
         Command::Space { db } => {
             let db = open_reading(&db)?;
-            print!("{}", db.space()?);
+            let ks = pick(&db)?;
+            print!("{}", ks.space()?);
         }
         Command::Check { db } => {
             let db = open_reading(&db)?;
-            let report = db.check()?;
+            let ks = pick(&db)?;
+            let report = ks.check()?;
             print!("{report}");
             if !report.is_ok() {
                 return Ok(ExitCode::from(1));
@@ -363,10 +384,11 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Command::Compact { db } => {
             let db = open_writing(&db, false)?;
-            let before = db.space()?;
-            db.compact_all()?;
-            let gc = db.gc()?;
-            let after = db.space()?;
+            let ks = pick(&db)?;
+            let before = ks.space()?;
+            ks.compact_all()?;
+            let gc = ks.gc()?;
+            let after = ks.space()?;
             println!(
                 "bytes on disk: {} before, {} after (live data {}); large-log segments freed: {}",
                 before.total_on_disk,
@@ -378,7 +400,8 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Command::Gc { db } => {
             let db = open_writing(&db, false)?;
-            let r = db.gc()?;
+            let ks = pick(&db)?;
+            let r = ks.gc()?;
             println!(
                 "segments freed: {} ({} bytes); records checked: {}, relocated: {} ({} bytes); damaged segments: {}",
                 r.segments_freed,
@@ -397,6 +420,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
         }
         Command::Checkpoint { db, to } => {
+            // Every keyspace is copied (a checkpoint is of the whole database).
             let db = open_writing(&db, false)?;
             print!("{}", db.checkpoint(&to)?);
             db.close()?;

@@ -1,4 +1,4 @@
-//! `hybridkv keyspaces`: do keyspaces let writers run in parallel? Loads pairs three ways in
+//! `hybridkv keyspace-bench`: do keyspaces let writers run in parallel? Loads pairs three ways in
 //! one run, each into a fresh database: one thread into one keyspace; two threads, each
 //! into a keyspace of its own; two threads into one keyspace. Prints throughput, CPU per
 //! write and the ratio of the two-keyspace run to the one-thread run.
@@ -13,7 +13,7 @@ use hybridkv_bench::sys::CpuTime;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Options of `hybridkv keyspaces`.
+/// Options of `hybridkv keyspace-bench`.
 #[derive(Args, Debug)]
 pub struct ScalingArgs {
     /// Pairs each writer thread writes.

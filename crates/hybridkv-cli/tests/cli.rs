@@ -291,3 +291,41 @@ fn binary_keys_ranges_dump_load_compact_gc_and_checkpoint() {
     let o = hybridkv(&["delete", "--db", db, "k5", "--to", "k1"]);
     assert_eq!(o.status.code(), Some(2), "an inverted range is refused");
 }
+
+#[test]
+fn keyspace_selects_the_keyspace_a_command_works_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let db = hybridkv::Db::open(&path, hybridkv::Options::default()).unwrap();
+        let users = db
+            .create_keyspace("users", hybridkv::Options::default())
+            .unwrap();
+        users.put("u1", "alice").unwrap();
+        db.put("u1", "default").unwrap();
+    }
+    let p = path.to_str().unwrap();
+    let got = hybridkv(&["get", "--db", p, "--keyspace", "users", "u1"]);
+    ok(&got);
+    assert_eq!(stdout(&got).trim(), "alice");
+    let got = hybridkv(&["get", "--db", p, "u1"]);
+    assert_eq!(stdout(&got).trim(), "default");
+    ok(&hybridkv(&[
+        "put",
+        "--db",
+        p,
+        "--keyspace",
+        "users",
+        "u2",
+        "bob",
+    ]));
+    let scan = hybridkv(&["scan", "--db", p, "--keyspace", "users"]);
+    assert_eq!(stdout(&scan), "u1\talice\nu2\tbob\n");
+    // An unknown keyspace is an error, not a new keyspace.
+    let missing = hybridkv(&["get", "--db", p, "--keyspace", "nope", "u1"]);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("no keyspace named"),
+        "{missing:?}"
+    );
+}

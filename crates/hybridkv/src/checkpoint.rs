@@ -288,12 +288,14 @@ fn build(
     Ok(report)
 }
 
-/// Captures the state of every keyspace between two commits: the `log` lock keeps
-/// commits out, and under it each keyspace's versions lock gives its live state (lock
-/// order `log` -> `versions`).
+/// Captures the state of every keyspace between two commits: every keyspace's slot, then
+/// the `log` lock, keep commits out, and under them each keyspace's versions lock gives
+/// its live state (lock order slots -> `log` -> `versions`).
 fn capture(root: &Arc<Engine>, others: &[Arc<Engine>]) -> Result<Captured> {
     // Before anything is listed: no small-log file goes from here on.
     let hold = root.writes.hold_small_logs();
+    // Every keyspace's slot, then the log: no commit is half done.
+    let _quiet = root.writes.hold_all()?;
     let log = root.writes.lock();
     let engines: Vec<&Arc<Engine>> = std::iter::once(root).chain(others).collect();
     // A commit that failed may have left part of a group in the logs: nothing to copy.

@@ -363,9 +363,11 @@ impl Db {
                 )));
             }
         }
-        // Under `log` no commit runs: every keyspace's captured state holds every
-        // committed write, and no part of a batch is visible anywhere without the rest.
-        let _no_commits = shared.writes.lock();
+        // With their slots held no commit into them runs: every keyspace's captured state
+        // holds every committed write, and no part of a batch is visible anywhere without
+        // the rest.
+        let ids: Vec<u32> = keyspaces.iter().map(|k| k.id()).collect();
+        let _no_commits = shared.writes.hold(&ids)?;
         Ok(keyspaces
             .iter()
             .map(|k| Snapshot::capture(&k.engine))

@@ -3,7 +3,7 @@
 //! of the key stop at the memtable and the next merges drop the deltas instead of carrying
 //! them down the levels.
 //!
-//! Owns: deciding, under the write path's `log` mutex, whether the value a get computed at
+//! Owns: deciding, holding its keyspace's slot of the write path, whether the value a get computed at
 //! its snapshot is still the key's value (no version of the key newer than the snapshot),
 //! and committing it through the one commit path. Never: waits for the mutex or for room
 //! in the memtable (it is an optimization: skipped when either is busy), changes a value
@@ -18,19 +18,20 @@ impl Engine {
     /// Writes `value` back as the put of `key` if nothing wrote the key after `seen` (the
     /// LSN of the get's snapshot). Errors are logged, not returned: the read succeeded.
     pub(crate) fn fold_back(&self, key: &[u8], value: &[u8], seen: u64) {
-        let Some(mut log) = self.writes.try_lock() else {
+        let Some(mut held) = self.writes.try_hold(self.keyspace) else {
             return;
         };
         // A close may have finished on another handle since the get began.
         if self.check_open().is_err()
             || self.check_poison().is_err()
-            || log
-                .space(self.keyspace)
-                .map_or(true, |s| s.mem.size() >= self.opts.memtable_size)
+            || held
+                .mem(self.keyspace)
+                .is_none_or(|m| m.size() >= self.opts.memtable_size)
         {
             return;
         }
-        // Under `log` no commit runs: the state captured now holds every write of `key`.
+        // With the keyspace's slot held no commit into it runs: the state captured now
+        // holds every write of `key`.
         let (sv, _) = self.snapshot();
         match crate::read::newest_lsn(&sv, key) {
             Ok(Some(lsn)) if lsn <= seen => {}
@@ -47,7 +48,7 @@ impl Engine {
             relocation: false,
             keyspace: self.keyspace,
         };
-        match self.writes.commit(&mut log, &[record], false) {
+        match self.writes.commit(&mut held, &[record], false) {
             Ok(_) => Counters::add(&self.counters.reads_folded_back, 1),
             // The commit poisoned the engine: later writes report it.
             Err(e) => log::warn!("{}: fold-back of a read failed: {e}", self.dir.display()),

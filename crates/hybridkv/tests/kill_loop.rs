@@ -19,6 +19,11 @@
 //! unique). Every 10th round `Db::check` also verifies every checksum and pointer. The next
 //! round continues on the recovered database with a new seed; the model carries over.
 //!
+//! Every atomic batch is also written, in the same batch, to a second keyspace ("mirror",
+//! created by the first child): a batch across two keyspaces. After each kill the mirror
+//! keyspace must hold exactly the batches of the prefix the default keyspace holds (a part
+//! of a batch in one keyspace without the other is a *torn batch*, counted as a hole).
+//!
 //! The loop runs twice, on two databases in temp dirs on the real file system: once with
 //! the default buffered I/O, once with `Options::direct_io` on (level files written, and
 //! level files and log segments read, with `O_DIRECT`; the parent's verification reads
@@ -45,7 +50,7 @@
 mod common;
 
 use common::{apply, key, read_state, run_op, Model, Op, Rng};
-use hybridkv::{Db, Options};
+use hybridkv::{Db, Keyspace, Options, WriteBatch, WriteOptions};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -190,6 +195,16 @@ fn kill_loop_child(dir: &str) {
             std::process::exit(3);
         }
     };
+    let mirror = match db
+        .keyspace(MIRROR)
+        .or_else(|_| db.create_keyspace(MIRROR, kill_opts(direct)))
+    {
+        Ok(k) => k,
+        Err(e) => {
+            say(&format!("E keyspace: {e}"));
+            std::process::exit(3);
+        }
+    };
     say("R");
     {
         let db = db.clone();
@@ -211,7 +226,11 @@ fn kill_loop_child(dir: &str) {
     loop {
         let i = gen.i;
         let op = gen.next_op();
-        if let Err(e) = run_op(&db, &op, &none) {
+        let result = match &op {
+            Op::Batch { ops, sync } => mirrored_batch(&db, &mirror, ops, *sync),
+            _ => run_op(&db, &op, &none),
+        };
+        if let Err(e) = result {
             say(&format!("E op {i}: {e}"));
             std::process::exit(3);
         }
@@ -219,6 +238,36 @@ fn kill_loop_child(dir: &str) {
         if started.elapsed() > CHILD_DEADLINE {
             std::process::exit(4);
         }
+    }
+}
+
+/// The second keyspace every batch is written to as well.
+const MIRROR: &str = "mirror";
+
+/// Writes a batch's puts and deletes into the default keyspace and into `mirror`, as one
+/// batch across the two.
+fn mirrored_batch(
+    db: &Db,
+    mirror: &Keyspace,
+    ops: &[(Vec<u8>, Option<Vec<u8>>)],
+    sync: bool,
+) -> hybridkv::Result<()> {
+    let mut b = WriteBatch::new();
+    for ks in [&**db, mirror] {
+        for (k, v) in ops {
+            match v {
+                Some(v) => b.put_in(ks, k, v),
+                None => b.delete_in(ks, k),
+            };
+        }
+    }
+    db.write_opt(b, &WriteOptions { sync })
+}
+
+/// The mirror keyspace's model: `op` applied if it is a batch.
+fn apply_mirror(m: &mut Model, op: &Op) {
+    if matches!(op, Op::Batch { .. }) {
+        apply(m, op);
     }
 }
 
@@ -405,6 +454,7 @@ fn run_loop(mode: Mode, rounds: u64, base: u64) -> (String, Vec<String>) {
     let universe: BTreeSet<Vec<u8>> = (0..KEYS).map(key).collect();
     let mut rng = Rng::new(base ^ mode.salt);
     let mut model = Model::new();
+    let mut mirror_model = Model::new();
     let mut t = Tally::default();
     let name = mode.name;
     let start = Instant::now();
@@ -426,12 +476,16 @@ fn run_loop(mode: Mode, rounds: u64, base: u64) -> (String, Vec<String>) {
         let mut gen = Gen::new(round, seed);
         let ops: Vec<Op> = (0..=r.acked).map(|_| gen.next_op()).collect();
         let mut lo = model.clone();
+        let mut mirror_lo = mirror_model.clone();
         for op in &ops[..r.acked as usize] {
             apply(&mut lo, op);
+            apply_mirror(&mut mirror_lo, op);
         }
         let mut hi = lo.clone();
+        let mut mirror_hi = mirror_lo.clone();
         if r.opened {
             apply(&mut hi, &ops[r.acked as usize]);
+            apply_mirror(&mut mirror_hi, &ops[r.acked as usize]);
         }
 
         let db = Db::open(&dir, kill_opts(mode.direct)).unwrap_or_else(|e| {
@@ -439,10 +493,44 @@ fn run_loop(mode: Mode, rounds: u64, base: u64) -> (String, Vec<String>) {
         });
         let got = read_state(&db, &universe)
             .unwrap_or_else(|e| panic!("seed {base} {name} round {round}: {e}"));
-        if got == lo {
-            model = lo;
-        } else if got == hi {
-            model = hi;
+        // Before the first child created it, the mirror keyspace is empty.
+        let got_mirror = match db.keyspace(MIRROR) {
+            Ok(m) => read_state(&m, &universe)
+                .unwrap_or_else(|e| panic!("seed {base} {name} round {round}: mirror: {e}")),
+            Err(_) => Model::new(),
+        };
+        let torn = |want: &Model| {
+            (got_mirror != *want).then(|| {
+                format!(
+                    "seed {base} {name} round {round}: torn batch: the mirror keyspace holds \
+                     {} keys, the default keyspace's prefix has {} batch keys",
+                    got_mirror.len(),
+                    want.len()
+                )
+            })
+        };
+        if got == lo || got == hi {
+            // The mirror must hold the same side: without the operation in flight (lo), or
+            // with it (hi). (They can agree on the default keyspace and not on the mirror:
+            // a batch that only deletes keys the default keyspace no longer holds.)
+            let side = if got == lo && got_mirror == mirror_lo {
+                Some(lo.clone())
+            } else if got == hi && got_mirror == mirror_hi {
+                Some(hi.clone())
+            } else {
+                None
+            };
+            match side {
+                Some(m) => model = m,
+                None => {
+                    let want = if got == lo { &mirror_lo } else { &mirror_hi };
+                    t.holes += 1;
+                    t.failures
+                        .push(torn(want).unwrap_or_else(|| "torn batch".to_string()));
+                    model = got.clone();
+                }
+            }
+            mirror_model = got_mirror.clone();
         } else {
             // Which prefix (if any) did come back?
             let mut m = model.clone();
@@ -482,6 +570,7 @@ fn run_loop(mode: Mode, rounds: u64, base: u64) -> (String, Vec<String>) {
                 r.acked, r.busy
             ));
             model = got;
+            mirror_model = got_mirror;
         }
         if round % 10 == 9 || round + 1 == rounds {
             let report = db

@@ -271,6 +271,10 @@ impl Engine {
             if env.is_shutdown() {
                 continue; // closing or being dropped
             }
+            // Its slot, so that no commit into it is half done (one busy is not idle).
+            let Some(_quiet) = self.writes.try_hold(env.keyspace()) else {
+                continue;
+            };
             let versions = env.versions();
             {
                 let (sv, _) = versions.snapshot();

@@ -12,7 +12,7 @@ use crate::stats::Counters;
 use crate::write::batch::BatchOp;
 use crate::write::CommitRecord;
 
-/// Records relocated per hold of the commit lock (keeps writer pauses short).
+/// Records relocated per hold of the keyspace's slot (keeps writer pauses short).
 const RELOCATE_CHUNK: usize = 512;
 /// Segments collected per pass at most.
 const MAX_SEGMENTS_PER_PASS: usize = 64;
@@ -162,7 +162,7 @@ impl Engine {
         // segment anyway would drop the live records after it (or the damaged one).
         let records = large::scan_segment(&self.io, &path, id, false)?;
         report.entries_checked += records.len() as u64;
-        // First pass without the commit lock: most dead records are filtered here.
+        // First pass without the slot: most dead records are filtered here.
         let mut live: Vec<(LogPtr, LargeRecord)> = Vec::new();
         for (ptr, rec) in records {
             if self.still_points_at(&rec.key, ptr)? {
@@ -192,12 +192,14 @@ impl Engine {
 
     /// Re-appends the records of `chunk` that the index still points at, as new versions,
     /// through the one commit path (synced, every value to the large log), under the
-    /// commit lock so no user write can slip in between check and insert.
+    /// keyspace's slot so no user write can slip in between check and insert.
     fn relocate(&self, chunk: &[(LogPtr, LargeRecord)], report: &mut GcReport) -> Result<()> {
-        let mut log = self.writes.lock();
+        // The keyspace's slot: no user write into it runs between the check and the
+        // relocation's commit.
+        let mut held = self.writes.hold(&[self.keyspace])?;
         // A write failure since the pass began poisoned the engine: append nothing more.
         self.check_poison()?;
-        self.writes.make_room(&mut log)?;
+        self.writes.make_room(&mut held)?;
         // A value under deltas is relocated folded with them (it becomes the newest
         // version; the deltas it folds are then shadowed).
         // `None`: dead; `Some(None)`: moved as it is; `Some(Some(v))`: folded into `v`.
@@ -236,7 +238,7 @@ impl Engine {
             relocation: true,
             keyspace: self.keyspace,
         };
-        let done = self.writes.commit(&mut log, &[record], true)?;
+        let done = self.writes.commit(&mut held, &[record], true)?;
         report.entries_relocated += done.large_values;
         report.bytes_relocated += done.large_bytes;
         Ok(())

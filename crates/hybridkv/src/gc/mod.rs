@@ -2,7 +2,7 @@
 //!
 //! Owns: choosing segments whose garbage ratio reached `gc_threshold` ([`planner`], no
 //! I/O) and collecting them ([`job`]): read the segment once, keep the records the index
-//! still points at, re-append those through the write path (under the commit lock, only if
+//! still points at, re-append those through the write path (holding the keyspace's slot, only if
 //! the index still points at the old copy, so a newer write is never replaced), make the
 //! relocation and every other committed write durable, drop the segment from the manifest,
 //! then delete the file once no reader holds it; and the `space_amp_limit` enforcement.

@@ -33,7 +33,8 @@ use crate::stats::Counters;
 use crate::version_set::VersionSet;
 use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
 use commit::{CommitQueue, Request};
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::lock_api::ArcMutexGuard;
+use parking_lot::{Mutex, MutexGuard, RawMutex, RwLock};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -73,11 +74,49 @@ pub(crate) struct SpaceLog {
     env: EnvRef,
     /// The large-log segment being appended to (opened on the first large write).
     pub large: Option<SegmentWriter>,
+}
+
+/// One keyspace's write state outside the `log` mutex: its active memtable, under a mutex
+/// of its own that a commit into the keyspace holds from before its LSNs are assigned
+/// until its inserts are visible (so commits into different keyspaces insert in
+/// parallel), and its group-commit queue.
+pub(crate) struct Slot {
+    env: EnvRef,
+    state: Arc<Mutex<SlotState>>,
+    queue: CommitQueue,
+}
+
+/// What a keyspace's slot mutex guards.
+pub(crate) struct SlotState {
     pub mem: Arc<Memtable>,
 }
 
-/// Held by the commit leader: the small log (shared by every keyspace), the next LSN (one
-/// sequence for all of them), and each keyspace's active memtable and large-log segment.
+/// The slots of the keyspaces one commit writes (or one reader needs quiet), locked in
+/// ascending id order: while held, no commit into them runs, and their memtables hold every
+/// write committed into them.
+pub(crate) struct Held {
+    slots: Vec<HeldSlot>,
+}
+
+struct HeldSlot {
+    id: u32,
+    env: Arc<dyn WriteEnv>,
+    state: ArcMutexGuard<RawMutex, SlotState>,
+}
+
+impl Held {
+    /// Keyspace `id`'s active memtable, if held.
+    pub(crate) fn mem(&self, id: u32) -> Option<&Arc<Memtable>> {
+        self.slots.iter().find(|s| s.id == id).map(|s| &s.state.mem)
+    }
+
+    fn env(&self, id: u32) -> Option<&Arc<dyn WriteEnv>> {
+        self.slots.iter().find(|s| s.id == id).map(|s| &s.env)
+    }
+}
+
+/// Held by whoever appends to the small log: the small log (shared by every keyspace),
+/// the next LSN (one sequence for all of them), and each keyspace's large-log segment.
 pub(crate) struct LogState {
     pub writer: SmallLogWriter,
     pub next_lsn: u64,
@@ -190,12 +229,11 @@ pub(crate) struct LogStart {
 /// what decides which small-log files are still needed.
 pub(crate) struct WritePath {
     log: Mutex<LogState>,
-    queue: CommitQueue,
     /// Where the small log lives (the database's directory).
     log_dir: PathBuf,
     io: Io,
-    /// The open keyspaces, readable without `log` (argument checks before a commit).
-    envs: RwLock<BTreeMap<u32, EnvRef>>,
+    /// The open keyspaces' slots (their memtables and commit queues).
+    slots: RwLock<BTreeMap<u32, Arc<Slot>>>,
     /// Per keyspace, the replay start its last durable manifest records: small-log files
     /// below the smallest of them hold only flushed writes.
     log_mins: Mutex<BTreeMap<u32, u64>>,
@@ -242,10 +280,9 @@ impl WritePath {
                 next_lsn,
                 spaces: BTreeMap::new(),
             }),
-            queue: CommitQueue::default(),
             log_dir,
             io,
-            envs: RwLock::new(BTreeMap::new()),
+            slots: RwLock::new(BTreeMap::new()),
             log_mins: Mutex::new(BTreeMap::new()),
             small_log_min: AtomicU64::new(0),
             current: Mutex::new(current),
@@ -271,10 +308,16 @@ impl WritePath {
             SpaceLog {
                 env: Arc::downgrade(env),
                 large: None,
-                mem,
             },
         );
-        self.envs.write().insert(id, Arc::downgrade(env));
+        self.slots.write().insert(
+            id,
+            Arc::new(Slot {
+                env: Arc::downgrade(env),
+                state: Arc::new(Mutex::new(SlotState { mem })),
+                queue: CommitQueue::default(),
+            }),
+        );
         let mut mins = self.log_mins.lock();
         mins.insert(id, log_min);
         self.publish_min(&mins);
@@ -289,7 +332,7 @@ impl WritePath {
                 let _ = w.commit(false);
             }
         }
-        self.envs.write().remove(&id);
+        self.slots.write().remove(&id);
         let mut mins = self.log_mins.lock();
         mins.remove(&id);
         self.publish_min(&mins);
@@ -319,16 +362,61 @@ impl WritePath {
 
     /// Keyspace `id`, if open.
     pub(crate) fn env(&self, id: u32) -> Option<Arc<dyn WriteEnv>> {
-        self.envs.read().get(&id).and_then(Weak::upgrade)
+        self.slots.read().get(&id).and_then(|s| s.env.upgrade())
     }
 
     /// Every open keyspace.
     pub(crate) fn envs(&self) -> Vec<Arc<dyn WriteEnv>> {
-        self.envs
+        self.slots
             .read()
             .values()
-            .filter_map(Weak::upgrade)
+            .filter_map(|s| s.env.upgrade())
             .collect()
+    }
+
+    fn slot(&self, id: u32) -> Result<Arc<Slot>> {
+        self.slots.read().get(&id).cloned().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "write names keyspace {id}, which is not open in this database"
+            ))
+        })
+    }
+
+    /// Locks the slots of keyspaces `ids` (ascending, so two holders never wait on each
+    /// other). `Error::InvalidArgument` for a keyspace that is not open.
+    pub(crate) fn hold(&self, ids: &[u32]) -> Result<Held> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let slots: Vec<Arc<Slot>> = ids.iter().map(|&id| self.slot(id)).collect::<Result<_>>()?;
+        let mut held = Held {
+            slots: Vec::with_capacity(slots.len()),
+        };
+        for (id, slot) in ids.into_iter().zip(slots) {
+            let env = slot.env.upgrade().ok_or(Error::Closed)?;
+            held.slots.push(HeldSlot {
+                id,
+                env,
+                state: slot.state.lock_arc(),
+            });
+        }
+        Ok(held)
+    }
+
+    /// Keyspace `id`'s slot if no one holds it (`None` if busy or gone).
+    pub(crate) fn try_hold(&self, id: u32) -> Option<Held> {
+        let slot = self.slots.read().get(&id).cloned()?;
+        let env = slot.env.upgrade()?;
+        let state = slot.state.try_lock_arc()?;
+        Some(Held {
+            slots: vec![HeldSlot { id, env, state }],
+        })
+    }
+
+    /// Every open keyspace's slot: no commit runs while held.
+    pub(crate) fn hold_all(&self) -> Result<Held> {
+        let ids: Vec<u32> = self.slots.read().keys().copied().collect();
+        self.hold(&ids)
     }
 
     /// The directory of the small log.
@@ -357,8 +445,8 @@ impl WritePath {
     }
 
     /// Deletes the small-log files below the smallest replay start of any keyspace (they
-    /// hold only flushed writes), unless a checkpoint is copying them. Never takes `log`
-    /// (a writer stalled on the flush that calls this holds it).
+    /// hold only flushed writes), unless a checkpoint is copying them. Takes no slot and not
+    /// `log` (a writer stalled on the flush that calls this holds its slot).
     pub(crate) fn delete_obsolete_logs(&self) -> Result<()> {
         let _one_at_a_time = self.deleting.lock();
         if self.small_logs_held() {
@@ -403,22 +491,19 @@ impl WritePath {
         self.small_log_holds.load(Ordering::SeqCst) > 0
     }
 
-    /// Takes the `log` mutex (first in the lock order): no commit runs while it is held.
+    /// Takes the `log` mutex (after any slot, in the lock order): no append to the small
+    /// log runs while it is held (commits may still be inserting into memtables: hold
+    /// their slots for that).
     pub(crate) fn lock(&self) -> MutexGuard<'_, LogState> {
         self.log.lock()
-    }
-
-    /// The `log` mutex if no one holds it.
-    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, LogState>> {
-        self.log.try_lock()
     }
 
     /// Seals keyspace `env`'s active memtable (unless empty) so a flush can take it;
     /// returns the last LSN committed before it.
     pub(crate) fn seal_memtable(&self, env: &dyn WriteEnv) -> Result<u64> {
-        let mut log = self.log.lock();
-        self.rotate(&mut log, env.keyspace())?;
-        Ok(log.next_lsn.saturating_sub(1))
+        let mut held = self.hold(&[env.keyspace()])?;
+        self.rotate(&mut held, env.keyspace())?;
+        Ok(self.log.lock().next_lsn.saturating_sub(1))
     }
 
     /// The small-log file being appended to, and its first LSN.
@@ -466,21 +551,56 @@ impl WritePath {
             }
         }
         env.check_poison()?;
-        let req = Request::new(batch, sync, env.keyspace());
-        self.queue.submit(req, |group| self.commit_group(group))
+        let base = env.keyspace();
+        let mut ids = batch.keyspaces();
+        ids.push(base);
+        ids.sort_unstable();
+        ids.dedup();
+        if let [only] = ids[..] {
+            // One keyspace: through its commit queue (group commit).
+            let slot = self.slot(only)?;
+            let req = Request::new(batch, sync, base);
+            return slot
+                .queue
+                .submit(req, |group| self.commit_group(only, group));
+        }
+        // Several: every slot held (ascending), one record of its own.
+        let ops = decode_ops(batch.payload(), batch.count())
+            .ok_or_else(|| Error::InvalidArgument("malformed write batch".into()))?;
+        let mut held = self.hold(&ids)?;
+        for s in &held.slots {
+            s.env.check_poison()?;
+            if s.env.is_shutdown() {
+                return Err(Error::Closed);
+            }
+        }
+        self.make_room(&mut held)?;
+        let record = CommitRecord {
+            ops,
+            payload: Some(batch.payload()),
+            relocation: false,
+            keyspace: base,
+        };
+        self.commit(&mut held, &[record], sync)?;
+        let c = env.counters();
+        Counters::add(&c.commit_groups, 1);
+        if sync {
+            Counters::add(&c.synced_commits, 1);
+        }
+        Ok(())
     }
 
-    /// The group-commit leader's step: every queued batch, one record each. A batch that
-    /// names a keyspace that is gone or refuses writes fails alone.
-    fn commit_group(&self, group: &[Arc<Request>]) -> Result<()> {
-        // Decoded before the lock is taken (the batches were validated when submitted).
+    /// The group-commit leader's step for keyspace `id`: every queued batch, one record
+    /// each. A batch that the keyspace refuses fails alone.
+    fn commit_group(&self, id: u32, group: &[Arc<Request>]) -> Result<()> {
+        // Decoded before the slot is taken (the batches were validated when submitted).
         let decoded: Vec<Option<Vec<BatchOp<'_>>>> = group
             .iter()
             .map(|r| decode_ops(r.batch.payload(), r.batch.count()))
             .collect();
-        let mut log = self.log.lock();
-        let root = log.space(0)?.env.upgrade().ok_or(Error::Closed)?;
-        if root.is_shutdown() {
+        let mut held = self.hold(&[id])?;
+        let env = Arc::clone(held.env(id).ok_or(Error::Closed)?);
+        if env.is_shutdown() {
             return Err(Error::Closed);
         }
         let mut records = Vec::with_capacity(group.len());
@@ -490,19 +610,7 @@ impl WritePath {
                 r.fail(Error::InvalidArgument("malformed write batch".into()));
                 continue;
             };
-            let named = ops.iter().filter_map(|op| match op {
-                BatchOp::Keyspace(id) => Some(*id),
-                _ => None,
-            });
-            let refused = std::iter::once(r.keyspace).chain(named).find_map(|id| {
-                match log.spaces.get(&id).and_then(|s| s.env.upgrade()) {
-                    None => Some(Error::InvalidArgument(format!(
-                        "write names keyspace {id}, which is not open in this database"
-                    ))),
-                    Some(env) => env.check_poison().err(),
-                }
-            });
-            if let Some(e) = refused {
+            if let Err(e) = env.check_poison() {
                 r.fail(e);
                 continue;
             }
@@ -517,10 +625,10 @@ impl WritePath {
         if records.is_empty() {
             return Ok(());
         }
-        self.make_room(&mut log)?;
-        self.commit(&mut log, &records, sync)?;
-        drop(log);
-        let c = root.counters();
+        self.make_room(&mut held)?;
+        self.commit(&mut held, &records, sync)?;
+        drop(held);
+        let c = env.counters();
         Counters::add(&c.commit_groups, 1);
         if sync {
             Counters::add(&c.synced_commits, 1);
@@ -528,21 +636,21 @@ impl WritePath {
         Ok(())
     }
 
-    /// The one commit function. Assigns consecutive LSNs, appends large values to their
-    /// keyspace's large log, then one small-log record per `records` entry (the commit
-    /// point; with `sync`, every older unsynced log and every large log are made durable
-    /// first), then inserts into the memtables and publishes the new visible LSN. A failed
-    /// log write or sync poisons every keyspace: the logs may hold part of the group. The
-    /// caller holds `log`.
+    /// The one commit function. Under the `log` mutex: assigns consecutive LSNs, appends
+    /// large values to their keyspace's large log, then one small-log record per
+    /// `records` entry (the commit point; with `sync`, every older unsynced log and every
+    /// large log are made durable first). Then, holding only the keyspaces' slots (`held`,
+    /// which must hold every keyspace the records name), inserts into their memtables and
+    /// publishes each one's new visible LSN. A failed log write or sync poisons every
+    /// keyspace: the logs may hold part of the group.
     pub(crate) fn commit(
         &self,
-        log: &mut LogState,
+        held: &mut Held,
         records: &[CommitRecord<'_>],
         sync: bool,
     ) -> Result<Committed> {
         // Everything that can refuse the records is checked before anything is appended:
         // an error after a large value reached the log would leave half a group behind.
-        let mut envs: BTreeMap<u32, Arc<dyn WriteEnv>> = BTreeMap::new();
         for rec in records {
             if u32::try_from(rec.ops.len()).is_err() {
                 return Err(Error::InvalidArgument(
@@ -559,22 +667,30 @@ impl WritePath {
                 _ => None,
             });
             for id in std::iter::once(rec.keyspace).chain(named) {
-                if let std::collections::btree_map::Entry::Vacant(e) = envs.entry(id) {
-                    let env = log.spaces.get(&id).and_then(|s| s.env.upgrade());
-                    let env = env.ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "write names keyspace {id}, which is not open in this database"
-                        ))
-                    })?;
-                    env.check_poison()?;
-                    e.insert(env);
-                }
+                let env = held.env(id).ok_or_else(|| {
+                    Error::Internal(format!(
+                        "a commit names keyspace {id} without holding its slot"
+                    ))
+                })?;
+                env.check_poison()?;
             }
         }
+        let envs: BTreeMap<u32, Arc<dyn WriteEnv>> = held
+            .slots
+            .iter()
+            .map(|s| (s.id, Arc::clone(&s.env)))
+            .collect();
         let goes_large = |opts: &Options, relocation: bool, op: &BatchOp<'_>| match op {
             BatchOp::Put(k, v) => relocation || opts.classify(k.len(), v.len()) == Category::Large,
             _ => false,
         };
+        let mut log = self.log.lock();
+        // A keyspace dropped since its slot was taken (`unregister` needs only `log`):
+        // nothing was appended, nothing is in doubt.
+        if let Some(gone) = held.slots.iter().find(|s| !log.spaces.contains_key(&s.id)) {
+            log::debug!("a commit into keyspace {} met its drop", gone.id);
+            return Err(Error::Closed);
+        }
         let mut lsn = log.next_lsn;
         let mut done: BTreeMap<u32, Committed> = BTreeMap::new();
         let mut large_written = false;
@@ -616,7 +732,7 @@ impl WritePath {
                         continue;
                     }
                     BatchOp::Put(k, v) if goes_large(env.opts(), rec.relocation, op) => {
-                        let ptr = match Self::append_large(env.as_ref(), log, k, v, lsn) {
+                        let ptr = match Self::append_large(env.as_ref(), &mut log, k, v, lsn) {
                             Ok(p) => p,
                             Err(e) => {
                                 log.poison_all(&e);
@@ -726,18 +842,21 @@ impl WritePath {
                 log.writer
                     .add_prefixed(rec.first_lsn, rec.count, &switch, &rec.body);
             }
-            result = self.commit_small(log, sync);
+            result = self.commit_small(&mut log, sync);
         }
         if let Err(e) = result {
             log.poison_all(&e);
             return Err(e);
         }
         log.next_lsn = lsn;
+        // In the log: the memtables need only the slots, so commits into other keyspaces
+        // go on meanwhile.
+        drop(log);
         let mut current: Option<(u32, Arc<Memtable>, Option<&dyn crate::delta::MergeOperator>)> =
             None;
         for (ks, key, lsn, value) in staged {
             if current.as_ref().is_none_or(|c| c.0 != ks) {
-                let mem = Arc::clone(&log.space(ks)?.mem);
+                let mem = Arc::clone(held.mem(ks).ok_or(Error::Closed)?);
                 current = Some((ks, mem, envs[&ks].opts().merge_operator.as_deref()));
             }
             let Some((_, mem, op)) = current.as_ref() else {
@@ -810,56 +929,27 @@ impl WritePath {
         result
     }
 
-    /// Switches every full memtable to immutable, first waiting while too many of its
-    /// keyspace wait for flush; and when the small log grew past `MAX_SMALL_LOG_FILES`
-    /// files, the memtable of each keyspace that holds the oldest of them back.
-    pub(crate) fn make_room(&self, log: &mut LogState) -> Result<()> {
-        if self.started.lock().len() > MAX_SMALL_LOG_FILES {
-            let min = self.small_log_min();
-            let holding: Vec<u32> = self
-                .log_mins
-                .lock()
-                .iter()
-                .filter(|&(_, &m)| m <= min)
-                .map(|(&id, _)| id)
-                .collect();
-            for id in holding {
-                let Some(space) = log.spaces.get(&id) else {
-                    continue;
-                };
-                let Some(env) = space.env.upgrade() else {
-                    continue;
-                };
-                // Its flush is what moves the start on; one pending is enough.
-                if !space.mem.is_empty()
-                    && env.versions().imms_waiting() == 0
-                    && !env.is_shutdown()
-                    && env.check_poison().is_ok()
-                {
-                    log::debug!(
-                        "{}: switching a memtable that holds {} small-log files back",
-                        env.dir().display(),
-                        self.started.lock().len()
-                    );
-                    self.rotate(log, id)?;
-                }
-            }
-        }
-        let full: Vec<(u32, EnvRef)> = log
-            .spaces
+    /// Switches every full memtable of the held keyspaces to immutable, first waiting
+    /// while too many of its keyspace wait for flush; and when the small log grew past
+    /// `MAX_SMALL_LOG_FILES` files, the memtable of each keyspace that holds the oldest of
+    /// them back (one not held is switched only if its slot is free).
+    pub(crate) fn make_room(&self, held: &mut Held) -> Result<()> {
+        let full: Vec<u32> = held
+            .slots
             .iter()
-            .filter_map(|(&id, s)| {
-                let env = s.env.upgrade()?;
+            .filter(|s| {
                 // A keyspace being dropped or closed, or refusing writes, takes no more
                 // room (its writes fail on their own).
-                (s.mem.size() >= env.opts().memtable_size
-                    && !env.is_shutdown()
-                    && env.check_poison().is_ok())
-                .then(|| (id, s.env.clone()))
+                s.state.mem.size() >= s.env.opts().memtable_size
+                    && !s.env.is_shutdown()
+                    && s.env.check_poison().is_ok()
             })
+            .map(|s| s.id)
             .collect();
-        for (id, env) in full {
-            let Some(env) = env.upgrade() else { continue };
+        for id in full {
+            let Some(env) = held.env(id).cloned() else {
+                continue;
+            };
             let mut stalled = false;
             while env.versions().imms_waiting() >= env.opts().max_immutable_memtables {
                 env.check_poison()?;
@@ -874,25 +964,70 @@ impl WritePath {
                 }
                 env.wait_for_background()?;
             }
-            self.rotate(log, id)?;
+            self.rotate(held, id)?;
+        }
+        if self.started.lock().len() > MAX_SMALL_LOG_FILES {
+            let min = self.small_log_min();
+            let holding: Vec<u32> = self
+                .log_mins
+                .lock()
+                .iter()
+                .filter(|&(_, &m)| m <= min)
+                .map(|(&id, _)| id)
+                .collect();
+            for id in holding {
+                let mut other;
+                let target = if held.env(id).is_some() {
+                    &mut *held
+                } else {
+                    match self.try_hold(id) {
+                        Some(h) => {
+                            other = h;
+                            &mut other
+                        }
+                        None => continue,
+                    }
+                };
+                let (Some(env), Some(mem)) = (target.env(id).cloned(), target.mem(id)) else {
+                    continue;
+                };
+                // Its flush is what moves the start on; one pending is enough.
+                if !mem.is_empty()
+                    && env.versions().imms_waiting() == 0
+                    && !env.is_shutdown()
+                    && env.check_poison().is_ok()
+                {
+                    log::debug!(
+                        "{}: switching a memtable that holds {} small-log files back",
+                        env.dir().display(),
+                        self.started.lock().len()
+                    );
+                    self.rotate(target, id)?;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Seals keyspace `id`'s active memtable and starts a new small-log file for what
-    /// comes after it.
-    pub(crate) fn rotate(&self, log: &mut LogState, id: u32) -> Result<()> {
-        let space = log.space(id)?;
-        if space.mem.is_empty() {
+    /// Seals keyspace `id`'s active memtable (its slot is in `held`) and starts a new
+    /// small-log file for what comes after it.
+    pub(crate) fn rotate(&self, held: &mut Held, id: u32) -> Result<()> {
+        let Some(slot) = held.slots.iter_mut().find(|s| s.id == id) else {
+            return Err(Error::Internal(format!(
+                "a memtable switch of keyspace {id} without its slot"
+            )));
+        };
+        if slot.state.mem.is_empty() {
             return Ok(());
         }
-        let env = space.env.upgrade().ok_or(Error::Closed)?;
+        let env = Arc::clone(&slot.env);
+        let mut log = self.log.lock();
         let root = log.space(0)?.env.upgrade().ok_or(Error::Closed)?;
         // The large logs are made durable (they are the only copy of their values, so
         // their bytes reach the device anyway): every large record a sealed log points to
         // survives a power loss. The small log is not synced here: it is deleted once the
         // memtables it holds are flushed, often before the OS writes it back, so it then
-        // costs no device writes (as RocksDB's write-ahead log). It stays in `unsynced`
+        // costs no device writes (as RocksDB's write-ahead log). It stays in `sealed`
         // until then, so that a synced commit makes it durable first, and recovery treats
         // a torn tail in any log as the end of the durable prefix (FORMAT.md, "Small log").
         let file_id = root.versions().alloc_file_id();
@@ -913,13 +1048,15 @@ impl WritePath {
             id: file_id,
             first_lsn: log.next_lsn,
         };
+        // The slot is held: every write of this keyspace with an LSN up to here is in
+        // this memtable.
         let last = log.next_lsn.saturating_sub(1);
-        let space = log.spaces.get_mut(&id).ok_or(Error::Closed)?;
-        space.mem.next_log_id.store(file_id, Ordering::SeqCst);
-        space.mem.sealed_lsn.store(last, Ordering::SeqCst);
-        let sealed = std::mem::replace(&mut space.mem, Arc::new(Memtable::new()));
+        drop(log);
+        slot.state.mem.next_log_id.store(file_id, Ordering::SeqCst);
+        slot.state.mem.sealed_lsn.store(last, Ordering::SeqCst);
+        let sealed = std::mem::replace(&mut slot.state.mem, Arc::new(Memtable::new()));
         env.versions()
-            .publish_switch(sealed, Arc::clone(&space.mem));
+            .publish_switch(sealed, Arc::clone(&slot.state.mem));
         env.wake_background();
         Ok(())
     }
@@ -1103,12 +1240,12 @@ mod tests {
                 keyspace: 0,
             },
         ];
-        let mut log = writes.lock();
-        let done = writes.commit(&mut log, &records, false).unwrap();
+        let mut held = writes.hold(&[0]).unwrap();
+        let done = writes.commit(&mut held, &records, false).unwrap();
         assert_eq!((done.puts, done.deletes, done.large_values), (2, 1, 1));
-        assert_eq!(log.next_lsn, 4);
-        let mem = Arc::clone(&log.space(0).unwrap().mem);
-        drop(log);
+        assert_eq!(writes.lock().next_lsn, 4);
+        let mem = Arc::clone(held.mem(0).unwrap());
+        drop(held);
         assert_eq!(env.versions.snapshot().1, 3, "visible LSN");
         assert_eq!(
             logged(&env),
@@ -1138,9 +1275,9 @@ mod tests {
             relocation: true,
             keyspace: 0,
         };
-        let mut log = writes.lock();
-        let done = writes.commit(&mut log, &[record], true).unwrap();
-        drop(log);
+        let mut held = writes.hold(&[0]).unwrap();
+        let done = writes.commit(&mut held, &[record], true).unwrap();
+        drop(held);
         assert_eq!(done.large_values, 1);
         assert_eq!(logged(&env), vec![(1, vec![(b"k".to_vec(), "put-large")])]);
         // Synced: the record survives a power loss.
@@ -1170,16 +1307,16 @@ mod tests {
             relocation: false,
             keyspace: 0,
         };
-        let mut log = writes.lock();
-        let r = writes.commit(&mut log, &[record], false);
+        let mut held = writes.hold(&[0]).unwrap();
+        let r = writes.commit(&mut held, &[record], false);
         assert!(matches!(r, Err(Error::Internal(_))), "{r:?}");
-        assert_eq!(log.next_lsn, 1);
-        assert!(log.space(0).unwrap().mem.is_empty());
+        assert_eq!(writes.lock().next_lsn, 1);
+        assert!(held.mem(0).unwrap().is_empty());
         assert!(
-            log.space(0).unwrap().large.is_none(),
+            writes.lock().space(0).unwrap().large.is_none(),
             "a large-log segment was started"
         );
-        drop(log);
+        drop(held);
         assert!(logged(&env).is_empty());
         assert!(
             env.check_poison().is_ok(),
@@ -1198,14 +1335,14 @@ mod tests {
             relocation: false,
             keyspace: 0,
         };
-        let mut log = writes.lock();
-        assert!(writes.commit(&mut log, &[record], true).is_err());
-        assert_eq!(log.next_lsn, 1, "LSNs handed out");
+        let mut held = writes.hold(&[0]).unwrap();
+        assert!(writes.commit(&mut held, &[record], true).is_err());
+        assert_eq!(writes.lock().next_lsn, 1, "LSNs handed out");
         assert!(
-            log.space(0).unwrap().mem.is_empty(),
+            held.mem(0).unwrap().is_empty(),
             "inserted into the memtable"
         );
-        drop(log);
+        drop(held);
         assert_eq!(env.versions.snapshot().1, 0, "made visible");
         assert!(matches!(env.check_poison(), Err(Error::Poisoned(_))));
     }

@@ -373,7 +373,7 @@ pub fn acked_state(ops: &[Op], outcomes: &[Outcome]) -> Model {
 
 /// Reads the whole database by iteration, and every key of `universe` by `get`; the two
 /// must agree.
-pub fn read_state(db: &Db, universe: &BTreeSet<Vec<u8>>) -> Result<Model, String> {
+pub fn read_state(db: &hybridkv::Keyspace, universe: &BTreeSet<Vec<u8>>) -> Result<Model, String> {
     let mut m = Model::new();
     for pair in db.iter() {
         let (k, v) = pair.map_err(|e| format!("scan failed: {e}"))?;
