@@ -13,25 +13,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use hybridkv::io::{CrashKind, SimFs};
 use hybridkv::{Db, Error, Keyspace, Options, Placement, WriteBatch, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-const DIR: &str = "/db";
-
-fn small_opts() -> Options {
-    Options {
-        memtable_size: 64 << 10,
-        growth_factor: 2,
-        large_segment_size: 64 << 10,
-        cache_bytes: 1 << 20,
-        gc_interval: Duration::from_secs(3600),
-        ..Options::default()
-    }
-}
+// `small_opts`: 64 KiB memtables, growth factor 2, 64 KiB large-log segments, so a few
+// thousand writes flush, compact and fill segments.
+use common::{small_opts, DIR};
 
 /// Files (not directories) under `dir`, recursively, with their sizes.
 fn files_under(dir: &Path) -> Vec<(String, u64)> {

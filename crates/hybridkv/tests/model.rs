@@ -442,6 +442,43 @@ impl<'a> ModelEnds<'a> {
     }
 }
 
+/// A range read backward through `ks` must give `model`'s pairs of the range, last first.
+fn reverse_check(
+    model: &Model,
+    ks: &Keyspace,
+    start: &Bound<Vec<u8>>,
+    end: &Bound<Vec<u8>>,
+    what: &str,
+) -> Result<(), String> {
+    let mut back = Vec::new();
+    for item in ks.range::<Vec<u8>, _>((start.clone(), end.clone())).rev() {
+        back.push(item.map_err(|e| format!("{what}: error {e}"))?);
+    }
+    let mut want: Vec<_> = model
+        .iter()
+        .filter(|(k, _)| in_range(k, start, end))
+        .collect();
+    want.reverse();
+    match diff_pairs(&back, &want) {
+        Some(d) => Err(format!("{what}: {d}")),
+        None => Ok(()),
+    }
+}
+
+/// What a batch entry does to `model`, once the batch was written.
+fn apply_effect(model: &mut Model, effect: Effect) {
+    match effect {
+        Effect::Put(k, v) => {
+            model.insert(k, v);
+        }
+        Effect::Merge(k, d) => append(model, k, &d),
+        Effect::Delete(k) => {
+            model.remove(&k);
+        }
+        Effect::Range(start, end) => model.retain(|k, _| *k < start || *k >= end),
+    }
+}
+
 fn in_range(k: &[u8], start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> bool {
     let after_start = match start {
         Bound::Included(s) => k >= s.as_slice(),
@@ -707,18 +744,7 @@ impl Harness {
                 }
                 // In order: a write after a range deletion in the same batch survives it.
                 for effect in effects {
-                    match effect {
-                        Effect::Put(k, v) => {
-                            self.model.insert(k, v);
-                        }
-                        Effect::Merge(k, d) => append(&mut self.model, k, &d),
-                        Effect::Delete(k) => {
-                            self.model.remove(&k);
-                        }
-                        Effect::Range(start, end) => {
-                            self.model.retain(|k, _| *k < start || *k >= end);
-                        }
-                    }
+                    apply_effect(&mut self.model, effect);
                 }
             }
             Op::DeleteRange { start, end } => match self.db()?.delete_range(start, end) {
@@ -804,23 +830,7 @@ impl Harness {
                 } else {
                     self.scan_check("range", iter, |k| in_range(k, start, end))?;
                     // Backward: the same pairs in reverse order.
-                    let mut back = Vec::new();
-                    for item in self
-                        .db()?
-                        .range::<Vec<u8>, _>((start.clone(), end.clone()))
-                        .rev()
-                    {
-                        back.push(item.map_err(|e| format!("reverse range: error {e}"))?);
-                    }
-                    let mut want_back: Vec<_> = self
-                        .model
-                        .iter()
-                        .filter(|(k, _)| in_range(k, start, end))
-                        .collect();
-                    want_back.reverse();
-                    if let Some(d) = diff_pairs(&back, &want_back) {
-                        return Err(format!("reverse range: {d}"));
-                    }
+                    reverse_check(&self.model, self.db()?, start, end, "reverse range")?;
                     // Lazily: every key and value length, every other value read.
                     let want: Vec<_> = self
                         .model
@@ -1166,18 +1176,7 @@ impl Harness {
                     } else {
                         &mut self.model
                     };
-                    match effect {
-                        Effect::Put(k, v) => {
-                            model.insert(k, v);
-                        }
-                        Effect::Merge(k, d) => append(model, k, &d),
-                        Effect::Delete(k) => {
-                            model.remove(&k);
-                        }
-                        Effect::Range(start, end) => {
-                            model.retain(|k, _| *k < start || *k >= end);
-                        }
-                    }
+                    apply_effect(model, effect);
                 }
             }
             Op::SideRead { key: k, start, end } => {
@@ -1197,23 +1196,13 @@ impl Harness {
                     scan_check_model(&self.side_model, "side range", iter, |k| {
                         in_range(k, start, end)
                     })?;
-                    let mut back = Vec::new();
-                    for item in self
-                        .side()?
-                        .range::<Vec<u8>, _>((start.clone(), end.clone()))
-                        .rev()
-                    {
-                        back.push(item.map_err(|e| format!("side reverse range: {e}"))?);
-                    }
-                    let mut want: Vec<_> = self
-                        .side_model
-                        .iter()
-                        .filter(|(k, _)| in_range(k, start, end))
-                        .collect();
-                    want.reverse();
-                    if let Some(d) = diff_pairs(&back, &want) {
-                        return Err(format!("side reverse range: {d}"));
-                    }
+                    reverse_check(
+                        &self.side_model,
+                        self.side()?,
+                        start,
+                        end,
+                        "side reverse range",
+                    )?;
                 }
             }
             Op::SideFlush => self
