@@ -86,7 +86,11 @@ impl SmallLogWriter {
         h[12..16].copy_from_slice(&count.to_le_bytes());
         let hcrc = crc32c(&h[..16]);
         h[16..20].copy_from_slice(&hcrc.to_le_bytes());
-        let crc = crate::format::crc32c_append(crc32c(prefix), rest);
+        let crc = if prefix.is_empty() {
+            crc32c(rest)
+        } else {
+            crate::format::crc32c_append(crc32c(prefix), rest)
+        };
         h[20..24].copy_from_slice(&crc.to_le_bytes());
         self.buf.extend_from_slice(&h);
         self.buf.extend_from_slice(prefix);

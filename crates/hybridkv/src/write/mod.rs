@@ -95,7 +95,9 @@ pub(crate) struct SlotState {
 /// ascending id order: while held, no commit into them runs, and their memtables hold every
 /// write committed into them.
 pub(crate) struct Held {
-    slots: Vec<HeldSlot>,
+    /// The first slot (a commit into one keyspace holds only this: no allocation).
+    first: Option<HeldSlot>,
+    rest: Vec<HeldSlot>,
 }
 
 struct HeldSlot {
@@ -105,13 +107,35 @@ struct HeldSlot {
 }
 
 impl Held {
+    fn one(slot: HeldSlot) -> Held {
+        Held {
+            first: Some(slot),
+            rest: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, slot: HeldSlot) {
+        match self.first {
+            None => self.first = Some(slot),
+            Some(_) => self.rest.push(slot),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &HeldSlot> {
+        self.first.iter().chain(self.rest.iter())
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut HeldSlot> {
+        self.first.iter_mut().chain(self.rest.iter_mut())
+    }
+
     /// Keyspace `id`'s active memtable, if held.
     pub(crate) fn mem(&self, id: u32) -> Option<&Arc<Memtable>> {
-        self.slots.iter().find(|s| s.id == id).map(|s| &s.state.mem)
+        self.iter().find(|s| s.id == id).map(|s| &s.state.mem)
     }
 
     fn env(&self, id: u32) -> Option<&Arc<dyn WriteEnv>> {
-        self.slots.iter().find(|s| s.id == id).map(|s| &s.env)
+        self.iter().find(|s| s.id == id).map(|s| &s.env)
     }
 }
 
@@ -218,6 +242,33 @@ impl Committed {
     }
 }
 
+/// What a commit wrote, per keyspace (no allocation for a commit into one keyspace).
+#[derive(Default)]
+struct PerKeyspace {
+    first: Option<(u32, Committed)>,
+    rest: Vec<(u32, Committed)>,
+}
+
+impl PerKeyspace {
+    fn add(&mut self, ks: u32, c: &Committed) {
+        match &mut self.first {
+            None => self.first = Some((ks, *c)),
+            Some((id, total)) if *id == ks => total.add(c),
+            Some(_) => match self.rest.iter_mut().find(|(id, _)| *id == ks) {
+                Some((_, total)) => total.add(c),
+                None => self.rest.push((ks, *c)),
+            },
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u32, &Committed)> {
+        self.first
+            .iter()
+            .chain(self.rest.iter())
+            .map(|(id, c)| (*id, c))
+    }
+}
+
 /// The small-log file being appended to and the LSN its first record has (or will have).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LogStart {
@@ -256,8 +307,9 @@ pub(crate) struct WritePath {
     /// may finish at once).
     deleting: Mutex<()>,
     /// Small-log files started since the open that are not deleted yet (read by the
-    /// commit path to bound the small log).
+    /// commit path to bound the small log), and their number (read without the lock).
     started: Mutex<std::collections::BTreeSet<u64>>,
+    started_count: AtomicUsize,
 }
 
 /// Small-log files the oldest unflushed write may keep before its keyspace's memtable is
@@ -290,6 +342,7 @@ impl WritePath {
             sealed: Mutex::new(Vec::new()),
             deleting: Mutex::new(()),
             started: Mutex::new(std::collections::BTreeSet::new()),
+            started_count: AtomicUsize::new(0),
         }
     }
 
@@ -385,16 +438,20 @@ impl WritePath {
     /// Locks the slots of keyspaces `ids` (ascending, so two holders never wait on each
     /// other). `Error::InvalidArgument` for a keyspace that is not open.
     pub(crate) fn hold(&self, ids: &[u32]) -> Result<Held> {
+        if let [id] = ids {
+            return Self::hold_slot(&self.slot(*id)?, *id);
+        }
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
         let slots: Vec<Arc<Slot>> = ids.iter().map(|&id| self.slot(id)).collect::<Result<_>>()?;
         let mut held = Held {
-            slots: Vec::with_capacity(slots.len()),
+            first: None,
+            rest: Vec::with_capacity(slots.len()),
         };
         for (id, slot) in ids.into_iter().zip(slots) {
             let env = slot.env.upgrade().ok_or(Error::Closed)?;
-            held.slots.push(HeldSlot {
+            held.push(HeldSlot {
                 id,
                 env,
                 state: slot.state.lock_arc(),
@@ -403,14 +460,22 @@ impl WritePath {
         Ok(held)
     }
 
+    /// Locks `slot` (keyspace `id`'s).
+    fn hold_slot(slot: &Arc<Slot>, id: u32) -> Result<Held> {
+        let env = slot.env.upgrade().ok_or(Error::Closed)?;
+        Ok(Held::one(HeldSlot {
+            id,
+            env,
+            state: slot.state.lock_arc(),
+        }))
+    }
+
     /// Keyspace `id`'s slot if no one holds it (`None` if busy or gone).
     pub(crate) fn try_hold(&self, id: u32) -> Option<Held> {
         let slot = self.slots.read().get(&id).cloned()?;
         let env = slot.env.upgrade()?;
         let state = slot.state.try_lock_arc()?;
-        Some(Held {
-            slots: vec![HeldSlot { id, env, state }],
-        })
+        Some(Held::one(HeldSlot { id, env, state }))
     }
 
     /// Every open keyspace's slot: no commit runs while held.
@@ -459,7 +524,9 @@ impl WritePath {
                 self.io.fs().remove(&path)?;
             }
         }
-        self.started.lock().retain(|&id| id >= min);
+        let mut started = self.started.lock();
+        started.retain(|&id| id >= min);
+        self.started_count.store(started.len(), Ordering::Relaxed);
         Ok(())
     }
 
@@ -523,8 +590,14 @@ impl WritePath {
         if batch.is_empty() {
             return Ok(());
         }
-        if batch.names_keyspaces() {
-            for id in batch.keyspaces() {
+        // The keyspaces a batch names (decoded only if it names any).
+        let named = if batch.names_keyspaces() {
+            batch.keyspaces()
+        } else {
+            Vec::new()
+        };
+        {
+            for &id in &named {
                 let other = self.env(id).ok_or_else(|| {
                     Error::InvalidArgument(format!(
                         "write batch names keyspace {id}, which is not open in this database"
@@ -552,23 +625,23 @@ impl WritePath {
         }
         env.check_poison()?;
         let base = env.keyspace();
-        let mut ids = batch.keyspaces();
-        ids.push(base);
-        ids.sort_unstable();
-        ids.dedup();
-        if let [only] = ids[..] {
+        if named.iter().all(|&id| id == base) {
             // One keyspace: through its commit queue (group commit).
-            let slot = self.slot(only)?;
+            let slot = self.slot(base)?;
             let req = Request::new(batch, sync, base);
             return slot
                 .queue
-                .submit(req, |group| self.commit_group(only, group));
+                .submit(req, |group| self.commit_group(&slot, base, group));
         }
+        let mut ids = named;
+        ids.push(base);
+        ids.sort_unstable();
+        ids.dedup();
         // Several: every slot held (ascending), one record of its own.
         let ops = decode_ops(batch.payload(), batch.count())
             .ok_or_else(|| Error::InvalidArgument("malformed write batch".into()))?;
         let mut held = self.hold(&ids)?;
-        for s in &held.slots {
+        for s in held.iter() {
             s.env.check_poison()?;
             if s.env.is_shutdown() {
                 return Err(Error::Closed);
@@ -592,21 +665,16 @@ impl WritePath {
 
     /// The group-commit leader's step for keyspace `id`: every queued batch, one record
     /// each. A batch that the keyspace refuses fails alone.
-    fn commit_group(&self, id: u32, group: &[Arc<Request>]) -> Result<()> {
-        // Decoded before the slot is taken (the batches were validated when submitted).
-        let decoded: Vec<Option<Vec<BatchOp<'_>>>> = group
-            .iter()
-            .map(|r| decode_ops(r.batch.payload(), r.batch.count()))
-            .collect();
-        let mut held = self.hold(&[id])?;
+    fn commit_group(&self, slot: &Arc<Slot>, id: u32, group: &[Arc<Request>]) -> Result<()> {
+        let mut held = Self::hold_slot(slot, id)?;
         let env = Arc::clone(held.env(id).ok_or(Error::Closed)?);
         if env.is_shutdown() {
             return Err(Error::Closed);
         }
         let mut records = Vec::with_capacity(group.len());
         let mut sync = false;
-        for (r, ops) in group.iter().zip(decoded) {
-            let Some(ops) = ops else {
+        for r in group {
+            let Some(ops) = decode_ops(r.batch.payload(), r.batch.count()) else {
                 r.fail(Error::InvalidArgument("malformed write batch".into()));
                 continue;
             };
@@ -675,11 +743,11 @@ impl WritePath {
                 env.check_poison()?;
             }
         }
-        let envs: BTreeMap<u32, Arc<dyn WriteEnv>> = held
-            .slots
-            .iter()
-            .map(|s| (s.id, Arc::clone(&s.env)))
-            .collect();
+        // Checked above: every keyspace the records name is held.
+        let env_of = |id: u32| -> Result<&Arc<dyn WriteEnv>> {
+            held.env(id)
+                .ok_or_else(|| Error::Internal(format!("keyspace {id} is not held")))
+        };
         let goes_large = |opts: &Options, relocation: bool, op: &BatchOp<'_>| match op {
             BatchOp::Put(k, v) => relocation || opts.classify(k.len(), v.len()) == Category::Large,
             _ => false,
@@ -687,30 +755,30 @@ impl WritePath {
         let mut log = self.log.lock();
         // A keyspace dropped since its slot was taken (`unregister` needs only `log`):
         // nothing was appended, nothing is in doubt.
-        if let Some(gone) = held.slots.iter().find(|s| !log.spaces.contains_key(&s.id)) {
+        if let Some(gone) = held.iter().find(|s| !log.spaces.contains_key(&s.id)) {
             log::debug!("a commit into keyspace {} met its drop", gone.id);
             return Err(Error::Closed);
         }
         let mut lsn = log.next_lsn;
-        let mut done: BTreeMap<u32, Committed> = BTreeMap::new();
+        let mut done = PerKeyspace::default();
         let mut large_written = false;
         let mut staged: Vec<(u32, &[u8], u64, Staged<'_>)> = Vec::new();
         let mut encoded: Vec<Encoded<'_>> = Vec::with_capacity(records.len());
         for rec in records {
             let first = lsn;
             let mut ks = rec.keyspace;
-            let mut env = &envs[&ks];
-            let reencode = rec.payload.is_none()
-                || rec
-                    .ops
-                    .iter()
-                    .scan(ks, |cur, op| {
-                        if let BatchOp::Keyspace(id) = op {
-                            *cur = *id;
-                        }
-                        Some(goes_large(envs[cur].opts(), rec.relocation, op))
-                    })
-                    .any(|large| large);
+            let mut env = env_of(ks)?;
+            let mut reencode = rec.payload.is_none();
+            let mut cur = env;
+            for op in &rec.ops {
+                if reencode {
+                    break;
+                }
+                if let BatchOp::Keyspace(id) = op {
+                    cur = env_of(*id)?;
+                }
+                reencode = goes_large(cur.opts(), rec.relocation, op);
+            }
             let mut payload: Option<Vec<u8>> = reencode.then(|| {
                 let mut p = Vec::with_capacity(64 * rec.ops.len() + 5);
                 if ks != 0 {
@@ -725,10 +793,10 @@ impl WritePath {
                         if let Some(p) = payload.as_mut() {
                             batch::encode_keyspace(p, id);
                         }
-                        done.entry(ks).or_default().add(&here);
+                        done.add(ks, &here);
                         here = Committed::default();
                         ks = id;
-                        env = &envs[&ks];
+                        env = env_of(ks)?;
                         continue;
                     }
                     BatchOp::Put(k, v) if goes_large(env.opts(), rec.relocation, op) => {
@@ -796,7 +864,7 @@ impl WritePath {
                 staged.push((ks, key, lsn, value));
                 lsn += 1;
             }
-            done.entry(ks).or_default().add(&here);
+            done.add(ks, &here);
             let count = u32::try_from(lsn - first).unwrap_or(u32::MAX);
             let (prefix, body) = match (payload, rec.payload) {
                 (Some(p), _) => (None, Cow::Owned(p)),
@@ -833,14 +901,18 @@ impl WritePath {
             }
         }
         if result.is_ok() {
-            let mut switch = Vec::with_capacity(5);
             for rec in &encoded {
-                switch.clear();
-                if let Some(id) = rec.switch {
-                    batch::encode_keyspace(&mut switch, id);
-                }
+                // A keyspace switch (op 6, then its id) before the caller's bytes.
+                let mut switch = [batch::OP_KEYSPACE, 0, 0, 0, 0];
+                let prefix: &[u8] = match rec.switch {
+                    Some(id) => {
+                        switch[1..].copy_from_slice(&id.to_le_bytes());
+                        &switch
+                    }
+                    None => &[],
+                };
                 log.writer
-                    .add_prefixed(rec.first_lsn, rec.count, &switch, &rec.body);
+                    .add_prefixed(rec.first_lsn, rec.count, prefix, &rec.body);
             }
             result = self.commit_small(&mut log, sync);
         }
@@ -852,12 +924,15 @@ impl WritePath {
         // In the log: the memtables need only the slots, so commits into other keyspaces
         // go on meanwhile.
         drop(log);
-        let mut current: Option<(u32, Arc<Memtable>, Option<&dyn crate::delta::MergeOperator>)> =
-            None;
+        let mut current: Option<(
+            u32,
+            &Arc<Memtable>,
+            Option<&dyn crate::delta::MergeOperator>,
+        )> = None;
         for (ks, key, lsn, value) in staged {
             if current.as_ref().is_none_or(|c| c.0 != ks) {
-                let mem = Arc::clone(held.mem(ks).ok_or(Error::Closed)?);
-                current = Some((ks, mem, envs[&ks].opts().merge_operator.as_deref()));
+                let mem = held.mem(ks).ok_or(Error::Closed)?;
+                current = Some((ks, mem, env_of(ks)?.opts().merge_operator.as_deref()));
             }
             let Some((_, mem, op)) = current.as_ref() else {
                 continue;
@@ -873,8 +948,8 @@ impl WritePath {
             }
         }
         let mut total = Committed::default();
-        for (ks, d) in &done {
-            let env = &envs[ks];
+        for (ks, d) in done.iter() {
+            let env = env_of(ks)?;
             d.count_into(env.counters());
             env.versions().publish_visible(lsn - 1);
             total.add(d);
@@ -935,7 +1010,6 @@ impl WritePath {
     /// them back (one not held is switched only if its slot is free).
     pub(crate) fn make_room(&self, held: &mut Held) -> Result<()> {
         let full: Vec<u32> = held
-            .slots
             .iter()
             .filter(|s| {
                 // A keyspace being dropped or closed, or refusing writes, takes no more
@@ -966,7 +1040,7 @@ impl WritePath {
             }
             self.rotate(held, id)?;
         }
-        if self.started.lock().len() > MAX_SMALL_LOG_FILES {
+        if self.started_count.load(Ordering::Relaxed) > MAX_SMALL_LOG_FILES {
             let min = self.small_log_min();
             let holding: Vec<u32> = self
                 .log_mins
@@ -1000,7 +1074,7 @@ impl WritePath {
                     log::debug!(
                         "{}: switching a memtable that holds {} small-log files back",
                         env.dir().display(),
-                        self.started.lock().len()
+                        self.started_count.load(Ordering::Relaxed)
                     );
                     self.rotate(target, id)?;
                 }
@@ -1012,7 +1086,7 @@ impl WritePath {
     /// Seals keyspace `id`'s active memtable (its slot is in `held`) and starts a new
     /// small-log file for what comes after it.
     pub(crate) fn rotate(&self, held: &mut Held, id: u32) -> Result<()> {
-        let Some(slot) = held.slots.iter_mut().find(|s| s.id == id) else {
+        let Some(slot) = held.iter_mut().find(|s| s.id == id) else {
             return Err(Error::Internal(format!(
                 "a memtable switch of keyspace {id} without its slot"
             )));
@@ -1043,7 +1117,11 @@ impl WritePath {
         };
         let sealed_log = std::mem::replace(&mut log.writer, writer);
         self.sealed.lock().push(sealed_log);
-        self.started.lock().insert(file_id);
+        {
+            let mut started = self.started.lock();
+            started.insert(file_id);
+            self.started_count.store(started.len(), Ordering::Relaxed);
+        }
         *self.current.lock() = LogStart {
             id: file_id,
             first_lsn: log.next_lsn,
