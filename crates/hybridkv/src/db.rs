@@ -220,6 +220,7 @@ impl Db {
                 &kdir,
                 opts,
                 &shared.io,
+                &shared.root.cache,
                 &shared.writes,
                 log.next_lsn.saturating_sub(1),
             )?;

@@ -36,7 +36,9 @@ pub struct Options {
     /// Index node size in bytes (paper: 12 KiB). Default 12288. A multiple of 4096 in
     /// 12 KiB ..= 1 MiB; an index node must hold at least two maximum-size pivots.
     pub index_node_size: usize,
-    /// Byte budget of the node cache. Default 256 MiB. `0` disables caching.
+    /// Byte budget of the node cache. Default 256 MiB. `0` disables caching. One cache
+    /// serves every keyspace of a database: the options `Db::open` is given decide it (a
+    /// keyspace's own setting is replaced by the database's, as is `pinned_index_bytes`).
     pub cache_bytes: usize,
     /// Read level files and log segments (unless `mmap_reads`), and write
     /// flush/compaction output, with `O_DIRECT`, bypassing the page cache so that device traffic can be measured (log

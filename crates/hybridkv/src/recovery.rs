@@ -78,6 +78,8 @@ pub(crate) fn open_database(dir: &Path, opts: Options, io: Io, read_only: bool) 
     prepare_dir(dir, &opts, &io)?;
     let lock = io.fs().lock(&dir.join(filename::LOCK))?;
     let catalog = Catalog::load(&io, dir)?;
+    // One cache for the whole database: every keyspace reads through a view of it.
+    let cache = BlockCache::with_pinning(opts.cache_bytes, opts.pinned_index_bytes as u64);
     if !read_only {
         sweep_keyspace_dirs(&io, dir, &catalog)?;
     }
@@ -94,14 +96,22 @@ pub(crate) fn open_database(dir: &Path, opts: Options, io: Io, read_only: bool) 
             )
         })?;
         let kopts = keyspace_options(stored, &opts);
-        others.push(load_keyspace(id, &kdir, kopts, &io, read_only, u64::MAX)?);
+        others.push(load_keyspace(
+            id,
+            &kdir,
+            kopts,
+            &io,
+            &cache,
+            read_only,
+            u64::MAX,
+        )?);
     }
     let floor = others
         .iter()
         .map(|k| k.state.log_min_id)
         .min()
         .unwrap_or(u64::MAX);
-    let root = load_keyspace(0, dir, opts, &io, read_only, floor)?;
+    let root = load_keyspace(0, dir, opts, &io, &cache, read_only, floor)?;
     let mut spaces = Vec::with_capacity(1 + others.len());
     spaces.push(root);
     spaces.extend(others);
@@ -153,13 +163,16 @@ pub(crate) fn open_database(dir: &Path, opts: Options, io: Io, read_only: bool) 
 }
 
 /// A keyspace's options: those stored with it (placement, sizes, thresholds), with what
-/// is the database's to decide (the I/O mode, the merge operator) from `db`'s.
+/// is the database's to decide (the I/O mode, the merge operator, the one block cache and
+/// its pinned-index budget) from `db`'s.
 pub(crate) fn keyspace_options(stored: Options, db: &Options) -> Options {
     Options {
         create_if_missing: false,
         direct_io: db.direct_io,
         mmap_reads: db.mmap_reads,
         merge_operator: db.merge_operator.clone(),
+        cache_bytes: db.cache_bytes,
+        pinned_index_bytes: db.pinned_index_bytes,
         ..stored
     }
 }
@@ -291,6 +304,7 @@ fn load_keyspace(
     dir: &Path,
     opts: Options,
     io: &Io,
+    cache: &BlockCache,
     read_only: bool,
     small_log_floor: u64,
 ) -> Result<Loaded> {
@@ -325,10 +339,7 @@ fn load_keyspace(
             true,
         ),
     };
-    let cache = Arc::new(BlockCache::with_pinning(
-        opts.cache_bytes,
-        opts.pinned_index_bytes as u64,
-    ));
+    let cache = Arc::new(cache.view(keyspace));
     let mut version = Version::empty(opts.max_levels);
     for &(level, id, len) in &state.levels {
         let runs = (level as usize)
@@ -676,16 +687,17 @@ fn replay(
 }
 
 /// Opens keyspace `id` just made by `create_keyspace_dir` (nothing to replay), sharing
-/// `writes`; the caller registers it.
+/// `writes` and the database's `cache`; the caller registers it.
 pub(crate) fn open_created_keyspace(
     id: u32,
     dir: &Path,
     opts: Options,
     io: &Io,
+    cache: &BlockCache,
     writes: &Arc<WritePath>,
     visible: u64,
 ) -> Result<Arc<Engine>> {
-    let space = load_keyspace(id, dir, opts, io, false, u64::MAX)?;
+    let space = load_keyspace(id, dir, opts, io, cache, false, u64::MAX)?;
     let next_file_id = space.max_id + 1;
     assemble(space, io, writes, visible, next_file_id, None, false)
 }

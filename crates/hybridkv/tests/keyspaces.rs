@@ -223,6 +223,46 @@ fn a_rarely_written_keyspace_does_not_keep_the_small_log() {
 }
 
 #[test]
+fn keyspaces_share_one_block_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        cache_bytes: 1 << 20,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    // A keyspace asking for a bigger cache still reads through the database's.
+    let a = db
+        .create_keyspace(
+            "a",
+            Options {
+                cache_bytes: 64 << 20,
+                ..opts.clone()
+            },
+        )
+        .unwrap();
+    let b = db.create_keyspace("b", opts).unwrap();
+    for ks in [&a, &b] {
+        for i in 0..3000u32 {
+            ks.put(format!("k{i:05}"), vec![7u8; 600]).unwrap();
+        }
+        ks.flush().unwrap();
+    }
+    for ks in [&a, &b] {
+        for i in 0..3000u32 {
+            assert_eq!(ks.get(format!("k{i:05}")).unwrap().unwrap().len(), 600);
+        }
+    }
+    let (sa, sb) = (a.stats().unwrap(), b.stats().unwrap());
+    assert_eq!(sa.cache_bytes, sb.cache_bytes, "one cache");
+    assert!(
+        sa.cache_bytes > 0 && sa.cache_bytes <= 1 << 20,
+        "{}",
+        sa.cache_bytes
+    );
+    assert!(sa.cache_misses > 0 && sb.cache_misses > 0);
+}
+
+#[test]
 fn a_batch_naming_another_databases_keyspace_is_refused() {
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let db1 = Db::open(d1.path(), small_opts()).unwrap();

@@ -2,12 +2,13 @@
 //! gets and scans read, bounded by one byte budget) and the budget of pinned indexes (PinK's
 //! level pinning; the fences themselves live with the level files that pin them).
 //!
-//! Owns: a concurrent S3-FIFO cache (`quick_cache`) keyed by (file id, offset) and weighed
-//! by bytes, its hit and miss counts, and the pinned bytes' budget. Never: the only copy
-//! of anything (every entry can be re-read from its file), and never holds an unverified
-//! node or record. File ids (level files and log segments share one counter) are never
-//! reused, so entries of a deleted file can never be confused with a newer file's; they
-//! simply age out.
+//! Owns: a concurrent S3-FIFO cache (`quick_cache`) keyed by (keyspace, file id, offset)
+//! and weighed by bytes, its hit and miss counts, and the pinned bytes' budget; one per
+//! database, each keyspace reading through a view of it (`BlockCache::view`) that names its
+//! keyspace in every key. Never: the only copy of anything (every entry can be re-read from
+//! its file), and never holds an unverified node or record. File ids (level files and log
+//! segments of a keyspace share one counter) are never reused within a keyspace, so
+//! entries of a deleted file can never be confused with a newer file's; they simply age out.
 
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
@@ -21,8 +22,11 @@ pub(crate) type BlockBytes = bytes::Bytes;
 #[derive(Clone, Copy)]
 struct ByteWeighter;
 
-impl Weighter<(u64, u64), BlockBytes> for ByteWeighter {
-    fn weight(&self, _key: &(u64, u64), val: &BlockBytes) -> u64 {
+/// (keyspace, file id, offset).
+type Key = (u32, u64, u64);
+
+impl Weighter<Key, BlockBytes> for ByteWeighter {
+    fn weight(&self, _key: &Key, val: &BlockBytes) -> u64 {
         val.len() as u64
     }
 }
@@ -73,11 +77,18 @@ impl PinBudget {
     }
 }
 
-/// Byte-bounded cache of level nodes shared by every level file of one database, with the
-/// budget their pinned indexes are charged to.
-pub(crate) struct BlockCache {
-    inner: Option<Cache<(u64, u64), BlockBytes, ByteWeighter>>,
+/// What every view of one database's cache shares.
+struct Shared {
+    cache: Option<Cache<Key, BlockBytes, ByteWeighter>>,
     pins: Arc<PinBudget>,
+}
+
+/// Byte-bounded cache of level nodes and log records shared by every file of one database
+/// (every keyspace), with the budget their pinned indexes are charged to; this handle is
+/// one keyspace's view (its own hit and miss counts).
+pub(crate) struct BlockCache {
+    shared: Arc<Shared>,
+    keyspace: u32,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -99,18 +110,36 @@ impl BlockCache {
 
     /// A cache of `budget` bytes, and `pinned` bytes more for pinned indexes.
     pub(crate) fn with_pinning(budget: usize, pinned: u64) -> Self {
-        let inner = (budget > 0)
+        let cache = (budget > 0)
             .then(|| Cache::with_weighter((budget / 8192).max(16), budget as u64, ByteWeighter));
         BlockCache {
-            inner,
-            pins: Arc::new(PinBudget::new(pinned)),
+            shared: Arc::new(Shared {
+                cache,
+                pins: Arc::new(PinBudget::new(pinned)),
+            }),
+            keyspace: 0,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// Keyspace `keyspace`'s view of this cache: the same bytes and budgets, its own keys
+    /// and counts.
+    pub(crate) fn view(&self, keyspace: u32) -> Self {
+        BlockCache {
+            shared: Arc::clone(&self.shared),
+            keyspace,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn get(&self, file: u64, offset: u64) -> Option<BlockBytes> {
-        let found = self.inner.as_ref().and_then(|c| c.get(&(file, offset)));
+        let found = self
+            .shared
+            .cache
+            .as_ref()
+            .and_then(|c| c.get(&(self.keyspace, file, offset)));
         let counter = if found.is_some() {
             &self.hits
         } else {
@@ -130,24 +159,37 @@ impl BlockCache {
 
     /// The budget pinned indexes are charged to.
     pub(crate) fn pins(&self) -> &Arc<PinBudget> {
-        &self.pins
+        &self.shared.pins
     }
 
     pub(crate) fn insert(&self, file: u64, offset: u64, node: BlockBytes) {
-        if let Some(c) = &self.inner {
-            c.insert((file, offset), node);
+        if let Some(c) = &self.shared.cache {
+            c.insert((self.keyspace, file, offset), node);
         }
     }
 
-    /// Bytes currently held.
+    /// Bytes currently held (by every keyspace).
     pub(crate) fn used_bytes(&self) -> u64 {
-        self.inner.as_ref().map_or(0, Cache::weight)
+        self.shared.cache.as_ref().map_or(0, Cache::weight)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyspaces_share_the_bytes_but_not_the_keys() {
+        let c = BlockCache::new(1 << 20);
+        let other = c.view(7);
+        c.insert(1, 0, bytes::Bytes::from_static(b"default"));
+        other.insert(1, 0, bytes::Bytes::from_static(b"keyspace 7"));
+        assert_eq!(c.get(1, 0).as_deref(), Some(&b"default"[..]));
+        assert_eq!(other.get(1, 0).as_deref(), Some(&b"keyspace 7"[..]));
+        assert_eq!(c.used_bytes(), other.used_bytes());
+        assert_eq!(c.used_bytes(), 17);
+        assert!(Arc::ptr_eq(c.pins(), other.pins()));
+    }
 
     #[test]
     fn stays_within_budget() {
