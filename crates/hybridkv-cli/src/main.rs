@@ -158,6 +158,23 @@ enum Command {
         #[arg(long)]
         to: PathBuf,
     },
+    /// List the database's keyspaces (besides its own, "default"); read-only.
+    Keyspaces {
+        #[arg(long)]
+        db: PathBuf,
+    },
+    /// Create a keyspace, with the options the database was last opened with.
+    CreateKeyspace {
+        #[arg(long)]
+        db: PathBuf,
+        name: String,
+    },
+    /// Drop a keyspace: its files are deleted.
+    DropKeyspace {
+        #[arg(long)]
+        db: PathBuf,
+        name: String,
+    },
 }
 
 /// The options a writing command opens `db` with: the stored ones if the database has
@@ -418,6 +435,23 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if r.segments_damaged > 0 {
                 return Ok(ExitCode::from(1));
             }
+        }
+        Command::Keyspaces { db } => {
+            let db = open_reading(&db)?;
+            for name in db.keyspace_names() {
+                println!("{name}");
+            }
+        }
+        Command::CreateKeyspace { db: path, name } => {
+            let options = writing_options(&path, false)?;
+            let db = Db::open(&path, options.clone())?;
+            db.create_keyspace(&name, options)?;
+            db.close()?;
+        }
+        Command::DropKeyspace { db, name } => {
+            let db = open_writing(&db, false)?;
+            db.drop_keyspace(&name)?;
+            db.close()?;
         }
         Command::Checkpoint { db, to } => {
             // Every keyspace is copied (a checkpoint is of the whole database).

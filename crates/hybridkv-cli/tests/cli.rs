@@ -328,4 +328,25 @@ fn keyspace_selects_the_keyspace_a_command_works_on() {
         String::from_utf8_lossy(&missing.stderr).contains("no keyspace named"),
         "{missing:?}"
     );
+    // Created, listed, written, dropped.
+    ok(&hybridkv(&["create-keyspace", "--db", p, "events"]));
+    assert_eq!(
+        stdout(&hybridkv(&["keyspaces", "--db", p])),
+        "events\nusers\n"
+    );
+    ok(&hybridkv(&[
+        "put",
+        "--db",
+        p,
+        "--keyspace",
+        "events",
+        "e1",
+        "x",
+    ]));
+    let got = hybridkv(&["get", "--db", p, "--keyspace", "events", "e1"]);
+    assert_eq!(stdout(&got).trim(), "x");
+    ok(&hybridkv(&["drop-keyspace", "--db", p, "users"]));
+    assert_eq!(stdout(&hybridkv(&["keyspaces", "--db", p])), "events\n");
+    let again = hybridkv(&["drop-keyspace", "--db", p, "users"]);
+    assert!(!again.status.success());
 }
