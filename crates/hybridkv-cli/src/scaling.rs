@@ -1,6 +1,6 @@
 //! `hybridkv keyspace-bench`: do keyspaces let writers run in parallel? Loads pairs three ways in
-//! one run, each into a fresh database: one thread into one keyspace; two threads, each
-//! into a keyspace of its own; two threads into one keyspace. Prints throughput, CPU per
+//! one run, each into a fresh database: one thread into one keyspace; `--writers` threads
+//! (default 2), each into a keyspace of its own; as many threads into one keyspace. Prints throughput, CPU per
 //! write and the ratio of the two-keyspace run to the one-thread run.
 //!
 //! Each phase ends when every write is acknowledged and every memtable is flushed (the
@@ -32,11 +32,15 @@ pub struct ScalingArgs {
     /// Write with sync (every write durable before it is acknowledged).
     #[arg(long)]
     pub sync: bool,
+    /// Writer threads of the many-writer phases (more than the machine's cores shows
+    /// whether group commit keeps its advantage).
+    #[arg(long, default_value_t = 2)]
+    pub writers: u64,
 }
 
 /// What one phase measured.
 struct Phase {
-    label: &'static str,
+    label: String,
     writes: u64,
     secs: f64,
     cpu: CpuTime,
@@ -67,7 +71,7 @@ fn load(ks: &Keyspace, first: u64, n: u64, size: usize) -> hybridkv::Result<()> 
 /// Runs `writers` threads, writer `w` into `spaces[w % spaces.len()]`, then flushes every
 /// keyspace; returns the phase's figures.
 fn phase(
-    label: &'static str,
+    label: String,
     dir: &Path,
     args: &ScalingArgs,
     writers: u64,
@@ -129,16 +133,23 @@ pub fn run(args: &ScalingArgs) -> Result<(), Box<dyn std::error::Error>> {
         "keyspace scaling: {} pairs per writer, {}-byte values, memtable {} MiB, sync {}",
         args.pairs, args.value_size, args.memtable_mib, args.sync
     );
+    let w = args.writers.max(1);
     let phases = [
-        phase("1 thread, 1 keyspace", &root.join("one"), args, 1, 1)?,
+        phase("1 thread, 1 keyspace".into(), &root.join("one"), args, 1, 1)?,
         phase(
-            "2 threads, 2 keyspaces",
-            &root.join("two-keyspaces"),
+            format!("{w} threads, {w} keyspaces"),
+            &root.join("many-keyspaces"),
             args,
-            2,
-            2,
+            w,
+            w as usize,
         )?,
-        phase("2 threads, 1 keyspace", &root.join("shared"), args, 2, 1)?,
+        phase(
+            format!("{w} threads, 1 keyspace"),
+            &root.join("shared"),
+            args,
+            w,
+            1,
+        )?,
     ];
     println!(
         "{:<24} {:>10} {:>9} {:>12} {:>14}",
@@ -155,8 +166,8 @@ pub fn run(args: &ScalingArgs) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "scaling: 2 threads on 2 keyspaces = {:.2}x the throughput of 1 thread on 1 \
-         (2 threads on 1 keyspace: {:.2}x)",
+        "scaling: {w} threads on {w} keyspaces = {:.2}x the throughput of 1 thread on 1 \
+         ({w} threads on 1 keyspace: {:.2}x)",
         phases[1].kops() / phases[0].kops(),
         phases[2].kops() / phases[0].kops()
     );
