@@ -54,7 +54,8 @@ fuzz_target!(|input: &[u8]| {
             valid(&m),
             "accepted a manifest that breaks the format's rules: {m:?}"
         );
-        // A version 1 manifest (no range tombstones) is rewritten in the newest version.
+        // An older manifest (version 1 without range tombstones, version 2) is rewritten in
+        // the newest version.
         if m.version == MANIFEST_VERSION {
             assert_eq!(encode_manifest(&m), data, "encode(decode(x)) != x");
         }

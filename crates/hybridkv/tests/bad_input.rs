@@ -681,8 +681,8 @@ fn a_newer_format_version_is_unsupported_version_naming_the_file() {
     let manifest = dir.path().join("MANIFEST");
     let mut data = std::fs::read(&manifest).unwrap();
     // The version is the u32 after the 8-byte magic (docs/FORMAT.md).
-    assert_eq!(data[8..12], 2u32.to_le_bytes());
-    data[8..12].copy_from_slice(&3u32.to_le_bytes());
+    assert_eq!(data[8..12], 3u32.to_le_bytes());
+    data[8..12].copy_from_slice(&4u32.to_le_bytes());
     std::fs::write(&manifest, &data).unwrap();
     match Db::open(dir.path(), opts()) {
         Err(Error::UnsupportedVersion {
@@ -691,12 +691,12 @@ fn a_newer_format_version_is_unsupported_version_naming_the_file() {
             supported,
         }) => {
             assert!(file.ends_with("MANIFEST"), "{}", file.display());
-            assert_eq!((found, supported), (3, 2));
+            assert_eq!((found, supported), (4, 3));
         }
         other => panic!("expected UnsupportedVersion, got {other:?}"),
     }
     // Putting the version back restores the database: nothing was changed by the refusal.
-    data[8..12].copy_from_slice(&2u32.to_le_bytes());
+    data[8..12].copy_from_slice(&3u32.to_le_bytes());
     std::fs::write(&manifest, &data).unwrap();
     let db = Db::open(dir.path(), opts()).unwrap();
     assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));

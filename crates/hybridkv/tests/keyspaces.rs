@@ -525,7 +525,11 @@ fn batches_across_keyspaces_stay_atomic_through_power_loss() {
     let mut failures = Vec::new();
     let mut images = 0;
     let (mut most, mut lost) = (0u32, 0u32);
-    let points = 120u64;
+    // More with `KEYSPACE_POWER_LOSS_POINTS=N` (crash points over the recorded run).
+    let points = std::env::var("KEYSPACE_POWER_LOSS_POINTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120u64);
     for j in 1..=points {
         let k = mutations * j / points;
         replay.advance_to(k as usize);

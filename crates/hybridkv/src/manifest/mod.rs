@@ -21,9 +21,12 @@ use crate::range_delete::{PendingTombstone, RangeTombstone};
 use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"HKVMANIF";
-/// Format version of the manifest written (2 adds the range tombstones; version 1 files,
-/// which have none, are still read).
-pub(crate) const MANIFEST_VERSION: u32 = 2;
+/// Format version of the manifest written: 3 has the payload of 2, and says that the
+/// database may have keyspaces (its small log may hold their records, op 6, and a flushed
+/// LSN is the last LSN of any keyspace at the flushed memtable's switch), so a build that
+/// knows neither refuses it instead of replaying or deleting logs another keyspace needs.
+/// Versions 1 (no range tombstones) and 2 are still read.
+pub(crate) const MANIFEST_VERSION: u32 = 3;
 /// The end length of a range tombstone that runs to the end of the key space.
 const NO_END: u32 = u32::MAX;
 const HEADER: usize = 20;
@@ -145,7 +148,7 @@ impl ManifestState {
                 "manifest has bytes after its payload",
             ));
         }
-        if version != MANIFEST_VERSION && version != 1 {
+        if !(1..=MANIFEST_VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 file: file.to_path_buf(),
                 found: version,
@@ -369,6 +372,25 @@ mod tests {
                 other => panic!("{pending:?}: expected corruption, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_version_2_manifest_is_read_and_version_3_written() {
+        let s = ManifestState {
+            next_file_id: 10,
+            log_min_id: 7,
+            flushed_lsn: 99,
+            levels: vec![(1, 8, 4096)],
+            ..ManifestState::default()
+        };
+        let v3 = s.encode();
+        assert_eq!(v3[8..12], 3u32.to_le_bytes());
+        let mut v2 = v3.clone();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(
+            ManifestState::decode(&v2, Path::new("MANIFEST")).unwrap(),
+            s
+        );
     }
 
     #[test]
