@@ -158,14 +158,18 @@ impl Engine {
                     Counters::add(&self.counters.gc_errors, 1);
                 }
             }
-            if let Err(e) = self.gc_pass(self.opts.gc_threshold) {
-                // Failures that endanger writes poisoned the engine inside the pass; others
-                // (a damaged segment) are reported by reads and by `check`.
-                log::warn!(
-                    "{}: garbage collection pass failed: {e}",
-                    self.dir.display()
-                );
-                Counters::add(&self.counters.gc_errors, 1);
+            match self.gc_pass(self.opts.gc_threshold) {
+                // Closing (or the keyspace dropped) under the pass: not a failure.
+                Ok(_) | Err(crate::error::Error::Closed) => {}
+                Err(e) => {
+                    // Failures that endanger writes poisoned the engine inside the pass; others
+                    // (a damaged segment) are reported by reads and by `check`.
+                    log::warn!(
+                        "{}: garbage collection pass failed: {e}",
+                        self.dir.display()
+                    );
+                    Counters::add(&self.counters.gc_errors, 1);
+                }
             }
         }
     }

@@ -329,6 +329,9 @@ impl Db {
             for t in k.threads.drain(..) {
                 let _ = t.join();
             }
+            // A GC pass a user thread started on it (`Keyspace::gc`) ends first: it may
+            // still write to the directory about to be deleted.
+            drop(k.engine.gc_lock.lock());
         }
         // The catalog first: a crash after it leaves a directory no keyspace names, which
         // the next open deletes; a crash before it leaves the keyspace whole. Should the

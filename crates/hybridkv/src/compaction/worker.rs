@@ -441,6 +441,8 @@ impl Engine {
                 .unwrap_or(0)
         };
         loop {
+            // Closed, or its keyspace dropped, since the last step: stop here.
+            self.check_open()?;
             // The shallowest level that is not already the single bottom run.
             let next = {
                 let vs = self.versions.lock();

@@ -57,6 +57,8 @@ impl Engine {
     /// Collects every large-log segment whose garbage ratio reached the threshold.
     pub(crate) fn gc_pass(&self, threshold: f64) -> Result<GcReport> {
         let _one_at_a_time = self.gc_lock.lock();
+        // Closed (or its keyspace dropped) while this waited: nothing more is written.
+        self.check_open()?;
         // The active segment and the segment list are read together under the `log` mutex:
         // segments are only started (registered, then created) under it, so every segment
         // listed here other than `active` is complete and never appended to again. (Reading
