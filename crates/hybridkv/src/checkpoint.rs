@@ -11,7 +11,8 @@
 //! file under its real name until the last steps), so it does not open as a database.
 //!
 //! The copy holds every write committed before the capture and none after: the capture
-//! takes the commit path's lock, so no commit is half done; every committed record has
+//! holds the small log, then every keyspace's slot, then the `log` mutex, so no commit is
+//! half done; every committed record has
 //! been handed to the operating system (what the copy reads); the manifest written is the
 //! captured state, whose small-log files replay exactly the writes the levels lack.
 

@@ -184,8 +184,8 @@ impl Db {
     }
 
     /// Creates keyspace `name` with `options` (its placement thresholds, memtable and
-    /// level sizes, cache, background threads; the I/O mode and the merge operator are the
-    /// database's) and returns its handle. Durable when this returns: the keyspace is
+    /// level sizes, background threads; the I/O mode, the merge operator, the block cache
+    /// and the pinned-index budget are the database's) and returns its handle. Durable when this returns: the keyspace is
     /// there at every later open. `Error::InvalidArgument` if it exists already or the
     /// name is empty, longer than 255 bytes, or `"default"`.
     pub fn create_keyspace(&self, name: &str, options: Options) -> Result<Keyspace> {

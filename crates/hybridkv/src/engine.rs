@@ -1,4 +1,5 @@
-//! The shared state of one open database, and the locks that guard it.
+//! The state of one keyspace of an open database (the default one, or one in `ks/<id>/`),
+//! and the locks that guard it; what all keyspaces share is `lifecycle::Shared`.
 //!
 //! Owns: the wiring between components: the write path (`WritePath`, which sees the
 //! engine only through the `WriteEnv` trait implemented here), the version set, the
@@ -8,13 +9,14 @@
 //! (`compaction::worker`), GC (`gc::job`), the write-back of folded reads (`fold_back`),
 //! recovery (`recovery`), `check` and `space`.
 //!
-//! Lock order (code holding one of these locks takes only locks to its right):
-//! `gc_lock` -> `log` (the write path's mutex) -> `bg` -> `versions` (the version
-//! set's lock) -> the readers' state inside the version set. A commit holding `log` takes
-//! `versions` to register a large-log segment and `bg` to wake the background threads or
-//! to wait out a write stall; a background thread claims work holding `bg`, then
-//! `versions`; so `bg` is never taken under `versions`. `poison` is taken under any of
-//! them and nothing is taken under it.
+//! Lock order (code holding one of these locks takes only locks to its right): the
+//! database's keyspaces table (`lifecycle::Shared::spaces`) -> `gc_lock` -> keyspace
+//! slots (`write::Held`, ascending ids) -> `log` (the write path's mutex) -> `bg` ->
+//! `versions` (the version set's lock) -> the readers' state inside the version set. A
+//! commit holding `log` takes `versions` to register a large-log segment (and `bg` only to
+//! poison); a write stall waits holding only its slots; a background thread claims work
+//! holding `bg`, then `versions`; so `bg` is never taken under `versions`. `poison` is
+//! taken under any of them and nothing is taken under it.
 
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};

@@ -5,7 +5,7 @@
 //!
 //! Owns: deciding, holding its keyspace's slot of the write path, whether the value a get computed at
 //! its snapshot is still the key's value (no version of the key newer than the snapshot),
-//! and committing it through the one commit path. Never: waits for the mutex or for room
+//! and committing it through the one commit path. Never: waits for the slot or for room
 //! in the memtable (it is an optimization: skipped when either is busy), changes a value
 //! (the put holds exactly what a get returns at that moment), or fails the read.
 

@@ -4,7 +4,8 @@
 //! keyspace's last flush left off, each operation into its own keyspace.
 //!
 //! Owns: deciding, from what is on disk after any crash, the durable prefix to recover and
-//! the engine state that holds it. Never: runs after the engine is open (later installs go
+//! the engine state that holds it; and, at run time, making a new keyspace's directory
+//! and removing a dropped one's. Never: runs after the engine is open (later installs go
 //! through `VersionSet::log_and_apply`, by way of `Engine::install`), or accepts a write
 //! before what it recovered is durable.
 

@@ -222,6 +222,39 @@ fn a_rarely_written_keyspace_does_not_keep_the_small_log() {
     assert_eq!(db.keyspace("busy").unwrap().iter().count(), 60_000);
 }
 
+/// Found by review: a batch built with `put_in` and written through a keyspace handle
+/// (not the `Db`) was logged with two keyspace switches in a row, which replay refuses:
+/// the next open failed.
+#[test]
+fn a_batch_naming_keyspaces_written_through_a_keyspace_handle_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), small_opts()).unwrap();
+        let a = db.create_keyspace("a", small_opts()).unwrap();
+        let b = db.create_keyspace("b", small_opts()).unwrap();
+        let mut batch = WriteBatch::new();
+        batch.put_in(&b, "k", "in b").put_in(&a, "k", "in a");
+        a.write(batch).unwrap();
+        let mut batch = WriteBatch::new();
+        batch.put_in(&a, "j", "a again").put_in(&db, "j", "default");
+        a.write(batch).unwrap();
+        // Large values: the record is encoded again (with pointers) on this path.
+        let mut batch = WriteBatch::new();
+        batch
+            .put_in(&b, "big", vec![5u8; 5000])
+            .put_in(&a, "big", vec![6u8; 5000]);
+        b.write(batch).unwrap();
+    }
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let (a, b) = (db.keyspace("a").unwrap(), db.keyspace("b").unwrap());
+    assert_eq!(a.get("k").unwrap().as_deref(), Some(&b"in a"[..]));
+    assert_eq!(b.get("k").unwrap().as_deref(), Some(&b"in b"[..]));
+    assert_eq!(a.get("j").unwrap().as_deref(), Some(&b"a again"[..]));
+    assert_eq!(db.get("j").unwrap().as_deref(), Some(&b"default"[..]));
+    assert_eq!(a.get("big").unwrap().unwrap(), vec![6u8; 5000]);
+    assert_eq!(b.get("big").unwrap().unwrap(), vec![5u8; 5000]);
+}
+
 #[test]
 fn keyspaces_share_one_block_cache() {
     let dir = tempfile::tempdir().unwrap();

@@ -1134,7 +1134,8 @@ impl Harness {
                 let mut b = WriteBatch::new();
                 let mut effects = Vec::new();
                 let mut inverted = false;
-                let (main, side) = (self.db()?.clone(), self.side()?.clone());
+                let (main, side): (Keyspace, Keyspace) =
+                    ((**self.db()?).clone(), self.side()?.clone());
                 for (to_side, e) in entries {
                     let ks: &Keyspace = if *to_side { &side } else { &main };
                     let effect = match e {
@@ -1162,7 +1163,9 @@ impl Harness {
                     };
                     effects.push((*to_side, effect));
                 }
-                match main.write(b) {
+                // Written through either handle: every entry names its keyspace.
+                let through = if entries.len() % 2 == 0 { &side } else { &main };
+                match through.write(b) {
                     Err(Error::InvalidArgument(_)) if inverted => return Ok(()),
                     Err(e) => return Err(format!("cross batch: {e}")),
                     Ok(()) if inverted => {

@@ -6,9 +6,11 @@
 //! tombstones dropped when the output is the bottom of the tree, large-log garbage
 //! counted, the output written bottom-up); medium pairs to and from the transient log
 //! ([`transient`]); the flush and compaction jobs and their installs ([`worker`]),
-//! including deleting the small-log files a flush made obsolete. Never: decides when a
-//! job runs (`background` does), or changes the manifest or what readers see except
-//! through `Engine::install`.
+//! including deleting the small-log files a flush made obsolete (after moving the replay
+//! start of idle keyspaces: the one manifest change made on another keyspace's version
+//! set, holding that keyspace's slot). Never: decides when a job runs (`background`
+//! does), or changes the manifest or what readers see except through `Engine::install`
+//! (or, for that replay start, the other keyspace's `VersionSet::log_and_apply`).
 
 pub(crate) mod job;
 pub(crate) mod picker;

@@ -1,4 +1,5 @@
-//! The small log (WAL): one file per memtable generation, `NNNNNNNN.wal`.
+//! The small log (WAL), shared by every keyspace of a database: a new file at each
+//! memtable switch of any keyspace, `NNNNNNNN.wal`.
 //!
 //! Layout (FORMAT.md, "Small log"): a 16-byte file header, then records
 //! `[payload_len u32][first_lsn u64][count u32][header_crc u32][payload_crc u32][payload]`.

@@ -1,9 +1,12 @@
 //! The write path: batches, group commit into the logs, and the memtable.
 //!
-//! Owns: the small log, the active memtable and the large-log segment being appended to
-//! ([`LogState`], under the `log` mutex), assigning LSNs, classifying each put (small /
+//! Owns: the `log` mutex ([`LogState`]: the small log shared by every keyspace, the next
+//! LSN, each keyspace's large-log segment being appended to), each keyspace's slot (its
+//! active memtable under a mutex of its own, and its commit queue: [`Held`]), assigning
+//! LSNs, classifying each put (small /
 //! medium / large), appending large values to the large log and every batch's commit
-//! record to the small log before acknowledging, inserting into the memtable, publishing
+//! record to the small log before acknowledging, inserting into the memtable (holding only
+//! the slots, so commits into different keyspaces insert in parallel), publishing
 //! the snapshot LSN, switching a full memtable to immutable, slowing writers (never
 //! failing them) while flushes catch up, and making every committed write durable on
 //! request ([`WritePath::make_durable`]). There is
@@ -779,9 +782,14 @@ impl WritePath {
                 }
                 reencode = goes_large(cur.opts(), rec.relocation, op);
             }
+            // The record names its base keyspace (other than the default) with a switch in
+            // front, unless its operations start with one of their own (a batch built
+            // with `put_in` and written through a keyspace handle): two switches in a row
+            // would not decode.
+            let needs_switch = ks != 0 && !matches!(rec.ops.first(), Some(BatchOp::Keyspace(_)));
             let mut payload: Option<Vec<u8>> = reencode.then(|| {
                 let mut p = Vec::with_capacity(64 * rec.ops.len() + 5);
-                if ks != 0 {
+                if needs_switch {
                     batch::encode_keyspace(&mut p, ks);
                 }
                 p
@@ -868,10 +876,7 @@ impl WritePath {
             let count = u32::try_from(lsn - first).unwrap_or(u32::MAX);
             let (prefix, body) = match (payload, rec.payload) {
                 (Some(p), _) => (None, Cow::Owned(p)),
-                (None, Some(p)) => (
-                    (rec.keyspace != 0).then_some(rec.keyspace),
-                    Cow::Borrowed(p),
-                ),
+                (None, Some(p)) => (needs_switch.then_some(rec.keyspace), Cow::Borrowed(p)),
                 (None, None) => (None, Cow::Borrowed(&[][..])),
             };
             encoded.push(Encoded {
