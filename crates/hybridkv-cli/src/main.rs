@@ -213,12 +213,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let form = Form::new(cli.hex);
     let keyspace = cli.keyspace.clone();
     // The keyspace a command works on (the database's own without `--keyspace`).
-    let pick = |db: &Db| -> Result<hybridkv::Keyspace, hybridkv::Error> {
-        match &keyspace {
-            Some(name) => db.keyspace(name),
-            None => Ok((**db).clone()),
-        }
-    };
+    let pick = |db: &Db| db.keyspace(keyspace.as_deref().unwrap_or(hybridkv::DEFAULT_KEYSPACE));
     let parse = |text: &str, what: &str| form.parse(text, what).map_err(usage);
     let stdout = std::io::stdout();
     match cli.command {

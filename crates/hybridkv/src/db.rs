@@ -235,27 +235,24 @@ impl Db {
         // The threads before the catalog: once the catalog names the keyspace, nothing
         // may fail that would unregister it (its replay start would stop holding the
         // small log back while its manifest still counts on it).
-        let stored = spawn_threads(&engine).and_then(|threads| {
-            match catalog.store(&shared.io, &shared.dir) {
-                Ok(()) => Ok(threads),
-                Err(e) => {
-                    stop(&engine);
-                    for t in threads {
-                        let _ = t.join();
-                    }
-                    Err(e)
-                }
-            }
-        });
-        let threads = match stored {
+        let threads = match spawn_threads(&engine) {
             Ok(t) => t,
             Err(e) => {
-                // The catalog does not name it: its directory is swept at the next open.
+                // Threads already started see the stop and end.
                 stop(&engine);
                 shared.writes.unregister(&mut shared.writes.lock(), id);
                 return Err(e);
             }
         };
+        if let Err(e) = catalog.store(&shared.io, &shared.dir) {
+            // The catalog does not name it: its directory is swept at the next open.
+            stop(&engine);
+            for t in threads {
+                let _ = t.join();
+            }
+            shared.writes.unregister(&mut shared.writes.lock(), id);
+            return Err(e);
+        }
         spaces.catalog = catalog;
         spaces.open.insert(
             id,
@@ -454,4 +451,30 @@ fn state_bytes(fs: &dyn FileSystem, dir: &Path) -> Vec<Option<Vec<u8>>> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+
+    /// A catalog whose every id was handed out refuses a new keyspace with an error, not
+    /// an overflow (a panic in debug builds, a wrapped id 0 in release).
+    #[test]
+    fn a_full_catalog_refuses_a_new_keyspace() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Db::open(dir.path(), Options::default()).unwrap());
+        let io = Io::new(Arc::new(RealFs), false);
+        let full = Catalog {
+            next_id: u32::MAX,
+            ..Catalog::default()
+        };
+        full.store(&io, dir.path()).unwrap();
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        match db.create_keyspace("one-too-many", Options::default()) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("every keyspace id"), "{m}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+        assert!(db.keyspace_names().is_empty());
+    }
 }

@@ -111,10 +111,6 @@ impl Engine {
         }
     }
 
-    pub(crate) fn is_shutdown(&self) -> bool {
-        self.bg.lock().shutdown
-    }
-
     /// Wakes background workers and anyone waiting for them.
     pub(crate) fn wake_all(&self) {
         let _g = self.bg.lock();
@@ -182,7 +178,9 @@ impl WriteEnv for Engine {
         Engine::set_poison(self, why);
     }
     fn is_shutdown(&self) -> bool {
-        Engine::is_shutdown(self)
+        // Every close and drop sets `closed` before it tells the background threads to
+        // stop: an atomic read instead of the `bg` mutex on every commit.
+        self.closed.load(Ordering::Acquire)
     }
     fn wait_for_background(&self) -> Result<()> {
         let mut g = self.bg.lock();

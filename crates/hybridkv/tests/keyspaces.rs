@@ -673,12 +673,34 @@ fn creating_and_dropping_keyspaces_beside_writers_loses_nothing() {
             written
         })
     };
+    // The keyspace being churned, for a thread that writes to it while it is dropped.
+    let current: Arc<parking_lot::Mutex<Option<Keyspace>>> = Arc::default();
+    let intruder = {
+        let (current, stop) = (Arc::clone(&current), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Some(temp) = current.lock().clone() else {
+                    std::thread::yield_now();
+                    continue;
+                };
+                // A write that meets the drop fails with Closed (or finds the keyspace
+                // gone); nothing else may happen.
+                match temp.put(format!("i{i}"), vec![3u8; 200]) {
+                    Ok(()) | Err(Error::Closed) | Err(Error::InvalidArgument(_)) => {}
+                    Err(e) => panic!("write beside a drop: {e}"),
+                }
+                i += 1;
+            }
+        })
+    };
     let churn = {
-        let (db, stop) = (db.clone(), Arc::clone(&stop));
+        let (db, stop, current) = (db.clone(), Arc::clone(&stop), Arc::clone(&current));
         std::thread::spawn(move || {
             let mut rounds = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds < 5 {
                 let temp = db.create_keyspace("temp", small_opts()).unwrap();
+                *current.lock() = Some(temp.clone());
                 for j in 0..300u32 {
                     temp.put(format!("t{j}"), vec![9u8; 400]).unwrap();
                 }
@@ -705,6 +727,8 @@ fn creating_and_dropping_keyspaces_beside_writers_loses_nothing() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let rounds = churn.join().unwrap();
     maintenance.join().unwrap();
+    intruder.join().unwrap();
+    current.lock().take();
     assert!(rounds >= 5);
     drop(stable);
     db.close().unwrap();

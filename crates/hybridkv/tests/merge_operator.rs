@@ -594,11 +594,7 @@ impl MergeOperator for KeepAll {
         base: Option<&[u8]>,
         deltas: &[&[u8]],
     ) -> Result<Vec<u8>, hybridkv::MergeError> {
-        let mut out = base.unwrap_or_default().to_vec();
-        for d in deltas {
-            out.extend_from_slice(d);
-        }
-        Ok(out)
+        Append.full_merge(b"", base, deltas)
     }
 }
 

@@ -145,16 +145,22 @@ impl MergeOutcome {
 
     /// Reads the dropped operand lists that are overflow blobs and counts the large values
     /// they were closed over as garbage (without it, GC would never learn that the
-    /// segment holding such a value lost it, and might never collect it).
+    /// segment holding such a value lost it, and might never collect it). A list that
+    /// cannot be read is left uncounted, not an error: the count only schedules GC, and a
+    /// damaged version being dropped must not stop every merge that meets it.
     fn count_dropped_lists(
         &mut self,
         load: impl Fn(usize, LevelValue) -> Result<LevelValue>,
     ) -> Result<()> {
         for (source, v) in std::mem::take(&mut self.dropped_lists) {
-            if let LevelValue::Deltas(list) = load(source, v)? {
-                if let Some(p) = crate::log::ptr::LogPtr::closed_base_of(&list) {
-                    *self.garbage.entry(p.segment).or_default() += u64::from(p.len);
+            match load(source, v) {
+                Ok(LevelValue::Deltas(list)) => {
+                    if let Some(p) = crate::log::ptr::LogPtr::closed_base_of(&list) {
+                        *self.garbage.entry(p.segment).or_default() += u64::from(p.len);
+                    }
                 }
+                Ok(_) => {}
+                Err(e) => log::warn!("a dropped list of deltas was not counted as garbage: {e}"),
             }
         }
         Ok(())

@@ -162,7 +162,7 @@ impl Engine {
         });
 
         let next_log = mem.next_log_id.load(Ordering::SeqCst);
-        if self.writes.envs().len() > 1 {
+        if self.writes.keyspace_count() > 1 {
             // Another keyspace may hold the rest of a batch this memtable holds part of:
             // the logs holding it must not lose their tails once this part is in L1.
             self.writes
@@ -283,7 +283,10 @@ impl Engine {
                 }
             }
             let mut vs = versions.lock();
-            if vs.log_min_id() >= start.id {
+            // Only one that holds the small log back (the oldest replay start) is moved:
+            // each move stores a manifest. The others' turn comes at a later flush, once
+            // theirs is the oldest.
+            if vs.log_min_id() >= start.id || vs.log_min_id() > self.writes.small_log_min() {
                 continue;
             }
             let edit = VersionEdit {

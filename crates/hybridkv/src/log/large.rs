@@ -431,14 +431,16 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A zeroed buffer of `len` bytes, reusing one of this thread's spare span buffers.
+/// A buffer of `len` bytes (what it holds is overwritten by the read), reusing one of this
+/// thread's spare span buffers.
 fn span_buffer(len: usize) -> Vec<u8> {
     let mut buf = SPARE_SPANS
         .try_with(|s| s.borrow_mut().pop())
         .ok()
         .flatten()
         .unwrap_or_default();
-    buf.clear();
+    // Only a grown tail is zeroed: the batched read fills the span whole or fails, so no
+    // byte of an earlier span is ever handed out.
     buf.resize(len, 0);
     buf
 }

@@ -421,6 +421,11 @@ impl WritePath {
         self.slots.read().get(&id).and_then(|s| s.env.upgrade())
     }
 
+    /// How many keyspaces are open.
+    pub(crate) fn keyspace_count(&self) -> usize {
+        self.slots.read().len()
+    }
+
     /// Every open keyspace.
     pub(crate) fn envs(&self) -> Vec<Arc<dyn WriteEnv>> {
         self.slots
@@ -674,6 +679,8 @@ impl WritePath {
         if env.is_shutdown() {
             return Err(Error::Closed);
         }
+        // Every batch of the group is this keyspace's: one check for all of them.
+        env.check_poison()?;
         let mut records = Vec::with_capacity(group.len());
         let mut sync = false;
         for r in group {
@@ -681,10 +688,6 @@ impl WritePath {
                 r.fail(Error::InvalidArgument("malformed write batch".into()));
                 continue;
             };
-            if let Err(e) = env.check_poison() {
-                r.fail(e);
-                continue;
-            }
             sync |= r.sync;
             records.push(CommitRecord {
                 ops,
@@ -936,8 +939,14 @@ impl WritePath {
         )> = None;
         for (ks, key, lsn, value) in staged {
             if current.as_ref().is_none_or(|c| c.0 != ks) {
-                let mem = held.mem(ks).ok_or(Error::Closed)?;
-                current = Some((ks, mem, env_of(ks)?.opts().merge_operator.as_deref()));
+                // Held (checked before anything was appended): the records are in the
+                // log now, so a failure here would leave them out of the memtable.
+                let (Some(mem), Ok(env)) = (held.mem(ks), env_of(ks)) else {
+                    let e = Error::Internal(format!("keyspace {ks} not held after its commit"));
+                    held.iter().for_each(|s| s.env.set_poison(&e));
+                    return Err(e);
+                };
+                current = Some((ks, mem, env.opts().merge_operator.as_deref()));
             }
             let Some((_, mem, op)) = current.as_ref() else {
                 continue;
@@ -954,7 +963,8 @@ impl WritePath {
         }
         let mut total = Committed::default();
         for (ks, d) in done.iter() {
-            let env = env_of(ks)?;
+            // Every keyspace counted is held (checked above).
+            let Ok(env) = env_of(ks) else { continue };
             d.count_into(env.counters());
             env.versions().publish_visible(lsn - 1);
             total.add(d);
