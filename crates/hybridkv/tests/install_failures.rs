@@ -219,6 +219,9 @@ impl FileSystem for TracedFs {
     fn remove(&self, path: &Path) -> hybridkv::Result<()> {
         self.record("remove", path, || self.fs.remove(path))
     }
+    fn remove_dir(&self, path: &Path) -> hybridkv::Result<()> {
+        self.record("remove directory", path, || self.fs.remove_dir(path))
+    }
     fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
         self.record("hard link", to, || self.fs.hard_link(from, to))
     }

@@ -392,6 +392,128 @@ fn a_damaged_catalog_is_corruption_naming_the_file() {
     }
 }
 
+/// Keyspace directories under `/db/ks` of a simulated disk.
+fn sim_keyspace_dirs(fs: &SimFs) -> Vec<String> {
+    use hybridkv::io::FileSystem;
+    fs.list(Path::new("/db/ks")).unwrap_or_default()
+}
+
+/// Reopens the image a power loss right after `fs`'s last operation would leave, and
+/// checks what every outcome must keep: the database opens, the default keyspace and
+/// keyspace "keep" hold their pairs, and no directory is left that no keyspace names.
+fn reopen_after_power_loss(fs: &SimFs, what: &str) -> (SimFs, Db) {
+    let img = fs.crash_image(CrashKind::DropUnsynced);
+    let db = Db::open_with_fs(DIR, small_opts(), Arc::new(img.clone()))
+        .unwrap_or_else(|e| panic!("{what}: open after the power loss: {e}"));
+    assert_eq!(
+        db.get("base").unwrap().as_deref(),
+        Some(&b"1"[..]),
+        "{what}"
+    );
+    let keep = db.keyspace("keep").unwrap();
+    assert_eq!(keep.get("k").unwrap().as_deref(), Some(&b"2"[..]), "{what}");
+    assert_eq!(
+        sim_keyspace_dirs(&img).len(),
+        db.keyspace_names().len(),
+        "{what}: {:?} for {:?}",
+        sim_keyspace_dirs(&img),
+        db.keyspace_names()
+    );
+    (img, db)
+}
+
+/// A database with "base" in the default keyspace and keyspace "keep" holding "k", all
+/// durable.
+fn sim_db_with_a_keyspace() -> (SimFs, Db) {
+    let fs = SimFs::new();
+    let db = Db::open_with_fs(DIR, small_opts(), Arc::new(fs.clone())).unwrap();
+    db.put_opt("base", "1", &WriteOptions { sync: true })
+        .unwrap();
+    let keep = db.create_keyspace("keep", small_opts()).unwrap();
+    keep.put_opt("k", "2", &WriteOptions { sync: true })
+        .unwrap();
+    (fs, db)
+}
+
+#[test]
+fn a_failure_at_any_step_of_a_create_or_drop_leaves_one_of_the_two_states() {
+    use hybridkv::io::FailMode;
+    // How many file-system operations a create and a drop take, failure-free.
+    let (fs, db) = sim_db_with_a_keyspace();
+    let before = fs.op_count();
+    let extra = db.create_keyspace("extra", small_opts()).unwrap();
+    extra
+        .put_opt("e", "3", &WriteOptions { sync: true })
+        .unwrap();
+    drop(extra);
+    let create_ops = fs.op_count() - before;
+    let before = fs.op_count();
+    db.drop_keyspace("extra").unwrap();
+    let drop_ops = fs.op_count() - before;
+    drop(db);
+    assert!(create_ops > 3 && drop_ops > 3, "{create_ops} {drop_ops}");
+
+    let mut failed = [0u32; 2];
+    for mode in [FailMode::Once, FailMode::FromThenOn] {
+        // A create failing at its k-th operation: `Ok` means the keyspace is there
+        // after a power loss; `Err` means it is there (empty) or not at all.
+        for k in 0..create_ops + 2 {
+            let what = format!("create, failure at op {k} ({mode:?})");
+            let (fs, db) = sim_db_with_a_keyspace();
+            fs.fail_at(fs.op_count() + k, mode);
+            let created = db.create_keyspace("extra", small_opts());
+            fs.clear_faults();
+            let ok = created.is_ok();
+            failed[0] += u32::from(!ok);
+            drop(created);
+            drop(db);
+            let (_img, db) = reopen_after_power_loss(&fs, &what);
+            let names = db.keyspace_names();
+            if ok {
+                assert!(names.iter().any(|n| n == "extra"), "{what}: {names:?}");
+            }
+            if let Ok(extra) = db.keyspace("extra") {
+                assert_eq!(
+                    extra.iter().count(),
+                    0,
+                    "{what}: a new keyspace holds pairs"
+                );
+            }
+        }
+        // A drop failing at its k-th operation: `Ok` means the keyspace is gone after a
+        // power loss; `Err` means it is gone or whole.
+        for k in 0..drop_ops + 2 {
+            let what = format!("drop, failure at op {k} ({mode:?})");
+            let (fs, db) = sim_db_with_a_keyspace();
+            let extra = db.create_keyspace("extra", small_opts()).unwrap();
+            extra
+                .put_opt("e", "3", &WriteOptions { sync: true })
+                .unwrap();
+            drop(extra);
+            fs.fail_at(fs.op_count() + k, mode);
+            let dropped = db.drop_keyspace("extra");
+            fs.clear_faults();
+            failed[1] += u32::from(dropped.is_err());
+            drop(db);
+            let (_img, db) = reopen_after_power_loss(&fs, &what);
+            match db.keyspace("extra") {
+                Ok(extra) => {
+                    assert!(dropped.is_err(), "{what}: dropped, yet back after reopen");
+                    assert_eq!(
+                        extra.get("e").unwrap().as_deref(),
+                        Some(&b"3"[..]),
+                        "{what}"
+                    );
+                }
+                Err(Error::InvalidArgument(_)) => {}
+                Err(e) => panic!("{what}: {e}"),
+            }
+        }
+    }
+    // The failures were real: some steps of each failed.
+    assert!(failed[0] > 0 && failed[1] > 0, "{failed:?}");
+}
+
 /// Value of batch `i` for slot `slot`: the batch index first (so an image's prefix can be
 /// read back), then filler of a size that cycles through small, medium and large.
 fn batch_value(i: u32) -> Vec<u8> {

@@ -346,6 +346,9 @@ impl FileSystem for SteppedFs {
     fn remove(&self, path: &Path) -> hybridkv::Result<()> {
         self.inner.remove(path)
     }
+    fn remove_dir(&self, path: &Path) -> hybridkv::Result<()> {
+        self.inner.remove_dir(path)
+    }
     fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
         self.inner.hard_link(from, to)
     }

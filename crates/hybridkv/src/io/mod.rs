@@ -117,13 +117,11 @@ pub trait FileSystem: Send + Sync + Debug {
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
     /// Deletes a file.
     fn remove(&self, path: &Path) -> Result<()>;
-    /// Deletes an empty directory (a dropped keyspace's, once its files are deleted). A
-    /// file system without directories of its own (the default) leaves it: it is empty,
-    /// and the next open's sweep tries again.
-    fn remove_dir(&self, path: &Path) -> Result<()> {
-        let _ = path;
-        Ok(())
-    }
+    /// Deletes an empty directory (a dropped keyspace's, once its files are deleted).
+    /// Required, with no default: a wrapper that forgot to forward it would leave every
+    /// dropped keyspace's directory behind. A file system without directories of its own
+    /// answers `Ok` once nothing is named under `path`.
+    fn remove_dir(&self, path: &Path) -> Result<()>;
     /// Gives the file at `from` a second name `to` (a hard link: both name the same
     /// bytes; durable once `to`'s directory is synced). Only for files nothing changes
     /// any more: a checkpoint links the immutable files of a database.

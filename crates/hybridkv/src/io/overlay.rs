@@ -172,6 +172,14 @@ impl FileSystem for ReadOnlyOverlay {
         c.removed.insert(path.to_path_buf());
         Ok(())
     }
+    fn remove_dir(&self, path: &Path) -> Result<()> {
+        // Kept in memory like every change of a read-only open (which never drops a
+        // keyspace): the directory is gone from this open's view only.
+        let mut c = self.changes.lock();
+        c.dirs.remove(path);
+        c.removed.insert(path.to_path_buf());
+        Ok(())
+    }
     fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
         // The second name shares the bytes, as a link does.
         let data = self.copy_up("hard link", from)?;

@@ -60,6 +60,9 @@ pub enum FailMode {
 #[derive(Debug, Clone)]
 enum Mutation {
     CreateDir(PathBuf),
+    /// An empty directory deleted: with it go the names a crash would still have shown
+    /// inside it (deleted files whose removal was not yet durable).
+    RemoveDir(PathBuf),
     Create {
         path: PathBuf,
         node: u64,
@@ -177,6 +180,10 @@ impl Disk {
                 for a in path.ancestors() {
                     self.dirs.insert(a.to_path_buf());
                 }
+            }
+            Mutation::RemoveDir(path) => {
+                self.dirs.remove(path);
+                self.durable.retain(|p, _| !p.starts_with(path));
             }
             Mutation::Create { path, node } => {
                 self.nodes.insert(*node, Node::default());
@@ -422,6 +429,7 @@ impl Inner {
                 | Mutation::Rename { .. }
                 | Mutation::Link { .. }
                 | Mutation::Remove(_)
+                | Mutation::RemoveDir(_)
         );
         if let Some(h) = self.history.as_mut() {
             h.push(m);
@@ -958,6 +966,33 @@ impl FileSystem for SimFs {
         Ok(())
     }
 
+    fn remove_dir(&self, path: &Path) -> Result<()> {
+        let mut g = self.inner.lock();
+        g.begin("delete directory", path)?;
+        if !g.disk.dirs.contains(path) {
+            return Err(Error::io(
+                "delete directory",
+                path,
+                ErrorKind::NotFound.into(),
+            ));
+        }
+        let occupied = g
+            .disk
+            .live
+            .keys()
+            .chain(g.disk.dirs.iter())
+            .any(|p| p != path && p.starts_with(path));
+        if occupied {
+            return Err(Error::io(
+                "delete directory",
+                path,
+                ErrorKind::DirectoryNotEmpty.into(),
+            ));
+        }
+        g.mutate(Mutation::RemoveDir(path.to_path_buf()));
+        Ok(())
+    }
+
     fn list(&self, dir: &Path) -> Result<Vec<String>> {
         let mut g = self.inner.lock();
         g.begin("list", dir)?;
@@ -1097,6 +1132,36 @@ mod tests {
         assert_eq!(fs.kind(&p("/d")).unwrap(), Some(true));
         assert_eq!(fs.kind(&p("/d/a")).unwrap(), Some(false));
         assert_eq!(fs.kind(&p("/d/b")).unwrap(), None);
+    }
+
+    #[test]
+    fn a_directory_is_deleted_only_when_empty_and_takes_its_undurable_names_along() {
+        let (fs, w) = setup();
+        drop(w);
+        match fs.remove_dir(&p("/d")) {
+            Err(Error::Io { source, .. }) => {
+                assert_eq!(source.kind(), ErrorKind::DirectoryNotEmpty)
+            }
+            other => panic!("expected DirectoryNotEmpty, got {other:?}"),
+        }
+        // The file's deletion is not durable (no directory sync): a crash before the
+        // directory went would show it again, one after must not show it inside a
+        // directory that no longer exists.
+        fs.remove(&p("/d/a")).unwrap();
+        assert!(fs
+            .crash_image(CrashKind::DropUnsynced)
+            .read_file(&p("/d/a"))
+            .is_some());
+        fs.remove_dir(&p("/d")).unwrap();
+        assert_eq!(fs.kind(&p("/d")).unwrap(), None);
+        assert!(fs.list(&p("/d")).is_err());
+        let after = fs.crash_image(CrashKind::DropUnsynced);
+        assert_eq!(after.kind(&p("/d")).unwrap(), None);
+        assert!(after.read_file(&p("/d/a")).is_none());
+        match fs.remove_dir(&p("/d")) {
+            Err(Error::Io { source, .. }) => assert_eq!(source.kind(), ErrorKind::NotFound),
+            other => panic!("expected NotFound, got {other:?}"),
+        }
     }
 
     #[test]
