@@ -46,6 +46,7 @@ impl Engine {
             ops: vec![BatchOp::Put(key, value)],
             payload: None,
             relocation: false,
+            cache_large: true,
             keyspace: self.keyspace,
         };
         match self.writes.commit(&mut held, &[record], false) {

@@ -456,6 +456,33 @@ fn a_read_of_deltas_on_disk_writes_the_value_back_once() {
 }
 
 #[test]
+fn a_large_value_written_back_by_a_read_is_read_again_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    let base = vec![b'b'; 3000];
+    db.put("k", &base).unwrap();
+    db.flush().unwrap();
+    db.merge("k", "+1").unwrap();
+    db.flush().unwrap();
+    let mut want = base.clone();
+    want.extend_from_slice(b"+1");
+    // This read folds the delta read from a run and writes the large value back.
+    assert_eq!(db.get("k").unwrap(), Some(want.clone()));
+    assert_eq!(db.stats().unwrap().reads_folded_back, 1);
+    // The value written back sits at a new place in the large log: reading it takes no
+    // read call, its record having gone to the block cache as it was appended.
+    let before = db.stats().unwrap().lookup_reads();
+    assert_eq!(db.get("k").unwrap(), Some(want.clone()));
+    assert_eq!(db.stats().unwrap().lookup_reads(), before);
+    // Still what the log holds: after a reopen (empty cache) the same bytes are read.
+    drop(db);
+    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    assert_eq!(db.get("k").unwrap(), Some(want));
+    let report = db.check().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+}
+
+#[test]
 fn deltas_over_large_values_stay_apart_from_them_through_merges_and_gc() {
     // With reads not writing back, only merges and GC move the deltas: a merge that meets
     // a large base keeps the deltas closed over its pointer (the value is not read or

@@ -238,6 +238,7 @@ impl Engine {
             ops,
             payload: None,
             relocation: true,
+            cache_large: false,
             keyspace: self.keyspace,
         };
         let done = self.writes.commit(&mut held, &[record], true)?;
