@@ -1,7 +1,7 @@
 //! Group commit: concurrent writers queue their batches; the first becomes the leader,
 //! takes every queued batch, and commits them with one small-log write (synced once for
-//! the whole group if any asked for it). Followers sleep until the leader hands them their
-//! result.
+//! the whole group if any asked for it). Followers wait until the leader hands them their
+//! result: spinning, then yielding their core (unless the group syncs), then asleep.
 
 use super::batch::WriteBatch;
 use crate::error::{Error, Result};
@@ -13,6 +13,12 @@ use std::sync::Arc;
 /// commits in a few microseconds; a futex sleep and wake-up cost about as much). Measured
 /// with `hybridkv keyspace-bench --writers 2` (PERFORMANCE.md).
 const FOLLOWER_SPINS: u32 = 200;
+
+/// Then the times a follower gives its core away (`sched_yield`) before it sleeps: with
+/// more writers than cores the leader may be the thread waiting for a core, and a yield
+/// hands it one without the futex sleep and wake-up (RocksDB's write thread waits the
+/// same way). Measured with `keyspace-bench --writers 4` (PERFORMANCE.md).
+const FOLLOWER_YIELDS: u32 = 100;
 
 /// One writer's batch waiting in the queue.
 pub(crate) struct Request {
@@ -54,6 +60,11 @@ struct QueueState {
 pub(crate) struct CommitQueue {
     state: Mutex<QueueState>,
     cv: Condvar,
+    /// `QueueState::leader_active`, readable without the lock by a waiting follower.
+    leader_busy: AtomicBool,
+    /// Whether the group being committed syncs: its followers sleep at once rather than
+    /// yield their cores through an fsync that takes a hundred times longer than a group.
+    group_syncs: AtomicBool,
 }
 
 /// A copy of an error for the other members of a failed group (`Error` is not `Clone`).
@@ -81,7 +92,7 @@ impl CommitQueue {
     ) -> Result<()> {
         let mut st = self.state.lock();
         st.pending.push(Arc::clone(&req));
-        let mut spun = false;
+        let mut waited = false;
         loop {
             if let Some(r) = req.result.lock().take() {
                 return r;
@@ -89,28 +100,24 @@ impl CommitQueue {
             if !st.leader_active {
                 break;
             }
-            if !spun {
+            if !waited {
                 // A group commits in a few microseconds: a follower first waits for its
-                // result without sleeping (a futex sleep and wake-up cost about as much),
-                // then sleeps.
-                spun = true;
-                parking_lot::MutexGuard::unlocked(&mut st, || {
-                    for _ in 0..FOLLOWER_SPINS {
-                        if req.done.load(Ordering::Acquire) {
-                            break;
-                        }
-                        std::hint::spin_loop();
-                    }
-                });
+                // result (or for the lead to be free) without sleeping, spinning, then
+                // yielding its core; then it sleeps.
+                waited = true;
+                parking_lot::MutexGuard::unlocked(&mut st, || self.wait_awake(&req));
                 continue;
             }
             self.cv.wait(&mut st);
         }
         st.leader_active = true;
+        self.leader_busy.store(true, Ordering::Release);
         // Hand the queue's buffer to this group and keep one of the same capacity for the
         // next (no reallocation per group as the queue refills).
         let cap = st.pending.capacity();
         let group = std::mem::replace(&mut st.pending, Vec::with_capacity(cap));
+        self.group_syncs
+            .store(group.iter().any(|r| r.sync), Ordering::Release);
         drop(st);
 
         let result = commit_group(&group);
@@ -128,9 +135,29 @@ impl CommitQueue {
         let result = req.result.lock().take().unwrap_or(result);
         let mut st = self.state.lock();
         st.leader_active = false;
+        self.leader_busy.store(false, Ordering::Release);
         self.cv.notify_all();
         drop(st);
         result
+    }
+
+    /// Waits, awake, until `req` is done or no leader is active: [`FOLLOWER_SPINS`] spins,
+    /// then, unless the group syncs, up to [`FOLLOWER_YIELDS`] yields of the core.
+    fn wait_awake(&self, req: &Request) {
+        let over =
+            |q: &Self| req.done.load(Ordering::Acquire) || !q.leader_busy.load(Ordering::Acquire);
+        for _ in 0..FOLLOWER_SPINS {
+            if over(self) {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        for _ in 0..FOLLOWER_YIELDS {
+            if over(self) || self.group_syncs.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -167,6 +194,55 @@ mod tests {
         }
         assert_eq!(committed.load(Ordering::SeqCst), 1600);
         assert!(groups.load(Ordering::SeqCst) <= 1600);
+    }
+
+    #[test]
+    fn more_writers_than_cores_with_synced_groups_commit_each_request_once() {
+        // Eight writers on this two-core machine, every fifth request synced: followers
+        // of synced groups sleep at once, the others spin and yield first; each way every
+        // request ends committed exactly once, with its own group's outcome.
+        let q = Arc::new(CommitQueue::default());
+        let committed = Arc::new(AtomicUsize::new(0));
+        let synced_groups = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (q, committed, synced_groups) =
+                    (q.clone(), committed.clone(), synced_groups.clone());
+                std::thread::spawn(move || {
+                    for i in 0..150 {
+                        let mut b = WriteBatch::new();
+                        b.put(format!("{t}-{i}"), "v");
+                        let fail = i % 50 == 49;
+                        let r = q.submit(Request::new(b, i % 5 == 0, 0), |g| {
+                            committed.fetch_add(g.len(), Ordering::SeqCst);
+                            if g.iter().any(|r| r.sync) {
+                                synced_groups.fetch_add(1, Ordering::SeqCst);
+                                std::thread::sleep(std::time::Duration::from_micros(50));
+                            }
+                            // A group fails if any of its batches is one of the failing
+                            // ones (its key ends in 49, 99 or 149).
+                            if g.iter().any(|r| {
+                                let key = r.batch.payload();
+                                key.windows(2).any(|w| w == b"49" || w == b"99")
+                            }) {
+                                Err(Error::Closed)
+                            } else {
+                                Ok(())
+                            }
+                        });
+                        if fail {
+                            assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(committed.load(Ordering::SeqCst), 8 * 150);
+        assert!(synced_groups.load(Ordering::SeqCst) > 0);
+        assert!(!q.leader_busy.load(Ordering::SeqCst));
     }
 
     #[test]
