@@ -299,6 +299,10 @@ impl Keyspace {
             .map(|m| m.size() as u64)
             .sum();
         s.immutable_memtables = sv.imms.len();
+        s.memtable_filter_bytes = std::iter::once(&sv.mem)
+            .chain(sv.imms.iter())
+            .map(|m| m.filter_bytes() as u64)
+            .sum();
         s.range_tombstones = crate::read::range_tombstones(&sv, u64::MAX).len() as u64;
         s.cache_bytes = e.cache.used_bytes();
         (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();

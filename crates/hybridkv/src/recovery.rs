@@ -489,6 +489,7 @@ fn load_keyspace(
         }
     }
 
+    let mem = Arc::new(Memtable::with_budget(opts.memtable_size));
     Ok(Loaded {
         keyspace,
         dir: dir.to_path_buf(),
@@ -501,7 +502,7 @@ fn load_keyspace(
         segment_meta,
         large_tail,
         max_id,
-        mem: Arc::new(Memtable::new()),
+        mem,
     })
 }
 

@@ -128,6 +128,9 @@ pub struct Stats {
     pub memtable_bytes: u64,
     /// Immutable memtables waiting for their flush.
     pub immutable_memtables: usize,
+    /// Bytes of the active and immutable memtables' key filters (beside `memtable_bytes`:
+    /// 1/48th of `memtable_size` each, rounded up to a power of two).
+    pub memtable_filter_bytes: u64,
     /// Bytes held by the node cache.
     pub cache_bytes: u64,
     /// Node-cache lookups that found their node.
@@ -298,9 +301,10 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "memory: memtables {:.1} MiB ({} immutable), cache {:.1} MiB, pinned indexes {:.1} MiB",
+            "memory: memtables {:.1} MiB ({} immutable; key filters {:.1} MiB), cache {:.1} MiB, pinned indexes {:.1} MiB",
             mib(self.memtable_bytes),
             self.immutable_memtables,
+            mib(self.memtable_filter_bytes),
             mib(self.cache_bytes),
             mib(self.pinned_index_bytes)
         )?;

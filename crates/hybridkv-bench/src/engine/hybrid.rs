@@ -209,8 +209,10 @@ impl Engine for HybridEngine {
             "cache_hits": s.cache_hits,
             "cache_misses": s.cache_misses,
             "pinned_index_bytes": s.pinned_index_bytes,
-            // Bloom filters are held in memory outside the cache.
-            "filter_bytes": s.levels.iter().map(|l| l.filter_bytes).sum::<u64>(),
+            // Bloom filters are held in memory outside the cache: the level files' and
+            // the memtables' key filters.
+            "filter_bytes": s.levels.iter().map(|l| l.filter_bytes).sum::<u64>()
+                + s.memtable_filter_bytes,
             // The active memtable and the immutable ones awaiting their flush, at most.
             "memtable_budget_bytes": (self.options.memtable_size as u64)
                 .saturating_mul(self.options.max_immutable_memtables as u64 + 1),

@@ -5,10 +5,13 @@
 //! Never: touches files. Readers see only versions with `lsn <= snapshot`; the commit path
 //! inserts and then publishes the snapshot LSN.
 
+mod filter;
+
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
 use crate::range_delete::{RangeTombstone, RangeTombstones};
 use crate::value::LevelValue;
 use crossbeam_skiplist::SkipMap;
+use filter::{key_hash, KeyFilter};
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
@@ -197,6 +200,8 @@ pub(crate) struct Memtable {
     ranges: parking_lot::RwLock<Vec<RangeTombstone>>,
     /// Whether `ranges` is not empty (lookups skip its lock while it is).
     has_ranges: AtomicBool,
+    /// The keys of every version inserted (point reads skip a memtable without theirs).
+    keys: KeyFilter,
 }
 
 /// A version found for a key.
@@ -206,7 +211,15 @@ pub(crate) type Found = (u64, LevelValue);
 pub(crate) type MemEntry = (Vec<u8>, u64, LevelValue);
 
 impl Memtable {
+    /// An empty memtable whose key filter is sized for 64 KiB (tests).
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
+        Self::with_budget(64 << 10)
+    }
+
+    /// An empty memtable expected to grow to about `budget` bytes (`memtable_size`): its
+    /// key filter is sized for that many (1/48th of it).
+    pub(crate) fn with_budget(budget: usize) -> Self {
         Memtable {
             map: SkipMap::new(),
             bytes: AtomicUsize::new(0),
@@ -215,7 +228,18 @@ impl Memtable {
             sealed_lsn: AtomicU64::new(0),
             ranges: parking_lot::RwLock::new(Vec::new()),
             has_ranges: AtomicBool::new(false),
+            keys: KeyFilter::for_budget(budget),
         }
+    }
+
+    /// Whether a version of `key` may be here (false: none is; no skip-list search).
+    fn may_hold(&self, key: &[u8]) -> bool {
+        self.keys.may_hold(key_hash(key))
+    }
+
+    /// Bytes of the key filter (beside the budgeted versions).
+    pub(crate) fn filter_bytes(&self) -> usize {
+        self.keys.bytes()
     }
 
     /// Inserts a range tombstone: every version of a key it covers with a lower LSN (here
@@ -262,6 +286,8 @@ impl Memtable {
             MemValue::Tombstone => (MemKey::new(key, lsn), Slot::Tombstone),
             MemValue::Delta(d) => (MemKey::with_value(key, lsn, d), Slot::Delta),
         };
+        // The filter first: a reader that finds the version finds its key in the filter.
+        self.keys.add(key_hash(key));
         self.map.insert(k, slot);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_lsn.fetch_max(lsn, AtomicOrdering::Relaxed);
@@ -279,9 +305,9 @@ impl Memtable {
     ) {
         if let Some(op) = op {
             let newest = self
-                .map
-                .range(MemKey::new(key, u64::MAX)..)
-                .next()
+                .may_hold(key)
+                .then(|| self.map.range(MemKey::new(key, u64::MAX)..).next())
+                .flatten()
                 .filter(|e| e.key().key() == key);
             // A range tombstone newer than every version here deletes what is below it:
             // the delta then applies to nothing.
@@ -351,6 +377,9 @@ impl Memtable {
         snapshot: u64,
         mut more: impl FnMut(Found) -> bool,
     ) {
+        if !self.may_hold(key) {
+            return;
+        }
         let probe = MemKey::new(key, snapshot);
         for entry in self.map.range(probe..) {
             let k = entry.key();
@@ -362,6 +391,9 @@ impl Memtable {
 
     /// The LSN of the newest version of `key` (nothing copied).
     pub(crate) fn newest_lsn(&self, key: &[u8]) -> Option<u64> {
+        if !self.may_hold(key) {
+            return None;
+        }
         self.map
             .range(MemKey::new(key, u64::MAX)..)
             .next()

@@ -1158,7 +1158,8 @@ impl WritePath {
         drop(log);
         slot.state.mem.next_log_id.store(file_id, Ordering::SeqCst);
         slot.state.mem.sealed_lsn.store(last, Ordering::SeqCst);
-        let sealed = std::mem::replace(&mut slot.state.mem, Arc::new(Memtable::new()));
+        let fresh = Memtable::with_budget(env.opts().memtable_size);
+        let sealed = std::mem::replace(&mut slot.state.mem, Arc::new(fresh));
         env.versions()
             .publish_switch(sealed, Arc::clone(&slot.state.mem));
         env.wake_background();
