@@ -136,8 +136,11 @@ impl DirLock for NoLock {}
 
 impl FileSystem for ReadOnlyOverlay {
     fn create_dir_all(&self, path: &Path) -> Result<()> {
-        if self.inner.kind(path)?.is_none() {
-            self.changes.lock().dirs.insert(path.to_path_buf());
+        let mut c = self.changes.lock();
+        // A directory removed in this view and made again is there again.
+        let removed_here = c.removed.remove(path);
+        if removed_here || self.inner.kind(path)?.is_none() {
+            c.dirs.insert(path.to_path_buf());
         }
         Ok(())
     }
@@ -174,7 +177,18 @@ impl FileSystem for ReadOnlyOverlay {
     }
     fn remove_dir(&self, path: &Path) -> Result<()> {
         // Kept in memory like every change of a read-only open (which never drops a
-        // keyspace): the directory is gone from this open's view only.
+        // keyspace): the directory is gone from this open's view only, and only if it
+        // is there and empty in that view, as a real removal demands.
+        if self.kind(path)? != Some(true) {
+            return Err(not_found("delete directory", path));
+        }
+        if !self.list(path)?.is_empty() {
+            return Err(Error::io(
+                "delete directory",
+                path,
+                std::io::ErrorKind::DirectoryNotEmpty.into(),
+            ));
+        }
         let mut c = self.changes.lock();
         c.dirs.remove(path);
         c.removed.insert(path.to_path_buf());
@@ -303,5 +317,35 @@ mod tests {
         assert!(!d.join("c").exists() && !d.join("d").exists());
         assert!(!d.join("LOCK").exists());
         assert_eq!(std::fs::read_dir(d).unwrap().count(), before.len());
+    }
+
+    #[test]
+    fn a_directory_is_removed_from_the_view_only_when_empty_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("ks");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("f"), b"x").unwrap();
+        let o = ReadOnlyOverlay::new(Arc::new(RealFs));
+        let kind_of = |e: Error| match e {
+            Error::Io { source, .. } => source.kind(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            kind_of(o.remove_dir(&sub).unwrap_err()),
+            std::io::ErrorKind::DirectoryNotEmpty
+        );
+        assert_eq!(
+            kind_of(o.remove_dir(&dir.path().join("none")).unwrap_err()),
+            std::io::ErrorKind::NotFound
+        );
+        o.remove(&sub.join("f")).unwrap();
+        o.remove_dir(&sub).unwrap();
+        assert_eq!(o.kind(&sub).unwrap(), None);
+        // Made again, it is there again (and empty).
+        o.create_dir_all(&sub).unwrap();
+        assert_eq!(o.kind(&sub).unwrap(), Some(true));
+        assert!(o.list(&sub).unwrap().is_empty());
+        // The disk is as it was.
+        assert!(sub.join("f").exists());
     }
 }

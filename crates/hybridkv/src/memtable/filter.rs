@@ -10,11 +10,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Filter bits per byte of the memtable budget: about 12 bits per version for a version
+/// Memtable budget bytes per filter bit: about 12 bits per version for a version
 /// of 72 bytes or more (a 24-byte key and the 48 bytes of bookkeeping counted per entry),
 /// so about one read in a hundred searches a memtable that does not hold its key. The
 /// filter takes 1/48th of the memtable budget.
-const BITS_PER_BUDGET_BYTE: usize = 6;
+const BUDGET_BYTES_PER_BIT: usize = 6;
 
 /// The key hash the filter is probed with (xxh3, as the level files' filters).
 pub(crate) fn key_hash(key: &[u8]) -> u64 {
@@ -31,7 +31,7 @@ pub(crate) struct KeyFilter {
 impl KeyFilter {
     /// A filter for a memtable of `budget` bytes.
     pub(crate) fn for_budget(budget: usize) -> Self {
-        let words = (budget / BITS_PER_BUDGET_BYTE / 64)
+        let words = (budget / BUDGET_BYTES_PER_BIT / 64)
             .max(64)
             .next_power_of_two();
         KeyFilter {
@@ -97,7 +97,7 @@ mod tests {
         // blocks' uneven fill.
         assert!(false_positives < 3_000, "{false_positives} in 100000");
         // Rounded up to a power of two words: at most twice the bits asked for.
-        let asked = (4 << 20) / BITS_PER_BUDGET_BYTE / 8;
+        let asked = (4 << 20) / BUDGET_BYTES_PER_BIT / 8;
         assert!(f.bytes().is_power_of_two() && f.bytes() >= asked && f.bytes() < 2 * asked);
     }
 

@@ -363,6 +363,9 @@ impl Memtable {
     /// Newest version of `key` with `lsn <= snapshot`.
     #[cfg(test)]
     pub(crate) fn get(&self, key: &[u8], snapshot: u64) -> Option<Found> {
+        if !self.may_hold(key) {
+            return None;
+        }
         let probe = MemKey::new(key, snapshot);
         let entry = self.map.lower_bound(Bound::Included(&probe))?;
         let k = entry.key();

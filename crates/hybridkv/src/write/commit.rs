@@ -198,40 +198,55 @@ mod tests {
 
     #[test]
     fn more_writers_than_cores_with_synced_groups_commit_each_request_once() {
-        // Eight writers on this two-core machine, every fifth request synced: followers
-        // of synced groups sleep at once, the others spin and yield first; each way every
-        // request ends committed exactly once, with its own group's outcome.
+        // Eight writers (more than this machine's cores), every fifth request synced:
+        // followers of a synced group sleep at once, the others spin and yield first;
+        // each way every request ends committed exactly once, with its own group's
+        // outcome.
+        use std::collections::HashMap;
         let q = Arc::new(CommitQueue::default());
         let committed = Arc::new(AtomicUsize::new(0));
         let synced_groups = Arc::new(AtomicUsize::new(0));
+        // Each batch's key -> whether its group failed (set by the group's leader).
+        let outcome: Arc<parking_lot::Mutex<HashMap<Vec<u8>, bool>>> = Arc::default();
         let threads: Vec<_> = (0..8)
             .map(|t| {
-                let (q, committed, synced_groups) =
-                    (q.clone(), committed.clone(), synced_groups.clone());
+                let (q, committed, synced_groups, outcome) = (
+                    q.clone(),
+                    committed.clone(),
+                    synced_groups.clone(),
+                    outcome.clone(),
+                );
                 std::thread::spawn(move || {
                     for i in 0..150 {
+                        let key = format!("{t}-{i}").into_bytes();
                         let mut b = WriteBatch::new();
-                        b.put(format!("{t}-{i}"), "v");
-                        let fail = i % 50 == 49;
+                        b.put(&key, "v");
                         let r = q.submit(Request::new(b, i % 5 == 0, 0), |g| {
                             committed.fetch_add(g.len(), Ordering::SeqCst);
                             if g.iter().any(|r| r.sync) {
                                 synced_groups.fetch_add(1, Ordering::SeqCst);
                                 std::thread::sleep(std::time::Duration::from_micros(50));
                             }
-                            // A group fails if any of its batches is one of the failing
-                            // ones (its key ends in 49, 99 or 149).
-                            if g.iter().any(|r| {
-                                let key = r.batch.payload();
-                                key.windows(2).any(|w| w == b"49" || w == b"99")
-                            }) {
+                            // A group fails if one of its batches is the 50th, 100th or
+                            // 150th of its writer.
+                            let keys: Vec<&[u8]> = g.iter().map(|r| key_of(&r.batch)).collect();
+                            let fails = keys.iter().any(|k| {
+                                k.ends_with(b"-49") || k.ends_with(b"-99") || k.ends_with(b"-149")
+                            });
+                            let mut o = outcome.lock();
+                            for k in keys {
+                                o.insert(k.to_vec(), fails);
+                            }
+                            if fails {
                                 Err(Error::Closed)
                             } else {
                                 Ok(())
                             }
                         });
-                        if fail {
-                            assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+                        let failed = outcome.lock().get(&key).copied();
+                        match (failed, &r) {
+                            (Some(true), Err(Error::Closed)) | (Some(false), Ok(())) => {}
+                            other => panic!("{t}-{i}: {other:?}"),
                         }
                     }
                 })
@@ -242,7 +257,15 @@ mod tests {
         }
         assert_eq!(committed.load(Ordering::SeqCst), 8 * 150);
         assert!(synced_groups.load(Ordering::SeqCst) > 0);
+        assert_eq!(outcome.lock().len(), 8 * 150);
         assert!(!q.leader_busy.load(Ordering::SeqCst));
+    }
+
+    /// The key of a batch holding one put of a one-byte value (op, key length, value
+    /// length, key, value).
+    fn key_of(b: &WriteBatch) -> &[u8] {
+        let p = b.payload();
+        &p[9..p.len() - 1]
     }
 
     #[test]
