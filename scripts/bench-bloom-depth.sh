@@ -6,6 +6,8 @@
 #
 # usage: scripts/bench-bloom-depth.sh [MIX=SD] [RECORDS=40000000] [OPS=2000000]
 #        [ENGINES="hybridkv rocksdb"] [RESULTS=docs/bench/bloom-40m-<mix>.jsonl]
+# BENCH_BLOOM=off runs the same with Bloom filters off (the paper's own configuration;
+# results default to docs/bench/depth-40m-<mix>.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mix=${1:-SD}
@@ -13,15 +15,24 @@ records=${2:-40000000}
 ops=${3:-2000000}
 engines=${4:-hybridkv rocksdb}
 mix_lower=$(echo "$mix" | tr '[:upper:]' '[:lower:]')
-results=${5:-docs/bench/bloom-40m-$mix_lower.jsonl}
+bloom=${BENCH_BLOOM:-on}
+if [ "$bloom" = off ]; then
+  bloom_flag=()
+  label="depth-$records-paper"
+  results=${5:-docs/bench/depth-40m-$mix_lower.jsonl}
+else
+  bloom_flag=(--bloom)
+  label="depth-$records-paper-bloom"
+  results=${5:-docs/bench/bloom-40m-$mix_lower.jsonl}
+fi
 bin=$(BENCH_BUILD_ONLY=1 ./scripts/bench.sh)
 scratch=${BENCH_MATRIX_DIR:-bench-matrix}
 mkdir -p "$scratch"
 for engine in $engines; do
-  db="$scratch/db-bloom-$mix-$engine"
+  db="$scratch/db-bloom-$bloom-$mix-$engine"
   rm -rf "$db"
-  common=(--config paper --bloom --records "$records" --mix "$mix" --engines "$engine" --db "$db"
-    --results "$results" --label "depth-$records-paper-bloom")
+  common=(--config paper "${bloom_flag[@]}" --records "$records" --mix "$mix" --engines "$engine"
+    --db "$db" --results "$results" --label "$label")
   t0=$(date +%s)
   "$bin" bench --phase load --workload a "${common[@]}"
   echo "# load $engine: $(($(date +%s) - t0)) s"
