@@ -192,21 +192,6 @@ impl WriteBatch {
         self
     }
 
-    /// The keyspaces the batch names (empty: it goes to the keyspace it is written to).
-    pub(crate) fn keyspaces(&self) -> Vec<u32> {
-        let mut ids: Vec<u32> = decode_ops(&self.rep, self.count)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|op| match op {
-                BatchOp::Keyspace(id) => Some(id),
-                _ => None,
-            })
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
-    }
-
     /// The database whose keyspaces the batch names, if it names any.
     pub(crate) fn db_token(&self) -> Option<usize> {
         self.db

@@ -603,29 +603,40 @@ impl WritePath {
         if batch.is_empty() {
             return Ok(());
         }
-        // The keyspaces a batch names (decoded only if it names any).
-        let named = if batch.names_keyspaces() {
-            batch.keyspaces()
+        // Decoded once, and only if the batch names keyspaces or holds merges (a plain
+        // batch goes to its commit queue as the caller's bytes).
+        let ops = if batch.names_keyspaces() || batch.has_merges() {
+            Some(
+                decode_ops(batch.payload(), batch.count())
+                    .ok_or_else(|| Error::InvalidArgument("malformed write batch".into()))?,
+            )
         } else {
-            Vec::new()
+            None
         };
-        {
-            for &id in &named {
-                let other = self.env(id).ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "write batch names keyspace {id}, which is not open in this database"
-                    ))
-                })?;
-                other.check_poison()?;
-            }
+        // The keyspaces the batch names.
+        let mut named: Vec<u32> = ops
+            .iter()
+            .flatten()
+            .filter_map(|op| match op {
+                BatchOp::Keyspace(id) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        for &id in &named {
+            let other = self.env(id).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "write batch names keyspace {id}, which is not open in this database"
+                ))
+            })?;
+            other.check_poison()?;
         }
         if batch.has_merges() {
             // Refused here, alone: a bad operand must not fail the rest of a commit group.
-            let ops = decode_ops(batch.payload(), batch.count())
-                .ok_or_else(|| Error::InvalidArgument("malformed write batch".into()))?;
             let mut space: Option<Arc<dyn WriteEnv>> = None;
-            for o in ops {
-                match o {
+            for o in ops.iter().flatten() {
+                match *o {
                     BatchOp::Keyspace(id) => space = self.env(id),
                     BatchOp::Merge(k, d) => {
                         let opts = space.as_deref().map_or(env.opts(), |s| s.opts());
@@ -650,9 +661,10 @@ impl WritePath {
         ids.push(base);
         ids.sort_unstable();
         ids.dedup();
-        // Several: every slot held (ascending), one record of its own.
-        let ops = decode_ops(batch.payload(), batch.count())
-            .ok_or_else(|| Error::InvalidArgument("malformed write batch".into()))?;
+        // Several: every slot held (ascending), one record of its own (its operations
+        // decoded above: it names keyspaces).
+        let ops =
+            ops.ok_or_else(|| Error::Internal("a batch naming keyspaces not decoded".into()))?;
         let mut held = self.hold(&ids)?;
         for s in held.iter() {
             s.env.check_poison()?;
