@@ -1,5 +1,5 @@
 //! Byte-level primitives shared by every on-disk format: a checked little-endian decoder,
-//! encoding helpers and the CRC32C checksum.
+//! encoding helpers, the CRC32C checksum and the key hash of every Bloom filter.
 //!
 //! Owns: bounds-checked reading of untrusted bytes. Never: knows a file layout; each format
 //! module (`log`, `level`, `manifest`, the write batch) builds on these. A short or malformed input is a
@@ -13,6 +13,13 @@ pub fn crc32c(data: &[u8]) -> u32 {
 /// Extends a CRC32C over more bytes.
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, data)
+}
+
+/// The 64-bit hash keys are filtered by, on disk (level files' Bloom filters) and in
+/// memory (memtables' key filters): xxh3, fast on short keys and well distributed. Part
+/// of the level-file format: changing it changes what a stored filter answers.
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
 }
 
 /// A cursor over untrusted bytes whose every read is checked.

@@ -7,7 +7,7 @@
 //! Never: answers "present" (only "absent" is certain), or trusts a unit it has not
 //! checked (lengths, probe count and checksum are validated before any bit is used).
 
-use crate::format::{crc32c, crc32c_append};
+use crate::format::{crc32c, crc32c_append, key_hash};
 
 /// Header of a filter unit: `[kind u8 = 4][version u8 = 1][probes u8][reserved u8]
 /// [bits_len u32][crc u32][reserved u32]`, then `bits_len` bytes of bits.
@@ -16,11 +16,6 @@ pub(crate) const FILTER_HEADER: usize = 16;
 pub(crate) const NODE_FILTER: u8 = 4;
 const FILTER_VERSION: u8 = 1;
 const MAX_PROBES: u32 = 30;
-
-/// The 64-bit hash a key is filtered by (xxh3: fast on short keys, well distributed).
-fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
 
 /// Bit positions of one key: double hashing over the 64-bit hash (Kirsch-Mitzenmacher).
 fn positions(hash: u64, probes: u32, nbits: u64) -> impl Iterator<Item = u64> {

@@ -114,16 +114,7 @@ impl SegmentWriter {
 
     /// Appends one record (buffered until [`Self::commit`]).
     pub(crate) fn append(&mut self, key: &[u8], value: &[u8], lsn: u64) -> Result<LogPtr> {
-        let offset = self.file.len();
-        let h = record_header(key, value, lsn);
-        self.file.append(&h)?;
-        self.file.append(key)?;
-        self.file.append(value)?;
-        Ok(LogPtr {
-            segment: self.id,
-            offset,
-            len: (RECORD_HEADER + key.len() + value.len()) as u32,
-        })
+        self.append_record(&record_header(key, value, lsn), key, value)
     }
 
     /// [`Self::append`], and the record kept in `cache` as a read would keep it (a
@@ -137,21 +128,33 @@ impl SegmentWriter {
         lsn: u64,
         cache: &BlockCache,
     ) -> Result<LogPtr> {
-        let len = RECORD_HEADER + key.len() + value.len();
-        if len > CACHE_RECORD_MAX {
-            return self.append(key, value, lsn);
+        let header = record_header(key, value, lsn);
+        let ptr = self.append_record(&header, key, value)?;
+        let len = ptr.len as usize;
+        if len <= CACHE_RECORD_MAX {
+            let mut rec = Vec::with_capacity(len);
+            rec.extend_from_slice(&header);
+            rec.extend_from_slice(key);
+            rec.extend_from_slice(value);
+            cache.insert(self.id, ptr.offset, Bytes::from(rec));
         }
+        Ok(ptr)
+    }
+
+    fn append_record(
+        &mut self,
+        header: &[u8; RECORD_HEADER],
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<LogPtr> {
         let offset = self.file.len();
-        let mut rec = Vec::with_capacity(len);
-        rec.extend_from_slice(&record_header(key, value, lsn));
-        rec.extend_from_slice(key);
-        rec.extend_from_slice(value);
-        self.file.append(&rec)?;
-        cache.insert(self.id, offset, Bytes::from(rec));
+        self.file.append(header)?;
+        self.file.append(key)?;
+        self.file.append(value)?;
         Ok(LogPtr {
             segment: self.id,
             offset,
-            len: len as u32,
+            len: (RECORD_HEADER + key.len() + value.len()) as u32,
         })
     }
 

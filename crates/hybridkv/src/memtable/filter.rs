@@ -16,11 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// filter takes 1/48th of the memtable budget.
 const BUDGET_BYTES_PER_BIT: usize = 6;
 
-/// The key hash the filter is probed with (xxh3, as the level files' filters).
-pub(crate) fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
-
 #[derive(Debug)]
 pub(crate) struct KeyFilter {
     words: Box<[AtomicU64]>,
@@ -75,6 +70,7 @@ impl KeyFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::key_hash;
 
     #[test]
     fn every_added_key_is_held_and_most_others_are_not() {

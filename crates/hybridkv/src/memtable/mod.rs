@@ -7,11 +7,12 @@
 
 mod filter;
 
+use crate::format::key_hash;
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
 use crate::range_delete::{RangeTombstone, RangeTombstones};
 use crate::value::LevelValue;
 use crossbeam_skiplist::SkipMap;
-use filter::{key_hash, KeyFilter};
+use filter::KeyFilter;
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
