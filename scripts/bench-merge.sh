@@ -4,6 +4,7 @@
 # RocksDB), beside F as get-then-put, on the SD mix and on the L mix (KDSep's update-heavy
 # case: small deltas on large values, zipfian). One engine at a time, same binary, same
 # machine; results appended to docs/bench/merge.jsonl (or $BENCH_MERGE_RESULTS).
+# hybridkv runs twice: as it is, and with KDSep's delta separation (hybridkv-kdsep).
 #
 # Usage: ./scripts/bench-merge.sh [records] [ops]      (defaults: 4000000 2000000)
 set -euo pipefail
@@ -13,7 +14,7 @@ ops="${2:-2000000}"
 results="${BENCH_MERGE_RESULTS:-docs/bench/merge.jsonl}"
 root="${BENCH_MERGE_DIR:-bench-merge}"
 bin=$(BENCH_BUILD_ONLY=1 ./scripts/bench.sh)
-engines="${BENCH_MERGE_ENGINES:-hybridkv rocksdb}"
+engines="${BENCH_MERGE_ENGINES:-hybridkv hybridkv-kdsep rocksdb}"
 mixes="${BENCH_MERGE_MIXES:-SD L}"
 for mix in $mixes; do
   for engine in $engines; do

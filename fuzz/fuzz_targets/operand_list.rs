@@ -3,7 +3,8 @@
 //! Input: `[base_len u8][base][list bytes]` (`base_len` 255: no base). Properties: no panic
 //! and no allocation sized by a damaged count; an accepted list encodes back to exactly its
 //! bytes (the encoding is canonical); `Append` folds it into the base it applies to followed
-//! by every operand, oldest first.
+//! by every operand, oldest first; a bucket list (its deltas in a delta bucket) is refused
+//! by the fold.
 #![no_main]
 
 use hybridkv::fuzzing::operand_list;
@@ -24,6 +25,16 @@ fuzz_target!(|input: &[u8]| {
         let mut want = l.base.unwrap_or_default().to_vec();
         for o in &l.operands {
             want.extend_from_slice(o);
+        }
+        // A bucket list holds no delta: folding it alone must be refused, never read as
+        // "no deltas".
+        if l.bucket.is_some() {
+            assert!(
+                matches!(l.folded, Err(hybridkv::Error::Internal(_))),
+                "a bucket list folded without its bucket: {:?}",
+                l.folded
+            );
+            return;
         }
         // Append refuses nothing but a folded value over the maximum size.
         match l.folded {

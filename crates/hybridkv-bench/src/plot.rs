@@ -39,6 +39,7 @@ fn engine_color(name: &str) -> RGBColor {
         Some(EngineKind::HybridkvAllLog) => RGBColor(140, 86, 75),
         Some(EngineKind::HybridkvMs) => RGBColor(255, 127, 14),
         Some(EngineKind::HybridkvMl) => RGBColor(227, 119, 194),
+        Some(EngineKind::HybridkvKdsep) => RGBColor(148, 103, 189),
         Some(EngineKind::RocksDb) => RGBColor(31, 119, 180),
         Some(EngineKind::BlobDb) => RGBColor(23, 190, 207),
         Some(EngineKind::Fjall) => RGBColor(44, 160, 44),

@@ -108,7 +108,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("schema", "schema version (1)"),
     ("label", "free text naming the run (`--label`; the matrix script sets the scale, e.g. `matrix-4000000`)"),
     ("unix_time", "when the phase ended, seconds since 1970"),
-    ("engine", "engine name: hybridkv, hybridkv-inplace, hybridkv-alllog, hybridkv-ms, hybridkv-ml, rocksdb, blobdb, fjall, fjall-kv"),
+    ("engine", "engine name: hybridkv, hybridkv-inplace, hybridkv-alllog, hybridkv-ms, hybridkv-ml, hybridkv-kdsep, rocksdb, blobdb, fjall, fjall-kv"),
     ("engine_options", "the options the engine ran with (name -> value text), as the adapter set them"),
     ("phase", "`load` (inserts of records 0..N) or `run` (the workload's operation mix)"),
     ("workload", "core workload letter `a`..`f`, or the path of a YCSB property file"),

@@ -239,6 +239,7 @@ fn ablation_engines_run() {
         EngineKind::HybridkvAllLog,
         EngineKind::HybridkvMs,
         EngineKind::HybridkvMl,
+        EngineKind::HybridkvKdsep,
     ] {
         let load = run_phase(&plan(kind, Phase::Load, 'a', 500, 0, dir.path())).unwrap();
         let run = run_phase(&plan(kind, Phase::Run, 'a', 500, 500, dir.path())).unwrap();

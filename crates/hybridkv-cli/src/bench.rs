@@ -106,7 +106,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub memory_limit_mib: Option<u64>,
     /// Engines, comma-separated: hybridkv, hybridkv-inplace, hybridkv-alllog, hybridkv-ms,
-    /// hybridkv-ml, rocksdb, blobdb, fjall, fjall-kv; `default` = hybridkv and every built
+    /// hybridkv-ml, hybridkv-kdsep (delta separation on), rocksdb, blobdb, fjall, fjall-kv;
+    /// `default` = hybridkv and every built
     /// peer; `all` = every built engine.
     #[arg(long, default_value = "default")]
     pub engines: String,

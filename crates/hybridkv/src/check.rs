@@ -28,8 +28,11 @@ pub struct CheckReport {
     pub entries_checked: u64,
     /// Log pointers followed to their record.
     pub pointers_checked: u64,
-    /// Log segments read record by record.
+    /// Log segments (and delta bucket segments) read record by record.
     pub segments_checked: u64,
+    /// Bucket lists (`Options::delta_separation`) whose records were found in their
+    /// delta bucket.
+    pub bucket_lists_checked: u64,
     /// Small-log files replayed.
     pub wal_files_checked: u64,
     /// Damage found (file, offset and what), at most 100 listed.
@@ -109,6 +112,33 @@ impl Engine {
                             Ok(LevelValue::Deltas(list))
                                 if crate::delta::decode(&list).is_some() =>
                             {
+                                // A bucket list stands for at least one record of the
+                                // key in its bucket (a flush writes one, a collection
+                                // keeps what a list stands for).
+                                if let Some((lo, hi)) = crate::delta::bucket_range(&list) {
+                                    report.bucket_lists_checked += 1;
+                                    // Only a list still live must find them: a
+                                    // shadowed one's records may be collected already.
+                                    let live = crate::read::bucket_ranges(&sv.version, &key)
+                                        .map(|r| r.contains(&(lo, hi)));
+                                    match sv.version.buckets.read_operands(&key, lo, hi) {
+                                        Ok(found)
+                                            if found.is_empty()
+                                                && live.as_ref().is_ok_and(|l| *l) =>
+                                        {
+                                            report.problem(&Error::corruption(
+                                                run.path(),
+                                                0,
+                                                format!(
+                                                    "a bucket list (LSNs {lo}..={hi}) whose \
+                                                     delta bucket holds none of its records"
+                                                ),
+                                            ));
+                                        }
+                                        Ok(_) => {}
+                                        Err(e) => report.problem(&e),
+                                    }
+                                }
                                 // A list closed over a large value holds it live: its
                                 // pointer is checked like any other (a plain list: nothing
                                 // more to check, as for a tombstone).
@@ -191,6 +221,27 @@ impl Engine {
             report.segments_checked += 1;
             if let Err(e) = large::scan_segment(&self.io, &path, id, Some(id) == newest_large) {
                 report.problem(&e);
+            }
+        }
+        // Delta buckets: every record below its committed length decodes, and sits in
+        // the bucket its key hashes to (anywhere else no read would find it).
+        for slot in &sv.version.buckets.slots {
+            for (seg, committed) in &slot.segments {
+                report.segments_checked += 1;
+                let scanned = seg.scan(*committed, |offset, rec| {
+                    if slot.covers(crate::format::key_hash(rec.key)) {
+                        Ok(())
+                    } else {
+                        Err(Error::corruption(
+                            seg.path(),
+                            offset,
+                            "a delta bucket record whose key hashes to another bucket",
+                        ))
+                    }
+                });
+                if let Err(e) = scanned {
+                    report.problem(&e);
+                }
             }
         }
         let wal = small::list(&self.io, &self.dir, log_min)?;

@@ -349,6 +349,14 @@ fn capture(root: &Arc<Engine>, others: &[Arc<Engine>]) -> Result<Captured> {
                 files.push(Source::Link(name));
             }
         }
+        // Delta bucket segments are copied up to their committed lengths, never linked:
+        // the last one of a bucket may still grow, and the copy's open would cut what
+        // lies past its committed length in a shared file.
+        for b in &manifest.buckets {
+            for &(id, committed) in &b.segments {
+                files.push(Source::Copy(FileKind::DeltaBucket.name(id), committed));
+            }
+        }
         spaces.push(CapturedSpace {
             engine: Arc::clone(engine),
             manifest,

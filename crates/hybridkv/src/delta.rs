@@ -190,7 +190,12 @@ const WITH_BASE: u32 = 1 << 30;
 /// Bit of the head word (with `CLOSED`, not with `WITH_BASE`): the first operand is the
 /// encoded pointer (20 bytes) of the base value in the large log, which stays there.
 const BASE_PTR: u32 = 1 << 29;
-const COUNT_MASK: u32 = BASE_PTR - 1;
+/// Bit of the head word: a *bucket list*. Its deltas are not in it but in the key's delta
+/// bucket (`crate::bucket`): the records of the key whose LSN range lies inside the range
+/// `[lo u64][hi u64]` that follows the head word. It holds no operand but the base
+/// pointer (with `CLOSED | BASE_PTR`); never with `WITH_BASE`.
+const BUCKET: u32 = 1 << 28;
+const COUNT_MASK: u32 = BUCKET - 1;
 /// Bytes of an encoded large-log pointer (`log::ptr::LOG_PTR_SIZE`; this module does
 /// not name `log`, which names `options`, which names this one).
 pub(crate) const BASE_PTR_BYTES: usize = 20;
@@ -214,6 +219,9 @@ pub(crate) struct List<'a> {
     pub base_ptr: Option<&'a [u8]>,
     /// The deltas, oldest first.
     pub operands: Vec<&'a [u8]>,
+    /// A bucket list: the LSN range `(lo, hi)` of its deltas in the key's delta bucket
+    /// (`operands` is then empty).
+    pub bucket: Option<(u64, u64)>,
 }
 
 /// An operand list holding one operand.
@@ -231,11 +239,20 @@ enum Base<'a> {
 }
 
 fn encode(closed: bool, base: Option<Base<'_>>, operands: &[&[u8]]) -> Vec<u8> {
+    encode_with(closed, base, operands, None)
+}
+
+fn encode_with(
+    closed: bool,
+    base: Option<Base<'_>>,
+    operands: &[&[u8]],
+    bucket: Option<(u64, u64)>,
+) -> Vec<u8> {
     let first = base.map(|b| match b {
         Base::Bytes(v) | Base::Ptr(v) => v,
     });
     let all = || first.into_iter().chain(operands.iter().copied());
-    let len = 4 + all().map(|o| 4 + o.len()).sum::<usize>();
+    let len = 4 + all().map(|o| 4 + o.len()).sum::<usize>() + if bucket.is_some() { 16 } else { 0 };
     let mut out = Vec::with_capacity(len);
     let mut head = all().count() as u32 & COUNT_MASK;
     if closed {
@@ -246,7 +263,14 @@ fn encode(closed: bool, base: Option<Base<'_>>, operands: &[&[u8]]) -> Vec<u8> {
         Some(Base::Ptr(_)) => head |= CLOSED | BASE_PTR,
         None => {}
     }
+    if bucket.is_some() {
+        head |= BUCKET;
+    }
     out.extend_from_slice(&head.to_le_bytes());
+    if let Some((lo, hi)) = bucket {
+        out.extend_from_slice(&lo.to_le_bytes());
+        out.extend_from_slice(&hi.to_le_bytes());
+    }
     for o in all() {
         out.extend_from_slice(&(o.len() as u32).to_le_bytes());
         out.extend_from_slice(o);
@@ -268,14 +292,24 @@ pub(crate) fn is_closed(bytes: &[u8]) -> bool {
 pub(crate) fn decode(list: &[u8]) -> Option<List<'_>> {
     let mut d = Decoder::new(list);
     let head = d.u32()?;
-    let (closed, with_base, with_ptr) = (
+    let (closed, with_base, with_ptr, in_bucket) = (
         head & CLOSED != 0,
         head & WITH_BASE != 0,
         head & BASE_PTR != 0,
+        head & BUCKET != 0,
     );
-    if (with_base || with_ptr) && !closed || with_base && with_ptr {
+    if (with_base || with_ptr) && !closed || with_base && with_ptr || in_bucket && with_base {
         return None;
     }
+    let bucket = if in_bucket {
+        let (lo, hi) = (d.u64()?, d.u64()?);
+        if lo > hi {
+            return None;
+        }
+        Some((lo, hi))
+    } else {
+        None
+    };
     let count = (head & COUNT_MASK) as usize;
     // Each operand takes at least its 4-byte length: a damaged count cannot size this.
     let mut operands = Vec::with_capacity(count.min(d.remaining() / 4));
@@ -302,22 +336,95 @@ pub(crate) fn decode(list: &[u8]) -> Option<List<'_>> {
     } else {
         (first, None)
     };
+    if bucket.is_some() && !operands.is_empty() {
+        return None;
+    }
     Some(List {
         closed,
         base,
         base_ptr,
         operands,
+        bucket,
     })
 }
 
+/// A list with its operands in hand: a bucket list here means a path that should have
+/// read its bucket did not, and folding it would silently drop its deltas.
 fn decoded<'a>(list: &'a [u8], key: &[u8]) -> Result<List<'a>> {
-    decode(list).ok_or_else(|| {
+    let l = decode(list).ok_or_else(|| {
         Error::Internal(format!(
             "the operand list of key {} is malformed ({} bytes)",
             show_key(key),
             list.len()
         ))
-    })
+    })?;
+    if l.bucket.is_some() {
+        return Err(Error::Internal(format!(
+            "the bucket list of key {} was used without reading its delta bucket",
+            show_key(key)
+        )));
+    }
+    Ok(l)
+}
+
+/// The LSN range of a bucket list (`None` for any other list, or bytes that are not a
+/// list).
+pub(crate) fn bucket_range(list: &[u8]) -> Option<(u64, u64)> {
+    let head = u32::from_le_bytes(*list.first_chunk::<4>()?);
+    if head & BUCKET == 0 {
+        return None;
+    }
+    decode(list).and_then(|l| l.bucket)
+}
+
+/// A bucket list for the deltas of LSNs `[lo, hi]`, open, or closed over the encoded
+/// large-log pointer `ptr` of their base, or closed over nothing (`closed` without `ptr`:
+/// the deltas apply to no value, older versions do not matter).
+pub(crate) fn bucket_list(closed: bool, ptr: Option<&[u8]>, lo: u64, hi: u64) -> Vec<u8> {
+    encode_with(
+        closed || ptr.is_some(),
+        ptr.map(Base::Ptr),
+        &[],
+        Some((lo, hi)),
+    )
+}
+
+/// The inline list a bucket list `list` stands for, given the operand lists of its
+/// records (each an open list, oldest record first): their operands in order, closed
+/// like `list` (over its base pointer, if any).
+pub(crate) fn inline_bucket_list<'a>(
+    key: &[u8],
+    list: &[u8],
+    records: impl Iterator<Item = &'a [u8]>,
+) -> Result<Vec<u8>> {
+    let Some(l) = decode(list).filter(|l| l.bucket.is_some()) else {
+        return Err(Error::Internal(format!(
+            "the operand list of key {} is not a bucket list",
+            show_key(key)
+        )));
+    };
+    let mut operands: Vec<&[u8]> = Vec::new();
+    for r in records {
+        operands.extend(operands_of(key, r)?);
+    }
+    Ok(encode(l.closed, l.base_ptr.map(Base::Ptr), &operands))
+}
+
+/// An open list of `operands` (oldest first): what a flush writes into a bucket record.
+pub(crate) fn open_list(operands: &[&[u8]]) -> Vec<u8> {
+    encode(false, None, operands)
+}
+
+/// The operands of an open inline list (a bucket record's), checked.
+pub(crate) fn operands_of<'a>(key: &[u8], list: &'a [u8]) -> Result<Vec<&'a [u8]>> {
+    let l = decoded(list, key)?;
+    if l.closed {
+        return Err(Error::Internal(format!(
+            "a closed operand list of key {} where open deltas were expected",
+            show_key(key)
+        )));
+    }
+    Ok(l.operands)
 }
 
 /// The operand lists met for one key, newest first, made into one list once (in time
@@ -392,7 +499,7 @@ impl Stack {
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn reencode(l: &List<'_>) -> Vec<u8> {
     let base = l.base.map(Base::Bytes).or(l.base_ptr.map(Base::Ptr));
-    encode(l.closed, base, &l.operands)
+    encode_with(l.closed, base, &l.operands, l.bucket)
 }
 
 /// The encoded base pointer of the list in `bytes`, if it is closed over one.
@@ -668,5 +775,197 @@ mod tests {
         assert!(check_operand(&CounterAdd, b"k", &[1, 2]).is_err());
         assert!(check_operand(&CounterAdd, b"k", &[0; 8]).is_ok());
         assert!(require(None).is_err());
+    }
+
+    #[test]
+    fn bucket_lists_round_trip() {
+        let p = [5u8; BASE_PTR_BYTES];
+        for (closed, ptr, lo, hi) in [
+            (false, None, 1, 5),
+            (false, None, 0, 0),
+            (true, None, 7, 7),
+            (true, Some(&p[..]), 3, u64::MAX),
+            // A pointer closes the list whatever `closed` says.
+            (false, Some(&p[..]), 9, 12),
+        ] {
+            let list = bucket_list(closed, ptr, lo, hi);
+            let l = decode(&list).unwrap();
+            assert_eq!(l.bucket, Some((lo, hi)));
+            assert!(l.operands.is_empty());
+            assert_eq!(l.closed, closed || ptr.is_some());
+            assert_eq!(is_closed(&list), closed || ptr.is_some());
+            assert_eq!(l.base_ptr, ptr);
+            assert_eq!(base_ptr(&list), ptr);
+            assert_eq!(l.base, None);
+            assert_eq!(reencode(&l), list);
+            assert_eq!(bucket_range(&list), Some((lo, hi)));
+            // The head word, the range, then the pointer as the only operand.
+            assert_eq!(
+                list.len(),
+                4 + 16 + ptr.map_or(0, |p| 4 + p.len()),
+                "{list:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bucket_range_is_only_for_bucket_lists() {
+        let p = [5u8; BASE_PTR_BYTES];
+        for list in [
+            single(b"x"),
+            open(&[]),
+            open(&[b"a", b"b"]),
+            close(b"k", Some(b"base"), &single(b"a")).unwrap(),
+            close(b"k", None, &single(b"a")).unwrap(),
+            close_over_ptr(b"k", &p, &single(b"a")).unwrap(),
+        ] {
+            assert!(decode(&list).unwrap().bucket.is_none());
+            assert_eq!(bucket_range(&list), None, "{list:?}");
+        }
+        let good = bucket_list(false, None, 1, 2);
+        // The bucket bit with the range cut short, or bytes past it.
+        for cut in 0..good.len() {
+            assert_eq!(bucket_range(&good[..cut]), None, "cut at {cut}");
+        }
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(bucket_range(&trailing), None);
+        for garbage in [&[][..], &[0xff][..], &[0xff; 3][..], &[0xff; 64][..]] {
+            assert_eq!(bucket_range(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_bucket_lists_are_refused() {
+        let range = |lo: u64, hi: u64| [lo.to_le_bytes(), hi.to_le_bytes()].concat();
+        let operand = |o: &[u8]| [&(o.len() as u32).to_le_bytes()[..], o].concat();
+        let build = |head: u32, lo: u64, hi: u64, ops: &[&[u8]]| {
+            let mut out = head.to_le_bytes().to_vec();
+            out.extend_from_slice(&range(lo, hi));
+            for o in ops {
+                out.extend_from_slice(&operand(o));
+            }
+            out
+        };
+        let p = [5u8; BASE_PTR_BYTES];
+        // The builder lays out what `bucket_list` does.
+        assert_eq!(build(BUCKET, 1, 2, &[]), bucket_list(false, None, 1, 2));
+        assert_eq!(
+            build(BUCKET | CLOSED | BASE_PTR | 1, 1, 2, &[&p]),
+            bucket_list(true, Some(&p), 1, 2)
+        );
+        // With a base value: the same list without the bucket bit and range is fine.
+        let mut with_base = (CLOSED | WITH_BASE | 1).to_le_bytes().to_vec();
+        with_base.extend_from_slice(&operand(b"base"));
+        assert!(decode(&with_base).is_some());
+        for bad in [
+            build(BUCKET | CLOSED | WITH_BASE | 1, 1, 2, &[b"base"]),
+            build(BUCKET | CLOSED | WITH_BASE | 2, 1, 2, &[b"base", b"d"]),
+            // Operands besides a base pointer.
+            build(BUCKET | 1, 1, 2, &[b"d"]),
+            build(BUCKET | CLOSED | 1, 1, 2, &[b"d"]),
+            build(BUCKET | 2, 1, 2, &[b"", b""]),
+            build(BUCKET | CLOSED | BASE_PTR | 2, 1, 2, &[&p, b"d"]),
+            // A pointer flag without a pointer, or one of the wrong size.
+            build(BUCKET | CLOSED | BASE_PTR, 1, 2, &[]),
+            build(BUCKET | CLOSED | BASE_PTR | 1, 1, 2, &[&p[1..]]),
+            // A pointer without the closed flag.
+            build(BUCKET | BASE_PTR | 1, 1, 2, &[&p]),
+            // A reversed range.
+            build(BUCKET, 2, 1, &[]),
+            build(BUCKET | CLOSED | BASE_PTR | 1, u64::MAX, 0, &[&p]),
+            bucket_list(false, None, 5, 4),
+            bucket_list(true, Some(&p), 5, 4),
+        ] {
+            assert!(decode(&bad).is_none(), "{bad:?}");
+            assert_eq!(bucket_range(&bad), None, "{bad:?}");
+        }
+        // lo == hi is a range of one LSN.
+        assert!(decode(&build(BUCKET, 3, 3, &[])).is_some());
+    }
+
+    /// Every fold of a bucket list is refused: its deltas are in its bucket, and folding
+    /// the list would silently drop them.
+    #[test]
+    fn folds_refuse_a_bucket_list() {
+        let p = [5u8; BASE_PTR_BYTES];
+        let internal = |r: Result<Vec<u8>>, what: &str| match r {
+            Err(Error::Internal(m)) => assert!(m.contains("bucket"), "{what}: {m}"),
+            other => panic!("{what}: expected Error::Internal, got {other:?}"),
+        };
+        for list in [
+            bucket_list(false, None, 1, 5),
+            bucket_list(true, None, 1, 5),
+            bucket_list(true, Some(&p), 1, 5),
+        ] {
+            internal(fold_full(&Append, b"k", None, &list), "fold_full");
+            internal(fold_full(&Append, b"k", Some(b"base"), &list), "fold_full");
+            internal(fold_full(&CounterAdd, b"k", None, &list), "fold_full");
+            internal(fold_partial(&Append, b"k", list.clone()), "fold_partial");
+            internal(fold_partial(&Max, b"k", list.clone()), "fold_partial");
+            let mut one = Stack::default();
+            one.push_older(list.clone());
+            internal(one.into_list(b"k"), "a stack of one bucket list");
+            // Under a newer inline list, or above an older one.
+            internal(stack_older(&single(b"new"), &list, b"k"), "oldest");
+            if !is_closed(&list) {
+                internal(stack_older(&list, &single(b"old"), b"k"), "newest");
+            }
+            let mut three = Stack::default();
+            three.push_older(single(b"c"));
+            three.push_older(list.clone());
+            three.push_older(open(&[b"a"]));
+            if !is_closed(&list) {
+                internal(three.into_list(b"k"), "in the middle");
+            }
+            internal(close(b"k", Some(b"base"), &list), "close");
+            internal(close_over_ptr(b"k", &p, &list), "close_over_ptr");
+            assert!(matches!(operands_of(b"k", &list), Err(Error::Internal(_))));
+        }
+        // The same folds of an inline list go through (what the refusals stand against).
+        let inline = single(b"x");
+        assert_eq!(
+            fold_full(&Append, b"k", Some(b"b"), &inline).unwrap(),
+            b"bx"
+        );
+        assert!(fold_partial(&Append, b"k", inline.clone()).is_ok());
+        let mut one = Stack::default();
+        one.push_older(inline.clone());
+        assert_eq!(one.into_list(b"k").unwrap(), inline);
+    }
+
+    #[test]
+    fn a_bucket_list_is_made_inline_from_its_records() {
+        let p = [5u8; BASE_PTR_BYTES];
+        let records = [open(&[b"a", b"b"]), single(b""), open(&[b"c"])];
+        let refs = || records.iter().map(Vec::as_slice);
+        assert_eq!(
+            inline_bucket_list(b"k", &bucket_list(false, None, 1, 9), refs()).unwrap(),
+            open(&[b"a", b"b", b"", b"c"])
+        );
+        assert_eq!(
+            inline_bucket_list(b"k", &bucket_list(true, Some(&p), 1, 9), refs()).unwrap(),
+            close_over_ptr(b"k", &p, &open(&[b"a", b"b", b"", b"c"])).unwrap()
+        );
+        let closed = inline_bucket_list(b"k", &bucket_list(true, None, 1, 9), refs()).unwrap();
+        let l = decode(&closed).unwrap();
+        assert!(l.closed && l.base.is_none() && l.base_ptr.is_none());
+        assert_eq!(l.operands.len(), 4);
+        // Only a bucket list is made inline, and only from well-formed records that are
+        // not bucket lists themselves.
+        assert!(inline_bucket_list(b"k", &single(b"x"), refs()).is_err());
+        let nested = bucket_list(false, None, 1, 2);
+        assert!(inline_bucket_list(
+            b"k",
+            &bucket_list(false, None, 1, 9),
+            [nested.as_slice()].into_iter()
+        )
+        .is_err());
+        assert!(inline_bucket_list(
+            b"k",
+            &bucket_list(false, None, 1, 9),
+            [&[1u8, 0, 0][..]].into_iter()
+        )
+        .is_err());
     }
 }

@@ -67,6 +67,9 @@ pub(crate) struct Engine {
     pub gc_lock: Mutex<()>,
     /// Set first thing by `Db::close`: every entry point fails with `Error::Closed`.
     pub closed: AtomicBool,
+    /// The delta buckets' store: their index and the segments flushes append to
+    /// (`Options::delta_separation`; the table itself is in each `Version`).
+    pub buckets: Arc<crate::bucket::BucketStore>,
 }
 
 impl Engine {

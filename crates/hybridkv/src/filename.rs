@@ -1,6 +1,6 @@
 //! The names of the files in a database directory.
 //!
-//! Owns: how each kind of file is named (`NNNNNNNN.wal`, `.lvl`, `.vlog`, `.tlog`,
+//! Owns: how each kind of file is named (`NNNNNNNN.wal`, `.lvl`, `.vlog`, `.tlog`, `.dbkt`,
 //! `MANIFEST`, `OPTIONS`, `LOCK`, `KEYSPACES`, `ks/<id>/`, `*.tmp`), parsing a name back to its kind and id, and listing the
 //! numbered files of one kind in id order. Open, small-log deletion, `check` and `space`
 //! classify a directory through it; every module that names a file takes the name from
@@ -32,13 +32,16 @@ pub(crate) enum FileKind {
     LargeSegment,
     /// A transient segment of medium values, freed whole at the merge level.
     TransientSegment,
+    /// A segment of a delta bucket (`Options::delta_separation`).
+    DeltaBucket,
 }
 
-const KINDS: [FileKind; 4] = [
+const KINDS: [FileKind; 5] = [
     FileKind::SmallLog,
     FileKind::Level,
     FileKind::LargeSegment,
     FileKind::TransientSegment,
+    FileKind::DeltaBucket,
 ];
 
 impl FileKind {
@@ -48,6 +51,7 @@ impl FileKind {
             FileKind::Level => "lvl",
             FileKind::LargeSegment => "vlog",
             FileKind::TransientSegment => "tlog",
+            FileKind::DeltaBucket => "dbkt",
         }
     }
 

@@ -555,12 +555,16 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
                 pending: r.pending.clone(),
             })
             .collect(),
+        // `Manifest` has no delta bucket table: it is written as version 3.
+        buckets: Vec::new(),
     }
     .encode()
 }
 
-/// The manifest format version `encode_manifest` writes.
-pub const MANIFEST_VERSION: u32 = crate::manifest::MANIFEST_VERSION;
+/// The manifest format version `encode_manifest` writes: 3, the version of a manifest
+/// without delta buckets ([`Manifest`] has no bucket table; the engine writes version
+/// `crate::manifest::MANIFEST_VERSION`, 4, only for a state that has one).
+pub const MANIFEST_VERSION: u32 = 3;
 
 /// Decodes an `OPTIONS` file (`docs/FORMAT.md`, "Options file").
 pub fn decode_options(data: &[u8]) -> Result<crate::Options> {
@@ -590,6 +594,9 @@ pub struct OperandList<'a> {
     pub operands: Vec<&'a [u8]>,
     /// The value `Append` folds from the list.
     pub folded: Result<Vec<u8>>,
+    /// A bucket list's LSN range (its deltas are in a delta bucket: a fold of the list
+    /// alone is refused).
+    pub bucket: Option<(u64, u64)>,
 }
 
 /// An operand list (`docs/FORMAT.md`, "Operand list"), if `list` decodes.
@@ -607,5 +614,38 @@ pub fn operand_list<'a>(list: &'a [u8], base: Option<&'a [u8]>) -> Option<Operan
         base: used,
         operands: l.operands,
         folded,
+        bucket: l.bucket,
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Delta bucket segments.
+
+/// Scans `data` as the records of a delta bucket segment (`docs/FORMAT.md`, "Delta
+/// bucket segment": the bytes after its header) the way the engine does
+/// (`BucketSegment::scan`): decodes a record, advances by the length it returned, and
+/// stops at the end or at the first record that does not decode. Panics
+/// (a fuzz finding) if a decoded length is zero or runs past the bytes, or if a decoded
+/// record does not encode back to exactly its bytes with the engine's encoder.
+pub fn bucket_record(data: &[u8]) {
+    let mut at = 0usize;
+    let mut again = Vec::new();
+    while let Some(rest) = data.get(at..).filter(|r| !r.is_empty()) {
+        let Ok((rec, n)) = crate::bucket::decode_record(rest) else {
+            return;
+        };
+        let Some(bytes) = rest.get(..n).filter(|b| !b.is_empty()) else {
+            panic!(
+                "a record at {at} decoded with length {n} of {} bytes",
+                rest.len()
+            );
+        };
+        again.clear();
+        crate::bucket::encode_record(rec.key, rec.lo, rec.hi, rec.list, &mut again);
+        assert!(
+            again == bytes,
+            "the record at {at} ({rec:?}) encodes to {again:?}, not to its bytes {bytes:?}"
+        );
+        at += n;
+    }
 }

@@ -307,6 +307,9 @@ impl Keyspace {
         s.cache_bytes = e.cache.used_bytes();
         (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();
         s.pinned_index_bytes = e.cache.pins().used();
+        s.delta_buckets = sv.version.buckets.slots.len();
+        s.delta_bucket_bytes = sv.version.buckets.bytes();
+        s.delta_bucket_index_entries = e.buckets.indexed() as u64;
         s.levels = sv
             .version
             .levels

@@ -21,6 +21,7 @@
 //! every on-disk byte in `docs/FORMAT.md`.
 
 mod background;
+mod bucket;
 mod cache;
 mod catalog;
 mod check;

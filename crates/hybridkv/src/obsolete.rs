@@ -17,6 +17,9 @@ use std::collections::HashSet;
 pub(crate) struct LiveFiles {
     runs: HashSet<u64>,
     segments: HashSet<u64>,
+    /// Delta bucket segments (and, in a running engine, the files its jobs are writing,
+    /// which a flush's new bucket segments are among).
+    buckets: HashSet<u64>,
     log_min_id: u64,
     /// Large segments with an id at or above this were started after the state was
     /// recorded: they may hold values that the small log points at, so they are live.
@@ -46,9 +49,15 @@ impl LiveFiles {
             .filter(|s| s.kind == SegmentKind::Large || runs.contains(&s.owner))
             .map(|s| s.id)
             .collect();
+        let buckets = m
+            .buckets
+            .iter()
+            .flat_map(|b| b.segments.iter().map(|&(id, _)| id))
+            .collect();
         LiveFiles {
             runs,
             segments,
+            buckets,
             log_min_id: m.log_min_id,
             started_after: m.next_file_id,
             newer_are_live: false,
@@ -66,6 +75,13 @@ impl LiveFiles {
                 .chain(vs.pending_outputs().iter().copied())
                 .collect(),
             segments: vs.segments().keys().copied().collect(),
+            buckets: vs
+                .version()
+                .buckets
+                .segments()
+                .map(|s| s.id())
+                .chain(vs.pending_outputs().iter().copied())
+                .collect(),
             log_min_id: vs.log_min_id(),
             started_after: next_file_id,
             newer_are_live: true,
@@ -99,6 +115,7 @@ impl LiveFiles {
                 self.segments.contains(&id) || id >= self.started_after
             }
             DbFile::Numbered(FileKind::TransientSegment, id) => self.segments.contains(&id),
+            DbFile::Numbered(FileKind::DeltaBucket, id) => self.buckets.contains(&id),
         };
         if live {
             Verdict::Live
@@ -131,6 +148,11 @@ mod tests {
                 seg(32, SegmentKind::Transient, 12), // its run never reached the manifest
             ],
             range_tombstones: Vec::new(),
+            buckets: vec![crate::bucket::BucketMeta {
+                depth: 0,
+                prefix: 0,
+                segments: vec![(33, 4096)],
+            }],
         }
     }
 
@@ -175,6 +197,8 @@ mod tests {
         let live = LiveFiles::from_manifest(&manifest());
         let v = |kind, id| live.verdict(DbFile::Numbered(kind, id));
         assert_eq!(v(FileKind::Level, 10), Verdict::Live);
+        assert_eq!(v(FileKind::DeltaBucket, 33), Verdict::Live);
+        assert_eq!(v(FileKind::DeltaBucket, 34), Verdict::Obsolete);
         assert_eq!(
             v(FileKind::Level, 12),
             Verdict::Obsolete,

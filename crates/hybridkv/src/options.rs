@@ -116,6 +116,18 @@ pub struct Options {
     /// The write-back never waits: it is skipped when another write holds the log or the
     /// memtable is full. Default `true`.
     pub fold_on_read: bool,
+    /// KDSep's delta separation: a flush writes the deltas it cannot fold (their base is
+    /// in an older run, or is a large value) into the key's *delta bucket* (a log of its
+    /// own, hashed by key) instead of into the run, which gets a 20-to-40-byte stand-in
+    /// with their LSN range. Compactions then move the stand-in, never the deltas, and a
+    /// read of the key's deltas is one bucket read whatever the number of levels they
+    /// came down through. Buckets are collected (their dead records dropped, each key's
+    /// records combined) and split as they grow (`delta_bucket_size`). A database that
+    /// has buckets reads them whatever this option says later. Default `false`.
+    pub delta_separation: bool,
+    /// Bytes of records a delta bucket may hold before it is collected; a bucket still
+    /// over half of this after collection splits in two. Default 4 MiB (64 KiB ..= 1 GiB).
+    pub delta_bucket_size: u64,
 }
 
 /// The level at which medium pairs are merged in place (`Options::medium_merge_level`).
@@ -155,6 +167,8 @@ impl Default for Options {
             pinned_index_bytes: 256 << 20,
             merge_operator: None,
             fold_on_read: true,
+            delta_separation: false,
+            delta_bucket_size: 4 << 20,
         }
     }
 }
@@ -192,6 +206,15 @@ impl Options {
                 self.max_immutable_memtables
             )
         })?;
+        check(
+            (64 << 10..=1 << 30).contains(&self.delta_bucket_size),
+            || {
+                format!(
+                    "delta_bucket_size = {} (must be 64 KiB ..= 1 GiB)",
+                    self.delta_bucket_size
+                )
+            },
+        )?;
         check((2..=64).contains(&self.growth_factor), || {
             format!("growth_factor = {} (must be 2 ..= 64)", self.growth_factor)
         })?;

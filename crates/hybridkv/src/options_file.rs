@@ -81,6 +81,8 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ("bloom_bits_per_key", o.bloom_bits_per_key.to_string()),
         ("pinned_index_bytes", o.pinned_index_bytes.to_string()),
         ("fold_on_read", o.fold_on_read.to_string()),
+        ("delta_separation", o.delta_separation.to_string()),
+        ("delta_bucket_size", o.delta_bucket_size.to_string()),
     ]
     .into_iter()
     // The operator's name, for tools (an operator is code: it cannot be loaded back).
@@ -231,6 +233,8 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         "bloom_bits_per_key" => o.bloom_bits_per_key = num(value)?,
         "pinned_index_bytes" => o.pinned_index_bytes = num(value)?,
         "fold_on_read" => o.fold_on_read = flag(value)?,
+        "delta_separation" => o.delta_separation = flag(value)?,
+        "delta_bucket_size" => o.delta_bucket_size = num(value)?,
         // Informative: an operator is code, set by whoever opens the database.
         "merge_operator" => {}
         _ => log::warn!("options file: skipping unknown option {name:?}"),
@@ -323,6 +327,8 @@ mod tests {
             pinned_index_bytes: 99,
             merge_operator: None,
             fold_on_read: false,
+            delta_separation: true,
+            delta_bucket_size: 3 << 20,
         }
     }
 

@@ -9,6 +9,7 @@
 //! through `VersionSet::log_and_apply`, by way of `Engine::install`), or accepts a write
 //! before what it recovered is durable.
 
+use crate::bucket::BucketStore;
 use crate::cache::BlockCache;
 use crate::catalog::Catalog;
 use crate::engine::{BgState, Engine};
@@ -59,6 +60,8 @@ struct Loaded {
     max_id: u64,
     /// What replay puts back.
     mem: Arc<Memtable>,
+    /// The delta buckets' store (index, open segments).
+    buckets: Arc<BucketStore>,
 }
 
 /// An open database: each keyspace's engine (the default one first) and the write path
@@ -489,8 +492,14 @@ fn load_keyspace(
         }
     }
 
+    // The delta buckets: each segment cut to what the manifest vouches for (bytes past it
+    // were appended by a flush that never installed), and indexed.
+    let (buckets, table) = BucketStore::open(io, dir, &state.buckets, !read_only)?;
+    version.buckets = Arc::new(table);
+
     let mem = Arc::new(Memtable::with_budget(opts.memtable_size));
     Ok(Loaded {
+        buckets,
         keyspace,
         dir: dir.to_path_buf(),
         opts,
@@ -759,6 +768,7 @@ fn assemble(
         dir_lock: Mutex::new(lock),
         gc_lock: Mutex::new(()),
         closed: AtomicBool::new(false),
+        buckets: space.buckets,
         opts: space.opts,
     }))
 }

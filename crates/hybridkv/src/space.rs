@@ -126,6 +126,7 @@ impl Engine {
         };
         let (mut levels, mut wal, mut large, mut transient, mut pending, mut meta) =
             (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut buckets = 0u64;
         for name in self.io.fs().list(&self.dir)? {
             let path = self.dir.join(&name);
             let bytes = match self.io.fs().allocated_len(&path) {
@@ -144,6 +145,7 @@ impl Engine {
                 (DbFile::Numbered(FileKind::Level, _), _) => levels += bytes,
                 (DbFile::Numbered(FileKind::LargeSegment, _), _) => large += bytes,
                 (DbFile::Numbered(FileKind::TransientSegment, _), _) => transient += bytes,
+                (DbFile::Numbered(FileKind::DeltaBucket, _), _) => buckets += bytes,
                 _ => meta += bytes,
             }
         }
@@ -169,6 +171,11 @@ impl Engine {
                 name: "transient log: dead values",
                 bytes: transient - transient_live,
                 reason: Some("medium segments are freed whole when their pairs reach the merge level; no GC runs on them"),
+            },
+            SpaceComponent {
+                name: "delta buckets",
+                bytes: buckets,
+                reason: Some("deltas kept apart from their base (delta_separation); a bucket is collected once it outgrows delta_bucket_size, dropping records no run still stands for"),
             },
             SpaceComponent {
                 name: "small log (WAL)",

@@ -44,6 +44,10 @@ pub(crate) struct Counters {
     pub medium_values_merged: AtomicU64,
     pub medium_bytes_merged: AtomicU64,
     pub space_limit_runs: AtomicU64,
+    pub bucket_records_written: AtomicU64,
+    pub bucket_gc_passes: AtomicU64,
+    pub bucket_splits: AtomicU64,
+    pub bucket_records_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -182,6 +186,20 @@ pub struct Stats {
     pub medium_bytes_merged: u64,
     /// Times `space_amp_limit` triggered a full merge and GC.
     pub space_limit_runs: u64,
+    /// Records flushes wrote into delta buckets (`Options::delta_separation`).
+    pub delta_bucket_records_written: u64,
+    /// Delta bucket collections (dead records dropped, each key's records combined).
+    pub delta_bucket_gc_passes: u64,
+    /// Delta buckets split in two by a collection.
+    pub delta_bucket_splits: u64,
+    /// Records delta bucket collections dropped (dead) or combined into others.
+    pub delta_bucket_records_dropped: u64,
+    /// Delta buckets.
+    pub delta_buckets: usize,
+    /// Committed bytes of the delta buckets' segments.
+    pub delta_bucket_bytes: u64,
+    /// Record locations in the delta buckets' in-memory index (about 40 bytes each).
+    pub delta_bucket_index_entries: u64,
     /// Per-level sizes.
     pub levels: Vec<LevelStats>,
     /// Bytes read and written per I/O component.
@@ -223,6 +241,10 @@ impl Stats {
         self.medium_values_merged = Counters::get(&c.medium_values_merged);
         self.medium_bytes_merged = Counters::get(&c.medium_bytes_merged);
         self.space_limit_runs = Counters::get(&c.space_limit_runs);
+        self.delta_bucket_records_written = Counters::get(&c.bucket_records_written);
+        self.delta_bucket_gc_passes = Counters::get(&c.bucket_gc_passes);
+        self.delta_bucket_splits = Counters::get(&c.bucket_splits);
+        self.delta_bucket_records_dropped = Counters::get(&c.bucket_records_dropped);
     }
 
     /// Bytes written by the engine (all components) per user byte written.

@@ -207,6 +207,20 @@ impl VersionSet {
         PendingOutput { set: self, id }
     }
 
+    /// A new file id for a delta bucket segment a flush creates: live (see
+    /// `obsolete::LiveFiles::from_state`) until [`VersionSet::end_output`].
+    pub(crate) fn begin_bucket_output(&self) -> u64 {
+        let id = self.alloc_file_id();
+        self.state.lock().pending_outputs.insert(id);
+        id
+    }
+
+    /// Ends what [`VersionSet::begin_bucket_output`] began (the install named the file,
+    /// or the flush failed and the file went).
+    pub(crate) fn end_output(&self, id: u64) {
+        self.state.lock().pending_outputs.remove(&id);
+    }
+
     /// A new file id (level files, log segments, small-log files).
     pub(crate) fn alloc_file_id(&self) -> u64 {
         self.next_file_id.fetch_add(1, Ordering::SeqCst)
@@ -263,6 +277,17 @@ impl VersionSet {
             .filter(|f| edit.runs_removed.contains(&f.id()))
             .cloned()
             .collect();
+        if edit.buckets.is_some() {
+            let kept: std::collections::HashSet<u64> =
+                next.version.buckets.segments().map(|s| s.id()).collect();
+            obsolete.buckets = base
+                .version
+                .buckets
+                .segments()
+                .filter(|s| !kept.contains(&s.id()))
+                .cloned()
+                .collect();
+        }
         obsolete.mark();
         Ok(obsolete)
     }
@@ -341,6 +366,8 @@ impl Drop for PendingOutput<'_> {
 pub(crate) struct Obsolete {
     pub runs: Vec<Arc<LevelFile>>,
     pub segments: Vec<Arc<SegmentFile>>,
+    /// Delta bucket segments a bucket GC replaced.
+    pub buckets: Vec<Arc<crate::bucket::BucketSegment>>,
 }
 
 impl Obsolete {
@@ -350,6 +377,9 @@ impl Obsolete {
         }
         for s in &self.segments {
             s.mark_obsolete();
+        }
+        for b in &self.buckets {
+            b.mark_obsolete();
         }
     }
 }

@@ -242,6 +242,8 @@ struct Config {
     /// Level indexes pinned in memory (PinK) or descended through the cache.
     pin: bool,
     threads: usize,
+    /// Deltas a flush cannot fold go to delta buckets (KDSep), collected at 64 KiB.
+    delta_separation: bool,
 }
 
 impl Config {
@@ -257,6 +259,8 @@ impl Config {
             medium_merge_level: self.merge_level,
             large_segment_size: 64 << 10,
             merge_operator: Some(std::sync::Arc::new(Append)),
+            delta_separation: self.delta_separation,
+            delta_bucket_size: 64 << 10,
             // GC passes come from `Op::Gc` only, so a case replays identically.
             gc_interval: Duration::from_secs(3600),
             ..Options::default()
@@ -528,6 +532,9 @@ struct Totals {
     merges: u64,
     /// Keys whose deltas a flush, compaction or GC folded into a value.
     deltas_folded: u64,
+    /// Records flushes wrote into delta buckets, and bucket collections.
+    bucket_records: u64,
+    bucket_collections: u64,
     side_writes: u64,
     cross_batches: u64,
     side_drops: u64,
@@ -580,6 +587,8 @@ impl Harness {
             self.totals.medium_values_merged += s.medium_values_merged;
             self.totals.merges += s.merges;
             self.totals.deltas_folded += s.deltas_folded;
+            self.totals.bucket_records += s.delta_bucket_records_written;
+            self.totals.bucket_collections += s.delta_bucket_gc_passes;
         }
         Ok(())
     }
@@ -1383,15 +1392,17 @@ fn config() -> impl Strategy<Value = Config> {
         proptest::bool::weighted(0.8),
         proptest::bool::weighted(0.5),
         1..=2usize,
+        proptest::bool::weighted(0.5),
     )
         .prop_map(
-            |(placement, merge_level, max_levels, cache, pin, threads)| Config {
+            |(placement, merge_level, max_levels, cache, pin, threads, delta_separation)| Config {
                 placement,
                 merge_level,
                 max_levels,
                 cache,
                 pin,
                 threads,
+                delta_separation,
             },
         )
 }
@@ -1681,6 +1692,7 @@ fn deterministic_long_run_hybrid() {
             cache: true,
             pin: true,
             threads: 2,
+            delta_separation: false,
         },
         2000,
     );
@@ -1700,10 +1712,30 @@ fn deterministic_long_run_hybrid_second_to_last_three_levels() {
             cache: false,
             pin: false,
             threads: 1,
+            delta_separation: false,
         },
         2000,
     );
     assert!(t.compactions > 0, "{t:?}");
+}
+
+#[test]
+fn deterministic_long_run_with_delta_buckets() {
+    let t = long_run(
+        0x5eed_0006,
+        Config {
+            placement: Placement::Hybrid,
+            merge_level: MediumMergeLevel::Last,
+            max_levels: 3,
+            cache: true,
+            pin: true,
+            threads: 2,
+            delta_separation: true,
+        },
+        2000,
+    );
+    assert!(t.compactions > 0, "{t:?}");
+    assert!(t.bucket_records > 0, "{t:?}");
 }
 
 #[test]
@@ -1717,6 +1749,7 @@ fn deterministic_long_run_in_place() {
             cache: true,
             pin: true,
             threads: 2,
+            delta_separation: false,
         },
         1500,
     );
@@ -1736,6 +1769,7 @@ fn deterministic_long_run_all_log() {
             cache: true,
             pin: false,
             threads: 2,
+            delta_separation: false,
         },
         1500,
     );

@@ -318,6 +318,11 @@ fn workload(seed: u64) -> Workload {
     if rng.chance(30) {
         opts.medium_merge_level = MediumMergeLevel::SecondToLast;
     }
+    if rng.chance(50) {
+        // KDSep's delta separation, its buckets collected at the smallest size.
+        opts.delta_separation = true;
+        opts.delta_bucket_size = 64 << 10;
+    }
     let keys = 24 + rng.below(100);
     let mut plan = vec![Phase::Trap, Phase::Medium, Phase::Mixed, Phase::Mixed];
     if rng.chance(50) {
@@ -727,6 +732,9 @@ struct Totals {
     merges: u64,
     deltas_folded: u64,
     trap_freed: u64,
+    /// Records flushes wrote into delta buckets, and bucket collections.
+    bucket_records: u64,
+    bucket_collections: u64,
 }
 
 impl Totals {
@@ -778,6 +786,8 @@ fn run_one(seed: u64, t: &mut Totals, verbose: bool) {
     t.transient_freed += s.transient_segments_freed;
     t.medium_merged += s.medium_values_merged;
     t.gc_passes += s.gc_passes;
+    t.bucket_records += s.delta_bucket_records_written;
+    t.bucket_collections += s.delta_bucket_gc_passes;
     t.gc_freed += s.gc_segments_freed;
     t.gc_relocated += s.gc_entries_relocated;
     t.merges += s.merges;
@@ -819,13 +829,16 @@ fn run_one(seed: u64, t: &mut Totals, verbose: bool) {
     }
     if verbose || t.violations > v0 || t.read_errors > r0 {
         println!(
-            "seed {seed}: {} ops, {} mutations, max_levels {}, merge at {:?}; {} flushes, \
+            "seed {seed}: {} ops, {} mutations, max_levels {}, merge at {:?}, delta \
+             separation {} ({} bucket records); {} flushes, \
              {} compactions, {} transient segments created, {} medium values merged, \
              {} GC segments freed ({} by trap passes); violations {}, read errors {}",
             w.ops.len(),
             mutations,
             w.opts.max_levels,
             w.opts.medium_merge_level,
+            w.opts.delta_separation,
+            s.delta_bucket_records_written,
             s.flushes,
             s.compactions,
             s.transient_segments_created,
@@ -888,6 +901,10 @@ fn power_loss_recovers_a_prefix_holding_every_synced_write() {
         t.merges,
         t.deltas_folded
     );
+    println!(
+        "delta buckets: {} records written by flushes, {} collections",
+        t.bucket_records, t.bucket_collections
+    );
     println!("panics: {}, time: {secs:.1} s", panics());
     println!(
         "power-loss images: {}, violations: {}, read errors: {}",
@@ -900,6 +917,7 @@ fn power_loss_recovers_a_prefix_holding_every_synced_write() {
         t.merges > 0 && t.deltas_folded > 0,
         "no delta was written and folded"
     );
+    assert!(t.bucket_records > 0, "no delta went to a bucket");
     assert!(
         t.trap_freed > 0,
         "no GC pass freed a segment whose records died by unsynced writes"

@@ -44,6 +44,7 @@ impl HybridEngine {
                 o.small_threshold = 120;
                 o.large_threshold = 120;
             }
+            EngineKind::HybridkvKdsep => o.delta_separation = true,
             _ => {}
         }
         o

@@ -123,6 +123,9 @@ pub enum EngineKind {
     HybridkvMs,
     /// Parallax-ML: medium folded into large (both thresholds 120).
     HybridkvMl,
+    /// hybridkv with KDSep's delta separation (`Options::delta_separation`): deltas a
+    /// flush cannot fold go to hashed delta buckets.
+    HybridkvKdsep,
     /// RocksDB, every pair in place.
     RocksDb,
     /// RocksDB's integrated BlobDB: every value in blob files, blob GC on.
@@ -135,12 +138,13 @@ pub enum EngineKind {
 
 impl EngineKind {
     /// Every engine, in report order.
-    pub const ALL: [EngineKind; 9] = [
+    pub const ALL: [EngineKind; 10] = [
         EngineKind::Hybridkv,
         EngineKind::HybridkvInPlace,
         EngineKind::HybridkvAllLog,
         EngineKind::HybridkvMs,
         EngineKind::HybridkvMl,
+        EngineKind::HybridkvKdsep,
         EngineKind::RocksDb,
         EngineKind::BlobDb,
         EngineKind::Fjall,
@@ -163,6 +167,7 @@ impl EngineKind {
             EngineKind::HybridkvAllLog => "hybridkv-alllog",
             EngineKind::HybridkvMs => "hybridkv-ms",
             EngineKind::HybridkvMl => "hybridkv-ml",
+            EngineKind::HybridkvKdsep => "hybridkv-kdsep",
             EngineKind::RocksDb => "rocksdb",
             EngineKind::BlobDb => "blobdb",
             EngineKind::Fjall => "fjall",
@@ -234,7 +239,8 @@ impl EngineKind {
             | EngineKind::HybridkvInPlace
             | EngineKind::HybridkvAllLog
             | EngineKind::HybridkvMs
-            | EngineKind::HybridkvMl => {
+            | EngineKind::HybridkvMl
+            | EngineKind::HybridkvKdsep => {
                 Ok(Box::new(hybrid::HybridEngine::open(self, dir, config)?))
             }
             EngineKind::Fjall | EngineKind::FjallKv => Ok(Box::new(

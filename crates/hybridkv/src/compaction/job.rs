@@ -13,6 +13,7 @@
 //! anything up.
 
 use super::transient::{TransientReader, TransientSink};
+use crate::bucket::{BucketFlush, BucketTable};
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
@@ -23,6 +24,7 @@ use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use crate::options::Options;
 use crate::placement::Category;
 use crate::range_delete::RangeTombstones;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -193,6 +195,10 @@ pub(crate) struct MergeJob<'a> {
     pub segments: &'a SegmentSet,
     /// Range tombstones to apply: the version's, and a flush's own memtable's.
     pub ranges: RangeTombstones,
+    /// The delta buckets the inputs' bucket lists read (the version's).
+    pub buckets: &'a BucketTable,
+    /// A flush with delta separation on: where the deltas it cannot fold go.
+    pub bucket_flush: Option<&'a RefCell<BucketFlush<'a>>>,
 }
 
 impl MergeJob<'_> {
@@ -349,12 +355,38 @@ impl MergeJob<'_> {
         path: &Path,
     ) -> Result<LevelValue> {
         let op = crate::delta::require(self.opts.merge_operator.as_ref())?;
-        let load = |source: usize, v: LevelValue| match merge.source(source) {
-            Some(s) => s.load_overflow(v),
-            None => Err(Error::Internal(format!(
-                "compaction into {}: deltas of source {source}, which does not exist",
-                path.display()
-            ))),
+        if self.bucket_flush.is_none() {
+            if let Some(v) = self.combine_bucket_lists(entry, out) {
+                return Ok(v);
+            }
+        }
+        // The LSNs of the deltas the stack will hold (a flush's bucket record keeps them).
+        let lo = std::iter::once((entry.lsn, &entry.value))
+            .chain(entry.below.iter().map(|e| (e.lsn, &e.value)))
+            .take_while(|(_, v)| v.is_deltas())
+            .map(|(lsn, _)| lsn)
+            .min()
+            .unwrap_or(entry.lsn);
+        let hi = entry.lsn;
+        let key_owned = entry.key.clone();
+        let load = |source: usize, v: LevelValue| {
+            let v = match merge.source(source) {
+                Some(s) => s.load_overflow(v)?,
+                None => {
+                    return Err(Error::Internal(format!(
+                        "compaction into {}: deltas of source {source}, which does not exist",
+                        path.display()
+                    )))
+                }
+            };
+            match v {
+                // Deltas in a bucket that must be folded here are read from it.
+                LevelValue::Deltas(list) => self
+                    .buckets
+                    .resolve(&key_owned, list)
+                    .map(LevelValue::Deltas),
+                v => Ok(v),
+            }
         };
         let stacked = entry.take_stack(load)?;
         for dead in &stacked.shadowed {
@@ -366,9 +398,15 @@ impl MergeJob<'_> {
         let closed = crate::delta::is_closed(&list);
         let base_bytes = match stacked.base {
             None if !closed && !self.drop_tombstones => {
-                return Ok(LevelValue::Deltas(crate::delta::fold_partial(
-                    op, key, list,
-                )?));
+                let list = crate::delta::fold_partial(op, key, list)?;
+                if let Some(bf) = self.bucket_flush {
+                    // KDSep: the deltas go to the key's bucket, the run keeps their range.
+                    bf.borrow_mut().append(key, lo, hi, &list)?;
+                    return Ok(LevelValue::Deltas(crate::delta::bucket_list(
+                        false, None, lo, hi,
+                    )));
+                }
+                return Ok(LevelValue::Deltas(list));
             }
             None => None,
             Some(b) => {
@@ -382,6 +420,15 @@ impl MergeJob<'_> {
                     let mut ptr = Vec::with_capacity(crate::delta::BASE_PTR_BYTES);
                     p.encode_into(&mut ptr);
                     let list = crate::delta::fold_partial(op, key, list)?;
+                    if let (Some(bf), false) = (self.bucket_flush, closed) {
+                        bf.borrow_mut().append(key, lo, hi, &list)?;
+                        return Ok(LevelValue::Deltas(crate::delta::bucket_list(
+                            true,
+                            Some(&ptr),
+                            lo,
+                            hi,
+                        )));
+                    }
                     return crate::delta::close_over_ptr(key, &ptr, &list).map(LevelValue::Deltas);
                 }
                 out.drop_value(b.source, &value);
@@ -414,6 +461,71 @@ impl MergeJob<'_> {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// When every delta version of `entry` is a bucket list and what is below them needs
+    /// no read (no base among the inputs, a large base, a tombstone, or a closed bucket
+    /// list), the one bucket list that stands for all of them: their ranges combined,
+    /// closed over what ends them. The deltas stay in their bucket, unread. `None`
+    /// otherwise (the caller folds the usual way, reading the buckets).
+    ///
+    /// Combining ranges is exact: a bucket record of the key with a range between two of
+    /// the lists' belongs to a list that a newer base or range tombstone removed, and that
+    /// version would have removed the older of the two lists as well.
+    fn combine_bucket_lists(
+        &self,
+        entry: &mut MergeEntry,
+        out: &mut MergeOutcome,
+    ) -> Option<LevelValue> {
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        let mut closed = false;
+        let mut ptr: Option<Vec<u8>> = None;
+        let mut consumed = 0usize;
+        let mut dropped_base = None;
+        let versions = std::iter::once((entry.source, &entry.value))
+            .chain(entry.below.iter().map(|e| (e.source, &e.value)));
+        for (source, v) in versions {
+            consumed += 1;
+            match v {
+                LevelValue::Deltas(list) => {
+                    let (l, h) = crate::delta::bucket_range(list)?;
+                    lo = lo.min(l);
+                    hi = hi.max(h);
+                    if crate::delta::is_closed(list) {
+                        closed = true;
+                        ptr = crate::delta::base_ptr(list).map(<[u8]>::to_vec);
+                        break;
+                    }
+                }
+                LevelValue::Large(p) => {
+                    let mut b = Vec::with_capacity(crate::delta::BASE_PTR_BYTES);
+                    p.encode_into(&mut b);
+                    ptr = Some(b);
+                    closed = true;
+                    break;
+                }
+                LevelValue::Tombstone => {
+                    closed = true;
+                    dropped_base = Some((source, LevelValue::Tombstone));
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        let below = std::mem::take(&mut entry.below);
+        for dead in below.into_iter().skip(consumed.saturating_sub(1)) {
+            out.dropped_shadowed += 1;
+            out.drop_value(dead.source, &dead.value);
+        }
+        if let Some((source, v)) = dropped_base {
+            out.drop_value(source, &v);
+        }
+        Some(LevelValue::Deltas(crate::delta::bucket_list(
+            closed,
+            ptr.as_deref(),
+            lo,
+            hi,
+        )))
     }
 
     /// Reads the transient-log record `p` of `key` (a medium base of deltas, in a merge

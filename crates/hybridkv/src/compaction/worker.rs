@@ -4,6 +4,7 @@
 
 use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
 use super::transient::{TransientReader, TransientSink};
+use crate::bucket::BucketTable;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::io::IoComponent;
@@ -17,6 +18,7 @@ use crate::memtable::Memtable;
 use crate::range_delete::RangeTombstones;
 use crate::stats::Counters;
 use crate::value::LevelValue;
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -71,8 +73,11 @@ impl Engine {
         drop_tombstones: bool,
         segments: &'a SegmentSet,
         ranges: RangeTombstones,
+        buckets: &'a BucketTable,
     ) -> MergeJob<'a> {
         MergeJob {
+            buckets,
+            bucket_flush: None,
             opts: &self.opts,
             io: &self.io,
             dir: &self.dir,
@@ -137,68 +142,179 @@ impl Engine {
         let mut ranges = RangeTombstones::default();
         ranges.extend_visible(&tombstones, u64::MAX);
         let applied = ranges.max_lsn();
-        let job = self.merge_job(id, IoComponent::Flush, false, &segments, ranges);
-        let create = || self.new_transient_segment(id);
-        let mut sink = TransientSink::new(&create);
-        let reader = TransientReader::new(&segments);
-        let policy = if in_place {
-            MediumPolicy::Keep
-        } else {
-            MediumPolicy::ToLog(&mut sink)
-        };
-        let mut source = memtable_source(mem, SHADOW_SAMPLE);
-        let (meta, out) = job.run(&mut [&mut source as &mut dyn MergeSource], policy)?;
-        self.count_merge(&out, &reader, sink.values);
-        self.finish_transient(sink)?;
-        let new_file = self.open_output(id, meta)?;
-        let shadowed = new_file.as_ref().map_or(0, |f| {
-            let below: Vec<Arc<LevelFile>> = version
-                .runs(1)
-                .iter()
-                .chain(version.runs(2))
-                .cloned()
-                .collect();
-            Self::estimate_shadowed(source.samples(), &below, f.entries())
-        });
-
-        let next_log = mem.next_log_id.load(Ordering::SeqCst);
-        if self.writes.keyspace_count() > 1 {
-            // Another keyspace may hold the rest of a batch this memtable holds part of:
-            // the logs holding it must not lose their tails once this part is in L1.
-            self.writes
-                .sync_sealed_below(next_log)
-                .inspect_err(|e| self.set_poison(e))?;
-        }
-        let freed = {
-            let mut vs = self.versions.lock();
-            let freed = match &new_file {
-                Some(_) => Vec::new(),
-                // Nothing survived (all tombstones dropped? never in a flush) or empty.
-                None => vs.transient_of(&[id]),
-            };
-            let edit = VersionEdit {
-                runs_added: new_file.into_iter().map(|f| (1, f)).collect(),
-                segments_freed: freed.clone(),
-                garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
-                log_min_id: Some(next_log),
-                flushed_lsn: Some(mem.sealed_lsn.load(Ordering::SeqCst)),
-                range_tombstones_added: tombstones,
-                range_applied_through: applied,
-                ..VersionEdit::default()
-            };
-            self.install(&mut vs, &edit, Some(mem))?;
-            vs.l1_dead_estimate = vs.l1_dead_estimate.saturating_add(shadowed);
-            freed
-        };
-        self.count_transient_freed(&freed);
-        Counters::add(&self.counters.flushes, 1);
-        log::info!(
-            "{}: flushed a memtable ({} entries) into L1 ({} bytes of level file)",
-            self.dir.display(),
-            mem.len(),
-            meta.map_or(0, |m| m.file_len)
+        let mut job = self.merge_job(
+            id,
+            IoComponent::Flush,
+            false,
+            &segments,
+            ranges,
+            &version.buckets,
         );
+        // Delta separation: the deltas the flush cannot fold go to their buckets. Its new
+        // bucket segments count as live (for `check` and `space`) from their creation
+        // until the install names them, like the run.
+        let bucket_ids = RefCell::new(Vec::new());
+        let new_bucket_id = || {
+            let id = self.versions.begin_bucket_output();
+            bucket_ids.borrow_mut().push(id);
+            id
+        };
+        let bucket_flush = RefCell::new(self.buckets.begin_flush(&version.buckets, &new_bucket_id));
+        if self.opts.delta_separation {
+            job.bucket_flush = Some(&bucket_flush);
+        }
+        let result = (|| {
+            let create = || self.new_transient_segment(id);
+            let mut sink = TransientSink::new(&create);
+            let reader = TransientReader::new(&segments);
+            let policy = if in_place {
+                MediumPolicy::Keep
+            } else {
+                MediumPolicy::ToLog(&mut sink)
+            };
+            let mut source = memtable_source(mem, SHADOW_SAMPLE);
+            let (meta, out) = job.run(&mut [&mut source as &mut dyn MergeSource], policy)?;
+            drop(job);
+            self.count_merge(&out, &reader, sink.values);
+            self.finish_transient(sink)?;
+            let appended = bucket_flush.borrow().records();
+            let buckets = bucket_flush.borrow_mut().finish()?;
+            Counters::add(&self.counters.bucket_records_written, appended);
+            let new_file = self.open_output(id, meta)?;
+            let shadowed = new_file.as_ref().map_or(0, |f| {
+                let below: Vec<Arc<LevelFile>> = version
+                    .runs(1)
+                    .iter()
+                    .chain(version.runs(2))
+                    .cloned()
+                    .collect();
+                Self::estimate_shadowed(source.samples(), &below, f.entries())
+            });
+
+            let next_log = mem.next_log_id.load(Ordering::SeqCst);
+            if self.writes.keyspace_count() > 1 {
+                // Another keyspace may hold the rest of a batch this memtable holds part
+                // of: the logs holding it must not lose their tails once this part is in L1.
+                self.writes
+                    .sync_sealed_below(next_log)
+                    .inspect_err(|e| self.set_poison(e))?;
+            }
+            let freed = {
+                let mut vs = self.versions.lock();
+                let freed = match &new_file {
+                    Some(_) => Vec::new(),
+                    // Nothing survived (all tombstones dropped? never in a flush) or empty.
+                    None => vs.transient_of(&[id]),
+                };
+                let edit = VersionEdit {
+                    runs_added: new_file.into_iter().map(|f| (1, f)).collect(),
+                    segments_freed: freed.clone(),
+                    garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
+                    log_min_id: Some(next_log),
+                    flushed_lsn: Some(mem.sealed_lsn.load(Ordering::SeqCst)),
+                    range_tombstones_added: tombstones,
+                    range_applied_through: applied,
+                    buckets: buckets.map(Arc::new),
+                    ..VersionEdit::default()
+                };
+                self.install(&mut vs, &edit, Some(mem))?;
+                vs.l1_dead_estimate = vs.l1_dead_estimate.saturating_add(shadowed);
+                freed
+            };
+            self.count_transient_freed(&freed);
+            Counters::add(&self.counters.flushes, 1);
+            log::info!(
+                "{}: flushed a memtable ({} entries) into L1 ({} bytes of level file)",
+                self.dir.display(),
+                mem.len(),
+                meta.map_or(0, |m| m.file_len)
+            );
+            Ok(())
+        })();
+        for &b in bucket_ids.borrow().iter() {
+            self.versions.end_output(b);
+        }
+        result?;
+        if let Err(e) = self.collect_buckets() {
+            // A failed collection leaves the bucket as it was (its new segments are
+            // deleted); only a failed install, which poisons, fails the flush.
+            Counters::add(&self.counters.gc_errors, 1);
+            log::warn!(
+                "{}: delta bucket collection failed: {e}",
+                self.dir.display()
+            );
+            self.check_poison()?;
+        }
         self.delete_old_logs()
+    }
+
+    /// After a flush: collects the delta buckets that grew past their size, at most two
+    /// per flush (the flush thread is the only one that changes bucket tables, so nothing
+    /// appends to a bucket while it is rewritten).
+    fn collect_buckets(&self) -> Result<()> {
+        for _ in 0..2 {
+            let version = Arc::clone(self.versions.lock().version());
+            let size = self.opts.delta_bucket_size;
+            let Some(slot) = self.buckets.due_for_collection(&version.buckets, size) else {
+                return Ok(());
+            };
+            let ids = RefCell::new(Vec::new());
+            let new_id = || {
+                let id = self.versions.begin_bucket_output();
+                ids.borrow_mut().push(id);
+                id
+            };
+            let mut live = |key: &[u8]| crate::read::bucket_ranges(&version, key);
+            let op = self.opts.merge_operator.as_deref();
+            let result = (|| {
+                let (table, done) = crate::bucket::gc::collect(
+                    &self.buckets,
+                    &version.buckets,
+                    slot,
+                    size,
+                    op,
+                    &mut live,
+                    &new_id,
+                )?;
+                let written = if done.split { 2 } else { 1 };
+                let new_slots: Vec<_> = table
+                    .slots
+                    .iter()
+                    .skip(slot)
+                    .take(written)
+                    .cloned()
+                    .collect();
+                let mut vs = self.versions.lock();
+                let edit = VersionEdit {
+                    buckets: Some(Arc::new(table)),
+                    ..VersionEdit::default()
+                };
+                self.install(&mut vs, &edit, None)?;
+                drop(vs);
+                self.buckets.note_collected(&new_slots);
+                Counters::add(&self.counters.bucket_gc_passes, 1);
+                Counters::add(&self.counters.bucket_splits, u64::from(done.split));
+                Counters::add(
+                    &self.counters.bucket_records_dropped,
+                    done.records_in.saturating_sub(done.records_out),
+                );
+                log::info!(
+                    "{}: collected a delta bucket: {} records ({} bytes) -> {} ({} bytes){}",
+                    self.dir.display(),
+                    done.records_in,
+                    done.bytes_in,
+                    done.records_out,
+                    done.bytes_out,
+                    if done.split { ", split in two" } else { "" }
+                );
+                Ok(())
+            })();
+            for &id in ids.borrow().iter() {
+                self.versions.end_output(id);
+            }
+            result?;
+        }
+        Ok(())
     }
 
     /// Bytes of older versions (in L1's runs and L2) that a flushed memtable shadows,
@@ -362,6 +478,7 @@ impl Engine {
             version.is_bottom(into),
             &segments,
             ranges,
+            &version.buckets,
         );
         let mut reader = TransientReader::new(&segments);
         let policy = if merge_here {

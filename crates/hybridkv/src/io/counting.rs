@@ -28,11 +28,14 @@ pub enum IoComponent {
     /// Checkpoints: the copies of the small log and of the large-log segment being
     /// appended to (every other file of a checkpoint is a hard link and moves no byte).
     Checkpoint,
+    /// Delta buckets (`Options::delta_separation`): the records a flush appends, the
+    /// reads of a key's deltas, and bucket garbage collection.
+    DeltaBuckets,
 }
 
 impl IoComponent {
     /// Every component, in report order.
-    pub const ALL: [IoComponent; 9] = [
+    pub const ALL: [IoComponent; 10] = [
         IoComponent::Wal,
         IoComponent::Flush,
         IoComponent::Compaction,
@@ -42,6 +45,7 @@ impl IoComponent {
         IoComponent::TransientLog,
         IoComponent::Gc,
         IoComponent::Checkpoint,
+        IoComponent::DeltaBuckets,
     ];
 
     /// Short name for reports.
@@ -56,6 +60,7 @@ impl IoComponent {
             IoComponent::TransientLog => "transient_log",
             IoComponent::Gc => "gc",
             IoComponent::Checkpoint => "checkpoint",
+            IoComponent::DeltaBuckets => "delta_buckets",
         }
     }
 
@@ -70,6 +75,7 @@ impl IoComponent {
             IoComponent::TransientLog => 6,
             IoComponent::Gc => 7,
             IoComponent::Checkpoint => 8,
+            IoComponent::DeltaBuckets => 9,
         }
     }
 
@@ -100,10 +106,10 @@ impl IoComponent {
 /// Live counters (shared by all files of one database).
 #[derive(Debug, Default)]
 pub struct IoStats {
-    written: [AtomicU64; 9],
-    read: [AtomicU64; 9],
-    read_ops: [AtomicU64; 9],
-    syncs: [AtomicU64; 9],
+    written: [AtomicU64; 10],
+    read: [AtomicU64; 10],
+    read_ops: [AtomicU64; 10],
+    syncs: [AtomicU64; 10],
 }
 
 /// A copy of the counters at one moment.
@@ -181,7 +187,7 @@ impl IoStats {
 
     /// Copies the counters.
     pub fn snapshot(&self) -> IoStatsSnapshot {
-        let get = |arr: &[AtomicU64; 9], c: IoComponent| {
+        let get = |arr: &[AtomicU64; 10], c: IoComponent| {
             arr.get(c.index()).map_or(0, |a| a.load(Ordering::Relaxed))
         };
         IoStatsSnapshot {

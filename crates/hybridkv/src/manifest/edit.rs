@@ -51,6 +51,9 @@ pub(crate) struct VersionEdit {
     /// The newest range tombstone the flush or merge behind this edit applied (0: none);
     /// see `range_delete::carry_pending`.
     pub range_applied_through: u64,
+    /// The delta bucket table that replaces the current one (a flush that appended to
+    /// buckets, a bucket GC); only the flush thread builds them, so none is lost.
+    pub buckets: Option<Arc<crate::bucket::BucketTable>>,
 }
 
 /// The state an edit applies to and produces.
@@ -84,6 +87,9 @@ impl VersionEdit {
             &self.range_tombstones_added,
             &live,
         );
+        if let Some(t) = &self.buckets {
+            version.buckets = Arc::clone(t);
+        }
         let mut segments = base.segments.clone();
         for id in &self.segments_freed {
             segments.remove(id);
@@ -120,6 +126,7 @@ impl Installed {
             flushed_lsn: self.flushed_lsn,
             levels: self.version.manifest_levels(),
             range_tombstones: self.version.range_tombstones.clone(),
+            buckets: self.version.buckets.meta(),
             segments: self
                 .segments
                 .iter()

@@ -25,8 +25,12 @@ const MAGIC: &[u8; 8] = b"HKVMANIF";
 /// database may have keyspaces (its small log may hold their records, op 6, and a flushed
 /// LSN is the last LSN of any keyspace at the flushed memtable's switch), so a build that
 /// knows neither refuses it instead of replaying or deleting logs another keyspace needs.
-/// Versions 1 (no range tombstones) and 2 are still read.
-pub(crate) const MANIFEST_VERSION: u32 = 3;
+/// Versions 1 (no range tombstones) and 2 are still read. Version 4 adds the delta bucket
+/// table (`crate::bucket`); it is written only by a database that has buckets, so one that
+/// never separated deltas stays readable by a build that knows version 3.
+pub(crate) const MANIFEST_VERSION: u32 = 4;
+/// The version written when the state has no delta buckets.
+const MANIFEST_VERSION_NO_BUCKETS: u32 = 3;
 /// The end length of a range tombstone that runs to the end of the key space.
 const NO_END: u32 = u32::MAX;
 const HEADER: usize = 20;
@@ -47,6 +51,8 @@ pub(crate) struct ManifestState {
     pub segments: Vec<SegmentRecord>,
     /// Flushed range tombstones, oldest first, with the runs that may still need them.
     pub range_tombstones: Vec<PendingTombstone>,
+    /// The delta buckets, in hash order (empty: delta separation never wrote any).
+    pub buckets: Vec<crate::bucket::BucketMeta>,
 }
 
 /// How a segment's kind is written in the manifest (FORMAT.md, "Manifest").
@@ -117,9 +123,24 @@ impl ManifestState {
                 p.extend_from_slice(&id.to_le_bytes());
             }
         }
+        let version = if self.buckets.is_empty() {
+            MANIFEST_VERSION_NO_BUCKETS
+        } else {
+            p.extend_from_slice(&(self.buckets.len() as u32).to_le_bytes());
+            for b in &self.buckets {
+                p.push(b.depth);
+                p.extend_from_slice(&b.prefix.to_le_bytes());
+                p.extend_from_slice(&(b.segments.len() as u32).to_le_bytes());
+                for (id, committed) in &b.segments {
+                    p.extend_from_slice(&id.to_le_bytes());
+                    p.extend_from_slice(&committed.to_le_bytes());
+                }
+            }
+            MANIFEST_VERSION
+        };
         let mut out = Vec::with_capacity(HEADER + p.len());
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&(p.len() as u32).to_le_bytes());
         out.extend_from_slice(&crc32c(&p).to_le_bytes());
         out.extend_from_slice(&p);
@@ -249,6 +270,59 @@ impl ManifestState {
                 });
             }
         }
+        let mut buckets = Vec::new();
+        if version >= 4 {
+            let n = p.u32().ok_or_else(short)? as usize;
+            // Each takes at least 13 bytes (depth, prefix, segment count).
+            if n > payload.len() / 13 {
+                return Err(bad(
+                    HEADER as u64,
+                    "manifest bucket count exceeds its payload",
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for _ in 0..n {
+                let depth = p.u8().ok_or_else(short)?;
+                let prefix = p.u64().ok_or_else(short)?;
+                let nseg = p.u32().ok_or_else(short)? as usize;
+                if nseg > p.remaining() / 16 {
+                    return Err(bad(
+                        HEADER as u64,
+                        "manifest bucket segment count exceeds its payload",
+                    ));
+                }
+                let mut segs = Vec::with_capacity(nseg);
+                for _ in 0..nseg {
+                    let id = p.u64().ok_or_else(short)?;
+                    let committed = p.u64().ok_or_else(short)?;
+                    if id >= next_file_id || !seen.insert(id) {
+                        return Err(bad(
+                            HEADER as u64,
+                            "manifest bucket segment id out of range",
+                        ));
+                    }
+                    segs.push((id, committed));
+                }
+                buckets.push(crate::bucket::BucketMeta {
+                    depth,
+                    prefix,
+                    segments: segs,
+                });
+            }
+            if buckets.is_empty() {
+                // Written as version 3 when there are none: one encoding per state.
+                return Err(bad(
+                    HEADER as u64,
+                    "a version 4 manifest without delta buckets",
+                ));
+            }
+            if !crate::bucket::BucketMeta::valid_table(&buckets) {
+                return Err(bad(
+                    HEADER as u64,
+                    "manifest bucket table does not cover every hash exactly once",
+                ));
+            }
+        }
         if p.remaining() != 0 {
             return Err(bad(HEADER as u64, "manifest payload has trailing bytes"));
         }
@@ -259,6 +333,7 @@ impl ManifestState {
             levels,
             segments,
             range_tombstones,
+            buckets,
         })
     }
 
@@ -286,6 +361,7 @@ impl ManifestState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::BucketMeta;
 
     #[test]
     fn round_trip_and_damage_detected() {
@@ -326,6 +402,7 @@ mod tests {
                     pending: vec![6],
                 },
             ],
+            buckets: Vec::new(),
         };
         let bytes = s.encode();
         let p = Path::new("MANIFEST");
@@ -423,5 +500,197 @@ mod tests {
             }
             other => panic!("expected corruption, got {other:?}"),
         }
+    }
+
+    fn bucket(depth: u8, prefix: u64, segments: &[(u64, u64)]) -> BucketMeta {
+        BucketMeta {
+            depth,
+            prefix,
+            segments: segments.to_vec(),
+        }
+    }
+
+    /// A state with a delta bucket table.
+    fn with_buckets(buckets: Vec<BucketMeta>) -> ManifestState {
+        ManifestState {
+            next_file_id: 20,
+            log_min_id: 7,
+            flushed_lsn: 500,
+            levels: vec![(1, 8, 4096)],
+            segments: vec![SegmentRecord {
+                id: 2,
+                kind: SegmentKind::Large,
+                owner: 0,
+                garbage: 0,
+            }],
+            buckets,
+            ..ManifestState::default()
+        }
+    }
+
+    /// Mixed depths, a bucket with no segment, one with two.
+    fn good_buckets() -> Vec<BucketMeta> {
+        vec![
+            bucket(1, 0, &[(11, 4096), (12, 100)]),
+            bucket(2, 2, &[]),
+            bucket(2, 3, &[(19, 0)]),
+        ]
+    }
+
+    /// Recomputes the payload checksum of an encoded manifest after an edit of its
+    /// payload (`encode`'s header: magic 8 bytes, version, payload length, checksum).
+    fn reseal(bytes: &mut [u8]) {
+        let crc = crc32c(&bytes[HEADER..]);
+        bytes[16..20].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    fn corruption(bytes: &[u8]) -> String {
+        match ManifestState::decode(bytes, Path::new("MANIFEST")) {
+            Err(Error::Corruption { what, .. }) => what,
+            other => panic!("expected corruption, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bucket_table_is_written_as_version_4_and_only_then() {
+        let p = Path::new("MANIFEST");
+        let s = with_buckets(good_buckets());
+        let bytes = s.encode();
+        assert_eq!(bytes[8..12], 4u32.to_le_bytes());
+        assert_eq!(bytes[8..12], MANIFEST_VERSION.to_le_bytes());
+        assert_eq!(ManifestState::decode(&bytes, p).unwrap(), s);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(ManifestState::decode(&bad, p).is_err(), "flip at {i}");
+        }
+        for cut in 0..bytes.len() {
+            assert!(
+                ManifestState::decode(&bytes[..cut], p).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // Every bucket at the deepest split.
+        let deep = (0..1u64 << crate::bucket::MAX_BUCKET_BITS)
+            .map(|prefix| bucket(crate::bucket::MAX_BUCKET_BITS, prefix, &[]))
+            .collect();
+        let s = with_buckets(deep);
+        assert_eq!(ManifestState::decode(&s.encode(), p).unwrap(), s);
+
+        // Without buckets: version 3, as before.
+        let plain = with_buckets(Vec::new());
+        let v3 = plain.encode();
+        assert_eq!(v3[8..12], 3u32.to_le_bytes());
+        assert_eq!(ManifestState::decode(&v3, p).unwrap(), plain);
+        // The version-4 payload is the version-3 one followed by the bucket table.
+        let v4 = with_buckets(good_buckets()).encode();
+        assert_eq!(v4[HEADER..v3.len()], v3[HEADER..]);
+        // A version-3 header over a payload with a bucket table: trailing bytes.
+        let mut as_v3 = v4.clone();
+        as_v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+        assert!(corruption(&as_v3).contains("trailing"));
+        // A version-4 header over a version-3 payload: truncated.
+        let mut as_v4 = v3.clone();
+        as_v4[8..12].copy_from_slice(&4u32.to_le_bytes());
+        assert!(corruption(&as_v4).contains("truncated"));
+        // A version after 4 is refused as such.
+        let mut v5 = v4.clone();
+        v5[8..12].copy_from_slice(&5u32.to_le_bytes());
+        assert!(matches!(
+            ManifestState::decode(&v5, p),
+            Err(Error::UnsupportedVersion { found: 5, .. })
+        ));
+    }
+
+    #[test]
+    fn a_bad_bucket_table_is_corruption() {
+        let p = Path::new("MANIFEST");
+        let deepest = crate::bucket::MAX_BUCKET_BITS;
+        // `encode` does not check: each bad state encodes to a version-4 payload with a
+        // good checksum, so the decoder's own checks are what refuses it.
+        for (buckets, what) in [
+            (
+                vec![bucket(1, 0, &[(11, 1)]), bucket(2, 3, &[])],
+                "cover every hash",
+            ),
+            (vec![bucket(1, 0, &[])], "cover every hash"),
+            (
+                vec![bucket(1, 1, &[]), bucket(1, 0, &[])],
+                "cover every hash",
+            ),
+            (
+                vec![bucket(1, 0, &[]), bucket(1, 0, &[]), bucket(1, 1, &[])],
+                "cover every hash",
+            ),
+            (
+                vec![bucket(1, 0, &[]), bucket(1, 3, &[])],
+                "cover every hash",
+            ),
+            (
+                vec![bucket(deepest + 1, 0, &[]), bucket(1, 1, &[])],
+                "cover every hash",
+            ),
+            (
+                vec![bucket(1, 0, &[(20, 1)]), bucket(1, 1, &[])],
+                "segment id out of range",
+            ),
+            (
+                vec![bucket(1, 0, &[(u64::MAX, 1)]), bucket(1, 1, &[])],
+                "segment id out of range",
+            ),
+            (
+                vec![bucket(1, 0, &[(11, 1), (11, 2)]), bucket(1, 1, &[])],
+                "segment id out of range",
+            ),
+            (
+                vec![bucket(1, 0, &[(11, 1)]), bucket(1, 1, &[(12, 5), (11, 1)])],
+                "segment id out of range",
+            ),
+        ] {
+            let bytes = with_buckets(buckets.clone()).encode();
+            assert_eq!(bytes[8..12], 4u32.to_le_bytes());
+            let w = corruption(&bytes);
+            assert!(w.contains(what), "{buckets:?}: {w}");
+        }
+
+        // The same by hand, on a good table's bytes, the checksum recomputed.
+        let good = with_buckets(good_buckets()).encode();
+        assert!(ManifestState::decode(&good, p).is_ok());
+        let mut resealed = good.clone();
+        reseal(&mut resealed);
+        assert_eq!(resealed, good);
+        // The table ends the payload: its count, then per bucket depth, prefix, segment
+        // count and (id, committed) per segment.
+        let table = good.len() - (4 + (13 + 2 * 16) + 13 + (13 + 16));
+        let first_id = table + 4 + 13;
+        assert_eq!(good[first_id..first_id + 8], 11u64.to_le_bytes());
+        // The first segment id raised to next_file_id: refused by its checksum first,
+        // then, resealed, by the id check.
+        let mut bad = good.clone();
+        bad[first_id..first_id + 8].copy_from_slice(&20u64.to_le_bytes());
+        assert!(corruption(&bad).contains("checksum"));
+        reseal(&mut bad);
+        assert!(corruption(&bad).contains("segment id out of range"));
+        // The second segment of the first bucket named as the first.
+        let mut twice = good.clone();
+        twice[first_id + 16..first_id + 24].copy_from_slice(&11u64.to_le_bytes());
+        reseal(&mut twice);
+        assert!(corruption(&twice).contains("segment id out of range"));
+        // The third bucket's prefix made 2: an overlap, then a gap.
+        let third_prefix = good.len() - (16 + 4 + 8);
+        assert_eq!(good[third_prefix..third_prefix + 8], 3u64.to_le_bytes());
+        let mut moved = good.clone();
+        moved[third_prefix..third_prefix + 8].copy_from_slice(&2u64.to_le_bytes());
+        reseal(&mut moved);
+        assert!(corruption(&moved).contains("cover every hash"));
+        // Counts beyond what the payload holds.
+        let mut many = good.clone();
+        many[table..table + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        reseal(&mut many);
+        assert!(corruption(&many).contains("bucket count"));
+        let mut segs = good.clone();
+        segs[table + 13..table + 17].copy_from_slice(&1000u32.to_le_bytes());
+        reseal(&mut segs);
+        assert!(corruption(&segs).contains("segment count"));
     }
 }

@@ -5,6 +5,7 @@
 //! and all of L1's runs are merged into L2 together. Deeper levels hold one run each.
 //! Beside the runs: the flushed range tombstones that some run may still need.
 
+use crate::bucket::BucketTable;
 use crate::level::LevelFile;
 use crate::options::MediumMergeLevel;
 use crate::range_delete::{PendingTombstone, RangeTombstones};
@@ -17,6 +18,8 @@ pub(crate) struct Version {
     /// Flushed range tombstones, oldest first, each with the runs that may still hold a
     /// version it deletes.
     pub range_tombstones: Vec<PendingTombstone>,
+    /// The delta buckets the runs' bucket lists read (`crate::bucket`).
+    pub buckets: Arc<BucketTable>,
 }
 
 impl Version {
@@ -24,6 +27,7 @@ impl Version {
         Version {
             levels: vec![Vec::new(); max_levels],
             range_tombstones: Vec::new(),
+            buckets: Arc::default(),
         }
     }
 

@@ -403,9 +403,21 @@ impl<const BACK: bool> Walk<BACK> {
     fn fold_deltas(&self, view: &View, entry: &mut MergeEntry) -> Result<Vec<u8>> {
         let op = crate::delta::require(view.operator.as_ref())?;
         let file_of = |source: usize| self.file_of(source).map(Arc::as_ref);
-        let stacked = entry.take_stack(|source, v| match file_of(source) {
-            Some(f) => f.load_overflow(v),
-            None => Ok(v),
+        let no_buckets = crate::bucket::BucketTable::default();
+        let buckets = view
+            .sv
+            .as_ref()
+            .map_or(&no_buckets, |sv| &*sv.version.buckets);
+        let key = entry.key.clone();
+        let stacked = entry.take_stack(|source, v| {
+            let v = match file_of(source) {
+                Some(f) => f.load_overflow(v)?,
+                None => v,
+            };
+            match v {
+                LevelValue::Deltas(list) => buckets.resolve(&key, list).map(LevelValue::Deltas),
+                v => Ok(v),
+            }
         })?;
         let base = match stacked.base {
             Some(b) => super::resolve_with(&view.segments, &b.key, b.value, file_of(b.source))?,

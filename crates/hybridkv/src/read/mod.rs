@@ -9,6 +9,7 @@
 
 pub(crate) mod iter;
 
+use crate::bucket::BucketTable;
 use crate::delta::MergeOperator;
 use crate::error::{Error, Result};
 use crate::level::{LevelFile, LevelValue};
@@ -40,7 +41,14 @@ pub(crate) struct Lookup {
 impl Lookup {
     /// Takes `v`: a delta is stacked below the ones already met; anything else is the
     /// base. True while the lookup must look further (no base, no closed list yet).
-    fn take(&mut self, v: LevelValue, file: Option<&Arc<LevelFile>>) -> Result<bool> {
+    /// A bucket list is read from `buckets` (the version's delta buckets) first.
+    fn take(
+        &mut self,
+        key: &[u8],
+        v: LevelValue,
+        file: Option<&Arc<LevelFile>>,
+        buckets: &BucketTable,
+    ) -> Result<bool> {
         self.from_files += usize::from(file.is_some());
         let v = match (&v, file) {
             (LevelValue::DeltasOverflow { .. }, Some(f)) => f.load_overflow(v)?,
@@ -48,6 +56,7 @@ impl Lookup {
         };
         match v {
             LevelValue::Deltas(older) => {
+                let older = buckets.resolve(key, older)?;
                 let ptr = crate::log::ptr::LogPtr::closed_base_of(&older);
                 self.deltas.push_older(older);
                 if let Some(p) = ptr {
@@ -99,7 +108,7 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
         let mut failed = None;
         mem.versions_of(key, snapshot, |(lsn, v)| {
             let v = if lsn < cut { LevelValue::Tombstone } else { v };
-            more = match found.take(v, None) {
+            more = match found.take(key, v, None, &sv.version.buckets) {
                 Ok(m) => m,
                 Err(e) => {
                     failed = Some(e);
@@ -118,15 +127,48 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
     for file in sv.version.all_runs() {
         if let Some((lsn, v)) = file.get(key)? {
             if lsn < cut {
-                found.take(LevelValue::Tombstone, None)?;
+                found.take(key, LevelValue::Tombstone, None, &sv.version.buckets)?;
                 return Ok(found);
             }
-            if !found.take(v, Some(file))? {
+            if !found.take(key, v, Some(file), &sv.version.buckets)? {
                 return Ok(found);
             }
         }
     }
     Ok(found)
+}
+
+/// The LSN ranges of `key`'s bucket lists in `version`, newest first: the records of its
+/// delta bucket that a read of the key may still need (what bucket GC keeps). The walk
+/// stops where a list, a base or a covering range tombstone ends the key's deltas.
+pub(crate) fn bucket_ranges(
+    version: &crate::manifest::version::Version,
+    key: &[u8],
+) -> Result<Vec<(u64, u64)>> {
+    let cut = version.range_cut(key);
+    let mut out = Vec::new();
+    for file in version.all_runs() {
+        let Some((lsn, v)) = file.get(key)? else {
+            continue;
+        };
+        if lsn < cut {
+            break;
+        }
+        let v = match v {
+            LevelValue::DeltasOverflow { .. } => file.load_overflow(v)?,
+            v => v,
+        };
+        let LevelValue::Deltas(list) = v else {
+            break;
+        };
+        if let Some(r) = crate::delta::bucket_range(&list) {
+            out.push(r);
+        }
+        if crate::delta::is_closed(&list) {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// The bytes of a stored value: reads overflow blobs and follows log pointers.
