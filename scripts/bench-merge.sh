@@ -5,6 +5,8 @@
 # case: small deltas on large values, zipfian). One engine at a time, same binary, same
 # machine; results appended to docs/bench/merge.jsonl (or $BENCH_MERGE_RESULTS).
 # hybridkv runs twice: as it is, and with KDSep's delta separation (hybridkv-kdsep).
+# Between the two F runs, an update-heavy run (scripts/workloads/update-heavy.properties:
+# 90% read-modify-writes as merges, 10% reads, zipfian).
 #
 # Usage: ./scripts/bench-merge.sh [records] [ops]      (defaults: 4000000 2000000)
 set -euo pipefail
@@ -26,6 +28,8 @@ for mix in $mixes; do
     "$bin" bench --phase load --workload a "${common[@]}" --label "merge-$records"
     echo "== $engine $mix: Run F, read-modify-write as merge" >&2
     "$bin" bench --phase run --workload f --ops "$ops" --rmw merge "${common[@]}" --label "f-merge-$records"
+    echo "== $engine $mix: update-heavy (90% read-modify-write as merge, 10% reads)" >&2
+    "$bin" bench --phase run --workload-file scripts/workloads/update-heavy.properties --ops "$ops" --rmw merge "${common[@]}" --label "u-merge-$records"
     echo "== $engine $mix: Run F, read-modify-write as get-then-put" >&2
     "$bin" bench --phase run --workload f --ops "$ops" --rmw read-write "${common[@]}" --label "f-getput-$records"
     rm -rf "$db/$engine"

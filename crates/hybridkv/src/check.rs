@@ -117,8 +117,8 @@ impl Engine {
                                 // keeps what a list stands for).
                                 if let Some((lo, hi)) = crate::delta::bucket_range(&list) {
                                     report.bucket_lists_checked += 1;
-                                    // Only a list still live must find them: a
-                                    // shadowed one's records may be collected already.
+                                    // Every list a collection keeps (all but those
+                                    // below a covering range tombstone) must find them.
                                     let live = crate::read::bucket_ranges(&sv.version, &key)
                                         .map(|r| r.contains(&(lo, hi)));
                                     match sv.version.buckets.read_operands(&key, lo, hi) {

@@ -450,6 +450,17 @@ impl Stack {
         self.lists.len()
     }
 
+    /// Replaces every list by `f(list)` (a bucket list by the inline list it stands for).
+    pub(crate) fn resolve_each(
+        &mut self,
+        mut f: impl FnMut(Vec<u8>) -> Result<Vec<u8>>,
+    ) -> Result<()> {
+        for list in &mut self.lists {
+            *list = f(std::mem::take(list))?;
+        }
+        Ok(())
+    }
+
     /// Whether the oldest list added is closed: no older version of the key matters.
     pub(crate) fn is_closed(&self) -> bool {
         self.lists.last().is_some_and(|l| is_closed(l))

@@ -1,4 +1,5 @@
-//! Fold-back (KDSep's fold of deltas into their base, on reads): a get that folded deltas
+//! Fold-back (KDSep's fold of deltas into their base, on reads, and when a bucket
+//! collection finds a key's deltas grown past a threshold): a get that folded deltas
 //! read from level files writes the value it computed back as a put, so that later reads
 //! of the key stop at the memtable and the next merges drop the deltas instead of carrying
 //! them down the levels.
@@ -10,16 +11,16 @@
 //! (the put holds exactly what a get returns at that moment), or fails the read.
 
 use crate::engine::Engine;
-use crate::stats::Counters;
 use crate::write::batch::BatchOp;
 use crate::write::CommitRecord;
 
 impl Engine {
     /// Writes `value` back as the put of `key` if nothing wrote the key after `seen` (the
     /// LSN of the get's snapshot). Errors are logged, not returned: the read succeeded.
-    pub(crate) fn fold_back(&self, key: &[u8], value: &[u8], seen: u64) {
+    /// Returns whether the put was committed.
+    pub(crate) fn fold_back(&self, key: &[u8], value: &[u8], seen: u64) -> bool {
         let Some(mut held) = self.writes.try_hold(self.keyspace) else {
-            return;
+            return false;
         };
         // A close may have finished on another handle since the get began.
         if self.check_open().is_err()
@@ -28,17 +29,17 @@ impl Engine {
                 .mem(self.keyspace)
                 .is_none_or(|m| m.size() >= self.opts.memtable_size)
         {
-            return;
+            return false;
         }
         // With the keyspace's slot held no commit into it runs: the state captured now
         // holds every write of `key`.
         let (sv, _) = self.snapshot();
         match crate::read::newest_lsn(&sv, key) {
             Ok(Some(lsn)) if lsn <= seen => {}
-            Ok(_) => return, // written since (or gone): the get's value is not the newest
+            Ok(_) => return false, // written since (or gone): the get's value is not the newest
             Err(e) => {
                 log::warn!("{}: fold-back of a read skipped: {e}", self.dir.display());
-                return;
+                return false;
             }
         }
         drop(sv);
@@ -50,9 +51,31 @@ impl Engine {
             keyspace: self.keyspace,
         };
         match self.writes.commit(&mut held, &[record], false) {
-            Ok(_) => Counters::add(&self.counters.reads_folded_back, 1),
+            Ok(_) => true,
             // The commit poisoned the engine: later writes report it.
-            Err(e) => log::warn!("{}: fold-back of a read failed: {e}", self.dir.display()),
+            Err(e) => {
+                log::warn!("{}: fold-back of a read failed: {e}", self.dir.display());
+                false
+            }
+        }
+    }
+
+    /// KDSep's fold of a key's deltas into its base once they grow past a threshold (a
+    /// bucket collection names such keys): the key's value read now and written back as
+    /// a put, as a read's fold-back does (skipped when the keyspace is busy; the next
+    /// collection names the key again). Returns whether it was written.
+    pub(crate) fn fold_grown_deltas(&self, key: &[u8]) -> bool {
+        let (sv, lsn) = self.snapshot();
+        match crate::snapshot::get_noting_folds(self, &sv, lsn, key) {
+            Ok((Some(v), _)) => {
+                drop(sv);
+                self.fold_back(key, &v, lsn)
+            }
+            Ok((None, _)) => false,
+            Err(e) => {
+                log::warn!("{}: folding grown deltas skipped: {e}", self.dir.display());
+                false
+            }
         }
     }
 }

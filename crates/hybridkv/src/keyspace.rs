@@ -15,7 +15,7 @@ use crate::options::WriteOptions;
 use crate::read::iter::{DbIterator, KeyIterator};
 use crate::snapshot::Snapshot;
 use crate::space::SpaceReport;
-use crate::stats::{LevelStats, Stats};
+use crate::stats::{Counters, LevelStats, Stats};
 use crate::value::Value;
 use crate::write::batch::WriteBatch;
 use std::ops::RangeBounds;
@@ -172,7 +172,9 @@ impl Keyspace {
         if folded && self.engine.opts.fold_on_read && self.check_writable().is_ok() {
             if let Some(v) = &value {
                 drop(sv); // the write-back captures the state anew
-                self.engine.fold_back(key, v, lsn);
+                if self.engine.fold_back(key, v, lsn) {
+                    Counters::add(&self.engine.counters.reads_folded_back, 1);
+                }
             }
         }
         Ok(value)

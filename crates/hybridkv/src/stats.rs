@@ -48,6 +48,7 @@ pub(crate) struct Counters {
     pub bucket_gc_passes: AtomicU64,
     pub bucket_splits: AtomicU64,
     pub bucket_records_dropped: AtomicU64,
+    pub bucket_keys_folded: AtomicU64,
 }
 
 impl Counters {
@@ -194,6 +195,9 @@ pub struct Stats {
     pub delta_bucket_splits: u64,
     /// Records delta bucket collections dropped (dead) or combined into others.
     pub delta_bucket_records_dropped: u64,
+    /// Keys whose deltas a collection found grown past the threshold and folded into
+    /// their base (written back as a put).
+    pub delta_bucket_keys_folded: u64,
     /// Delta buckets.
     pub delta_buckets: usize,
     /// Committed bytes of the delta buckets' segments.
@@ -245,6 +249,7 @@ impl Stats {
         self.delta_bucket_gc_passes = Counters::get(&c.bucket_gc_passes);
         self.delta_bucket_splits = Counters::get(&c.bucket_splits);
         self.delta_bucket_records_dropped = Counters::get(&c.bucket_records_dropped);
+        self.delta_bucket_keys_folded = Counters::get(&c.bucket_keys_folded);
     }
 
     /// Bytes written by the engine (all components) per user byte written.

@@ -16,7 +16,6 @@ use crate::delta::MergeOperator;
 use crate::error::Result;
 use crate::format::key_hash;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What one collection did.
@@ -33,6 +32,11 @@ pub(crate) struct Collected {
     pub split: bool,
 }
 
+/// A key whose deltas, combined, still hold at least this many operands (the operator
+/// has no partial merge) or this many bytes is named for a fold into its base (KDSep).
+pub(crate) const FOLD_OPERANDS: usize = 16;
+pub(crate) const FOLD_BYTES: usize = 4096;
+
 /// One record to write: key, LSN range, open operand list.
 type Pending = (Vec<u8>, u64, u64, Vec<u8>);
 /// One record read: LSN range, open operand list.
@@ -44,6 +48,7 @@ pub(crate) type LiveRanges<'a> = &'a mut dyn FnMut(&[u8]) -> Result<Vec<(u64, u6
 /// ranges of the key's bucket lists in the current version (any order; empty when no
 /// list stands for the key's records any more). Returns the table with the bucket
 /// replaced, ready for an install.
+/// Also returns the keys whose deltas grew past [`FOLD_OPERANDS`] or [`FOLD_BYTES`].
 pub(crate) fn collect(
     store: &Arc<BucketStore>,
     table: &BucketTable,
@@ -52,11 +57,12 @@ pub(crate) fn collect(
     op: Option<&dyn MergeOperator>,
     live: LiveRanges<'_>,
     new_id: &dyn Fn() -> u64,
-) -> Result<(BucketTable, Collected)> {
+) -> Result<(BucketTable, Collected, Vec<Vec<u8>>)> {
     let mut done = Collected::default();
     let Some(old) = table.slots.get(slot) else {
-        return Ok((table.clone(), done));
+        return Ok((table.clone(), done, Vec::new()));
     };
+    let mut grown: Vec<Vec<u8>> = Vec::new();
     done.bytes_in = old.bytes();
     let mut by_key: BTreeMap<Vec<u8>, Vec<Found>> = BTreeMap::new();
     for (seg, committed) in &old.segments {
@@ -98,6 +104,11 @@ pub(crate) fn collect(
                     None => list,
                 }
             };
+            let operands = crate::delta::operands_of(&key, &list)?.len();
+            if (operands >= FOLD_OPERANDS || list.len() >= FOLD_BYTES) && grown.last() != Some(&key)
+            {
+                grown.push(key.clone());
+            }
             out.push((key.clone(), lo, hi, list));
         }
     }
@@ -129,17 +140,7 @@ pub(crate) fn collect(
     store.open.lock().remove(&(depth, prefix));
     let mut next = table.clone();
     next.slots.splice(slot..=slot, new_slots);
-    // Durable and about to be named by an install: no longer deleted on drop.
-    for (seg, _) in next
-        .slots
-        .iter()
-        .skip(slot)
-        .take(if split { 2 } else { 1 })
-        .flat_map(|s| s.segments.iter())
-    {
-        seg.obsolete.store(false, Ordering::Release);
-    }
-    Ok((next, done))
+    Ok((next, done, grown))
 }
 
 /// A bucket holding `records` in one new, synced segment (none if there are none).
@@ -159,7 +160,7 @@ fn write_slot(
         return Ok(slot);
     }
     let OpenSegment { segment, mut file } = store.create_segment(new_id())?;
-    // Deleted if anything below fails (cleared by `collect` once all is written).
+    // Deleted on drop until an install names it (`BucketTable::installed`).
     segment.mark_obsolete();
     let mut buf = Vec::new();
     for (key, lo, hi, list) in records {

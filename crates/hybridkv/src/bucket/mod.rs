@@ -40,6 +40,8 @@ pub(crate) const MAX_BUCKET_BITS: u8 = 16;
 /// Segments kept open for appending between flushes (each holds a 256 KiB write buffer);
 /// a bucket past them starts a new segment at its next flush.
 const MAX_OPEN_SEGMENTS: usize = 32;
+/// A bucket of more segments than this is collected (into one) whatever its size.
+pub(crate) const MAX_SEGMENTS_PER_BUCKET: usize = 8;
 /// Bytes of a record's header: checksum, body length.
 const RECORD_HEADER: usize = 8;
 /// A segment starts with `magic (8) | version u32 | crc32c u32 of the first 12 bytes`.
@@ -224,6 +226,11 @@ impl BucketSegment {
         self.obsolete.store(true, Ordering::Release);
     }
 
+    /// Keeps the segment on disk when it is dropped (an installed table names it).
+    fn keep(&self) {
+        self.obsolete.store(false, Ordering::Release);
+    }
+
     fn note(&self, hash: u64, offset: u64, len: usize) {
         self.index.insert(
             hash,
@@ -385,6 +392,15 @@ impl BucketTable {
                 segments: s.segments.iter().map(|(f, c)| (f.id, *c)).collect(),
             })
             .collect()
+    }
+
+    /// Called once an install made this table current: every segment it names stays on
+    /// disk (a segment a flush or collection created is deleted on drop until then, so a
+    /// failed job leaves no file behind).
+    pub(crate) fn installed(&self) {
+        for s in self.segments() {
+            s.keep();
+        }
     }
 
     /// Every segment the table names.
@@ -556,7 +572,8 @@ impl BucketStore {
     }
 
     /// The bucket of `table` most worth collecting: over `size` bytes and over twice what
-    /// its last collection left.
+    /// its last collection left, or made of more than [`MAX_SEGMENTS_PER_BUCKET`] segments
+    /// (each holds a file descriptor, and a key's records spread over them).
     pub(crate) fn due_for_collection(&self, table: &BucketTable, size: u64) -> Option<usize> {
         let collected = self.collected.lock();
         table
@@ -566,8 +583,9 @@ impl BucketStore {
             .filter(|(_, s)| {
                 let last = collected.get(&(s.depth, s.prefix)).copied().unwrap_or(0);
                 s.bytes() > size.max(last.saturating_mul(2))
+                    || s.segments.len() > MAX_SEGMENTS_PER_BUCKET
             })
-            .max_by_key(|(_, s)| s.bytes())
+            .max_by_key(|(_, s)| (s.bytes(), s.segments.len()))
             .map(|(i, _)| i)
     }
 
@@ -708,10 +726,8 @@ impl BucketFlush<'_> {
             let len = open.file.len();
             match s.segments.last_mut() {
                 Some((seg, c)) if Arc::ptr_eq(seg, &open.segment) => *c = len,
-                _ => {
-                    open.segment.obsolete.store(false, Ordering::Release);
-                    s.segments.push((Arc::clone(&open.segment), len));
-                }
+                // Still deleted on drop until the install names it (`BucketTable::installed`).
+                _ => s.segments.push((Arc::clone(&open.segment), len)),
             }
             if open_map.len() < MAX_OPEN_SEGMENTS {
                 open_map.insert((s.depth, s.prefix), open);

@@ -411,6 +411,8 @@ fn flushes_append_and_reads_see_only_committed_records_in_range() {
     // Appended but not finished: no table vouches for them.
     assert!(reads(&before, &a, 0, u64::MAX).is_empty());
     let t1 = f.finish().unwrap().unwrap();
+    // As an install does: the segments it names stay on disk.
+    t1.installed();
     drop(f);
     assert!(reads(&before, &a, 0, u64::MAX).is_empty());
     assert!(reads(&before, &c, 0, u64::MAX).is_empty());
@@ -468,6 +470,8 @@ fn flushes_append_and_reads_see_only_committed_records_in_range() {
     f.append(&a, 20, 21, &ops(&["a20", "a21"])).unwrap();
     assert_eq!(los(&t1, &a, 0, u64::MAX), [1, 5, 10]);
     let t2 = f.finish().unwrap().unwrap();
+    // As an install does: the segments it names stay on disk.
+    t2.installed();
     drop(f);
     assert_eq!(ids_of(slot_for(&t2, &a)), [seg_a]);
     let committed_a2 = slot_for(&t2, &a).segments[0].1;
@@ -504,6 +508,8 @@ fn flushes_append_and_reads_see_only_committed_records_in_range() {
     f.append(&a, 40, 41, &ops(&["a40"])).unwrap();
     f.append(&c, 42, 42, &ops(&["c42"])).unwrap();
     let t3 = f.finish().unwrap().unwrap();
+    // As an install does: the segments it names stay on disk.
+    t3.installed();
     drop(f);
     let a_ids = ids_of(slot_for(&t3, &a));
     assert_eq!(a_ids.len(), 2);
@@ -535,10 +541,14 @@ fn written(dir: &Path) -> (Vec<BucketMeta>, Reads) {
     f.append(&b, 3, 3, &ops(&["b3"])).unwrap();
     f.append(&c, 4, 4, &ops(&["c4"])).unwrap();
     let t1 = f.finish().unwrap().unwrap();
+    // As an install does: the segments it names stay on disk.
+    t1.installed();
     drop(f);
     let mut f = store.begin_flush(&t1, &new_id);
     f.append(&a, 5, 5, &ops(&["a5"])).unwrap();
     let t2 = f.finish().unwrap().unwrap();
+    // As an install does: the segments it names stay on disk.
+    t2.installed();
     drop(f);
     let want = [a, b, c]
         .into_iter()
@@ -595,6 +605,8 @@ fn open_cuts_uncommitted_bytes_and_reads_the_same() {
     let mut f = store.begin_flush(&table, &new_id);
     f.append(&want[0].0, 9, 9, &ops(&["a9"])).unwrap();
     let t = f.finish().unwrap().unwrap();
+    // As an install does: the segments it names stay on disk.
+    t.installed();
     drop(f);
     let mut expect = want[0].1.clone();
     expect.push((9, ops(&["a9"])));
@@ -680,6 +692,8 @@ fn resolve_turns_a_bucket_list_into_an_inline_one() {
     f.append(&a, 4, 4, &ops(&["z"])).unwrap();
     f.append(&a, 8, 9, &ops(&["later"])).unwrap();
     let t = f.finish().unwrap().unwrap();
+    // As an install does: the segments it names stay on disk.
+    t.installed();
     drop(f);
 
     // Any other list comes back as it is.

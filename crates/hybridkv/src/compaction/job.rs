@@ -465,9 +465,10 @@ impl MergeJob<'_> {
 
     /// When every delta version of `entry` is a bucket list and what is below them needs
     /// no read (no base among the inputs, a large base, a tombstone, or a closed bucket
-    /// list), the one bucket list that stands for all of them: their ranges combined,
-    /// closed over what ends them. The deltas stay in their bucket, unread. `None`
-    /// otherwise (the caller folds the usual way, reading the buckets).
+    /// list; at the bottom of the tree only a large base), the one bucket list that stands
+    /// for all of them: their ranges combined, closed over what ends them. The deltas stay
+    /// in their bucket, unread. `None` otherwise (the caller folds the usual way, reading
+    /// the buckets).
     ///
     /// Combining ranges is exact: a bucket record of the key with a range between two of
     /// the lists' belongs to a list that a newer base or range tombstone removed, and that
@@ -511,6 +512,11 @@ impl MergeJob<'_> {
                 }
                 _ => return None,
             }
+        }
+        // At the bottom of the tree deltas over no base or a tombstone are folded into a
+        // value (their bucket read once), as inline deltas are: nothing older can come.
+        if self.drop_tombstones && ptr.is_none() {
+            return None;
         }
         let below = std::mem::take(&mut entry.below);
         for dead in below.into_iter().skip(consumed.saturating_sub(1)) {

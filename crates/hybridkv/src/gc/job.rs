@@ -149,7 +149,7 @@ impl Engine {
                 if found.deltas.is_empty() {
                     Some(None)
                 } else {
-                    Some(Some(found.deltas.into_list(key)?))
+                    Some(Some(found.into_list(key)?))
                 }
             }
             _ => None,

@@ -36,18 +36,29 @@ pub(crate) struct Lookup {
     pub base: Option<Stored>,
     /// Level files that gave a delta list or the base.
     pub from_files: usize,
+    /// The delta buckets the stacked bucket lists read (set when one was met).
+    buckets: Option<Arc<BucketTable>>,
 }
 
 impl Lookup {
+    /// One operand list of every delta found, oldest first (bucket lists read from their
+    /// delta bucket).
+    pub(crate) fn into_list(self, key: &[u8]) -> Result<Vec<u8>> {
+        let mut deltas = self.deltas;
+        if let Some(table) = &self.buckets {
+            deltas.resolve_each(|list| table.resolve(key, list))?;
+        }
+        deltas.into_list(key)
+    }
+
     /// Takes `v`: a delta is stacked below the ones already met; anything else is the
     /// base. True while the lookup must look further (no base, no closed list yet).
     /// A bucket list is read from `buckets` (the version's delta buckets) first.
     fn take(
         &mut self,
-        key: &[u8],
         v: LevelValue,
         file: Option<&Arc<LevelFile>>,
-        buckets: &BucketTable,
+        buckets: &Arc<BucketTable>,
     ) -> Result<bool> {
         self.from_files += usize::from(file.is_some());
         let v = match (&v, file) {
@@ -56,7 +67,12 @@ impl Lookup {
         };
         match v {
             LevelValue::Deltas(older) => {
-                let older = buckets.resolve(key, older)?;
+                // A bucket list is stacked as it is (its head says whether it is closed
+                // and over which pointer); its records are read only when the deltas are
+                // folded (`Lookup::into_list`), not by a lookup that only wants the base.
+                if self.buckets.is_none() && crate::delta::bucket_range(&older).is_some() {
+                    self.buckets = Some(Arc::clone(buckets));
+                }
                 let ptr = crate::log::ptr::LogPtr::closed_base_of(&older);
                 self.deltas.push_older(older);
                 if let Some(p) = ptr {
@@ -108,7 +124,7 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
         let mut failed = None;
         mem.versions_of(key, snapshot, |(lsn, v)| {
             let v = if lsn < cut { LevelValue::Tombstone } else { v };
-            more = match found.take(key, v, None, &sv.version.buckets) {
+            more = match found.take(v, None, &sv.version.buckets) {
                 Ok(m) => m,
                 Err(e) => {
                     failed = Some(e);
@@ -127,10 +143,10 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
     for file in sv.version.all_runs() {
         if let Some((lsn, v)) = file.get(key)? {
             if lsn < cut {
-                found.take(key, LevelValue::Tombstone, None, &sv.version.buckets)?;
+                found.take(LevelValue::Tombstone, None, &sv.version.buckets)?;
                 return Ok(found);
             }
-            if !found.take(key, v, Some(file), &sv.version.buckets)? {
+            if !found.take(v, Some(file), &sv.version.buckets)? {
                 return Ok(found);
             }
         }
@@ -138,9 +154,12 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
     Ok(found)
 }
 
-/// The LSN ranges of `key`'s bucket lists in `version`, newest first: the records of its
-/// delta bucket that a read of the key may still need (what bucket GC keeps). The walk
-/// stops where a list, a base or a covering range tombstone ends the key's deltas.
+/// The LSN ranges of every bucket list of `key` in `version`'s runs, newest first: the
+/// records of its delta bucket that a read or a later compaction may still need (what
+/// bucket GC keeps). Lists below a newer version are kept too: a compaction of the lower
+/// levels meets them without the version that hides them, and may fold them into a base
+/// there. Only a covering range tombstone ends the walk (every later merge applies it, so
+/// no one reads what lies below it).
 pub(crate) fn bucket_ranges(
     version: &crate::manifest::version::Version,
     key: &[u8],
@@ -158,14 +177,10 @@ pub(crate) fn bucket_ranges(
             LevelValue::DeltasOverflow { .. } => file.load_overflow(v)?,
             v => v,
         };
-        let LevelValue::Deltas(list) = v else {
-            break;
-        };
-        if let Some(r) = crate::delta::bucket_range(&list) {
-            out.push(r);
-        }
-        if crate::delta::is_closed(&list) {
-            break;
+        if let LevelValue::Deltas(list) = v {
+            if let Some(r) = crate::delta::bucket_range(&list) {
+                out.push(r);
+            }
         }
     }
     Ok(out)
@@ -215,9 +230,9 @@ pub(crate) fn value_of(
     segments: &SegmentSet,
     operator: Option<&Arc<dyn MergeOperator>>,
     key: &[u8],
-    found: Lookup,
+    mut found: Lookup,
 ) -> Result<Option<Value>> {
-    let base = match found.base {
+    let base = match found.base.take() {
         Some((v, file)) => resolve_with(segments, key, v, file.as_deref())?,
         None => None,
     };
@@ -225,7 +240,7 @@ pub(crate) fn value_of(
         return Ok(base);
     }
     let op = crate::delta::require(operator)?;
-    let list = found.deltas.into_list(key)?;
+    let list = found.into_list(key)?;
     crate::delta::fold_full(op, key, base.as_deref(), &list).map(|v| Some(Value::from(v)))
 }
 
@@ -277,4 +292,61 @@ pub(crate) fn newest_lsn(sv: &SuperVersion, key: &[u8]) -> Result<Option<u64>> {
         }
     }
     Ok(cut)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a test fails by panicking
+    use super::*;
+    use crate::cache::BlockCache;
+    use crate::io::{Io, IoComponent, RealFs};
+    use crate::level::builder::{EntryValue, LevelBuilder};
+    use crate::manifest::version::Version;
+
+    fn run(
+        dir: &std::path::Path,
+        id: u64,
+        key: &[u8],
+        lsn: u64,
+        v: EntryValue<'_>,
+    ) -> Arc<LevelFile> {
+        let io = Io::new(Arc::new(RealFs), false);
+        let path = dir.join(crate::level::reader::file_name(id));
+        let f = io.create(&path, IoComponent::Flush).unwrap();
+        let mut b = LevelBuilder::new(f, 8192, 12288);
+        b.add(key, lsn, v).unwrap();
+        b.finish().unwrap();
+        Arc::new(LevelFile::open(&io, dir, id, Arc::new(BlockCache::new(1 << 20))).unwrap())
+    }
+
+    #[test]
+    fn bucket_ranges_keep_lists_a_newer_version_hides_but_not_those_a_range_deletes() {
+        // L1: a put of the key; L2: a bucket list under it; L3: another list. A compaction
+        // of L2 into L3 meets both lists without the put, so a collection must keep both.
+        let dir = tempfile::tempdir().unwrap();
+        let k = b"key";
+        let hidden = crate::delta::bucket_list(false, None, 20, 30);
+        let deeper = crate::delta::bucket_list(false, None, 5, 9);
+        let mut version = Version::empty(3);
+        version.levels[0].push(run(dir.path(), 1, k, 40, EntryValue::Bytes(b"put")));
+        version.levels[1].push(run(dir.path(), 2, k, 30, EntryValue::Deltas(&hidden)));
+        version.levels[2].push(run(dir.path(), 3, k, 9, EntryValue::Deltas(&deeper)));
+        assert_eq!(bucket_ranges(&version, k).unwrap(), vec![(20, 30), (5, 9)]);
+        // A range tombstone at LSN 35 covers the key: what lies below it is never read
+        // again (every later merge applies it), so the walk ends there.
+        version
+            .range_tombstones
+            .push(crate::range_delete::PendingTombstone {
+                tombstone: crate::range_delete::RangeTombstone {
+                    start: b"a".to_vec(),
+                    end: None,
+                    lsn: 35,
+                },
+                pending: vec![2, 3],
+            });
+        assert_eq!(
+            bucket_ranges(&version, k).unwrap(),
+            Vec::<(u64, u64)>::new()
+        );
+    }
 }
