@@ -537,6 +537,14 @@ impl Workload {
             } else {
                 run_op(db, op, &acked)
             };
+            // `flush` returns once its run is installed; the background thread may then
+            // start, on its own, the compaction the new run calls for. The step waits for
+            // that work too, so that no background call falls between two steps (where its
+            // operation numbers would depend on when the caller starts the next step).
+            let result = match (result, op) {
+                (Ok(()), Op::Flush) if !self.compact_all.contains(&i) => db.compact(),
+                (r, _) => r,
+            };
             let end = fs.op_count();
             if result.is_ok() {
                 apply(&mut acked, op);
