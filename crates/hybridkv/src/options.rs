@@ -126,7 +126,7 @@ pub struct Options {
     /// has buckets reads them whatever this option says later. Default `false`.
     pub delta_separation: bool,
     /// Bytes of records a delta bucket may hold before it is collected; a bucket still
-    /// over half of this after collection splits in two. Default 4 MiB (64 KiB ..= 1 GiB).
+    /// over half of this after collection splits in two. Default 4 MiB (4 KiB ..= 1 GiB).
     pub delta_bucket_size: u64,
 }
 
@@ -207,10 +207,10 @@ impl Options {
             )
         })?;
         check(
-            (64 << 10..=1 << 30).contains(&self.delta_bucket_size),
+            (4 << 10..=1 << 30).contains(&self.delta_bucket_size),
             || {
                 format!(
-                    "delta_bucket_size = {} (must be 64 KiB ..= 1 GiB)",
+                    "delta_bucket_size = {} (must be 4 KiB ..= 1 GiB)",
                     self.delta_bucket_size
                 )
             },

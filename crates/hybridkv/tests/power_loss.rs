@@ -156,6 +156,25 @@ impl Gen {
     }
 
     /// `n` random steps over `keys` keys (and some of the other phases' keys).
+    /// Merges of every key, round after round with flushes and compactions between:
+    /// with delta separation on, enough bucket records for collections and splits.
+    fn deltas(&mut self, rounds: usize, keys: u64) {
+        for round in 0..rounds {
+            for k in 0..keys {
+                let key = key(k);
+                let step = self.ops.len();
+                let operand = common::operand(&mut self.rng, step);
+                let sync = self.rng.chance(5);
+                self.ops.push(Op::Merge { key, operand, sync });
+            }
+            self.ops.push(if round % 3 == 2 {
+                Op::Compact
+            } else {
+                Op::Flush
+            });
+        }
+    }
+
     fn mixed(&mut self, n: usize, keys: u64) {
         for _ in 0..n {
             let sync = self.rng.chance(10);
@@ -309,6 +328,8 @@ enum Phase {
     Mixed,
     Trap,
     Medium,
+    /// Rounds of merges of every key (with delta separation on).
+    Deltas,
 }
 
 fn workload(seed: u64) -> Workload {
@@ -319,9 +340,9 @@ fn workload(seed: u64) -> Workload {
         opts.medium_merge_level = MediumMergeLevel::SecondToLast;
     }
     if rng.chance(50) {
-        // KDSep's delta separation, its buckets collected at the smallest size.
+        // KDSep's delta separation, its buckets collected at the smallest size (4 KiB).
         opts.delta_separation = true;
-        opts.delta_bucket_size = 64 << 10;
+        opts.delta_bucket_size = 4 << 10;
     }
     let keys = 24 + rng.below(100);
     let mut plan = vec![Phase::Trap, Phase::Medium, Phase::Mixed, Phase::Mixed];
@@ -330,6 +351,9 @@ fn workload(seed: u64) -> Workload {
     }
     if rng.chance(30) {
         plan.push(Phase::Trap);
+    }
+    if opts.delta_separation {
+        plan.push(Phase::Deltas);
     }
     shuffle(&mut rng, &mut plan);
     let mut g = Gen {
@@ -349,6 +373,7 @@ fn workload(seed: u64) -> Workload {
             }
             Phase::Trap => g.gc_trap(),
             Phase::Medium => g.medium_merge(),
+            Phase::Deltas => g.deltas(6, keys),
         }
     }
     Workload {
@@ -918,6 +943,7 @@ fn power_loss_recovers_a_prefix_holding_every_synced_write() {
         "no delta was written and folded"
     );
     assert!(t.bucket_records > 0, "no delta went to a bucket");
+    assert!(t.bucket_collections > 0, "no delta bucket was collected");
     assert!(
         t.trap_freed > 0,
         "no GC pass freed a segment whose records died by unsynced writes"
