@@ -168,7 +168,7 @@ pub(crate) fn require(op: Option<&Arc<dyn MergeOperator>>) -> Result<&dyn MergeO
 }
 
 /// A key for error messages: at most 32 bytes, escaped.
-fn show_key(key: &[u8]) -> String {
+pub(crate) fn show_key(key: &[u8]) -> String {
     let shown = key.get(..32).unwrap_or(key);
     let more = if shown.len() < key.len() { "..." } else { "" };
     format!("\"{}\"{more}", shown.escape_ascii())
@@ -191,7 +191,7 @@ const WITH_BASE: u32 = 1 << 30;
 /// encoded pointer (20 bytes) of the base value in the large log, which stays there.
 const BASE_PTR: u32 = 1 << 29;
 /// Bit of the head word: a *bucket list*. Its deltas are not in it but in the key's delta
-/// bucket (`crate::bucket`): the records of the key whose LSN range lies inside the range
+/// bucket (ARCHITECTURE.md, "Delta separation"): the records of the key whose LSN range lies inside the range
 /// `[lo u64][hi u64]` that follows the head word. It holds no operand but the base
 /// pointer (with `CLOSED | BASE_PTR`); never with `WITH_BASE`.
 const BUCKET: u32 = 1 << 28;

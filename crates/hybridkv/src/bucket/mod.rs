@@ -429,7 +429,7 @@ impl BucketTable {
         let Some(slot) = self.slot_of(hash).and_then(|i| self.slots.get(i)) else {
             return Err(Error::Internal(format!(
                 "a bucket list of key {} but no delta bucket covers its hash",
-                show_key(key)
+                crate::delta::show_key(key)
             )));
         };
         let Some((first, _)) = slot.segments.first() else {
@@ -476,19 +476,12 @@ impl BucketTable {
                 0,
                 format!(
                     "the delta bucket of key {} holds none of the records of LSNs {lo}..={hi} a run names",
-                    show_key(key)
+                    crate::delta::show_key(key)
                 ),
             ));
         }
         crate::delta::inline_bucket_list(key, &list, records.iter().map(|(_, l)| l.as_slice()))
     }
-}
-
-/// A key for error messages: at most 32 bytes, escaped.
-fn show_key(key: &[u8]) -> String {
-    let shown = key.get(..32).unwrap_or(key);
-    let more = if shown.len() < key.len() { "..." } else { "" };
-    format!("\"{}\"{more}", shown.escape_ascii())
 }
 
 /// The segment a bucket is appending to, kept between flushes.
@@ -508,14 +501,6 @@ pub(crate) struct BucketStore {
     /// again once over twice that (and over `delta_bucket_size`), so a bucket of live
     /// records that cannot split is not rewritten at every flush.
     collected: Mutex<HashMap<(u8, u64), u64>>,
-}
-
-impl std::fmt::Debug for BucketStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BucketStore")
-            .field("dir", &self.dir)
-            .finish()
-    }
 }
 
 impl BucketStore {

@@ -636,7 +636,7 @@ fn open_refuses_a_short_segment_and_damage_below_the_committed_length() {
                 assert_eq!(file.file_name(), path.file_name(), "{what}");
                 assert!(what.contains(&(committed + 1).to_string()), "{what}");
             }
-            other => panic!("expected corruption, got {other:?}"),
+            other => panic!("expected corruption, got {:?}", other.err()),
         }
     }
     // Nothing was cut.
@@ -670,7 +670,7 @@ fn open_refuses_a_short_segment_and_damage_below_the_committed_length() {
                 Err(Error::Corruption { file, .. }) => {
                     assert_eq!(file.file_name(), path.file_name())
                 }
-                other => panic!("damage at {i}: expected corruption, got {other:?}"),
+                other => panic!("damage at {i}: expected corruption, got {:?}", other.err()),
             }
         }
     }

@@ -368,7 +368,13 @@ impl MergeJob<'_> {
             .min()
             .unwrap_or(entry.lsn);
         let hi = entry.lsn;
-        let key_owned = entry.key.clone();
+        // The key, for reading the bucket of a bucket list (cloned only when the version
+        // has delta buckets: the closure cannot borrow the entry `take_stack` changes).
+        let key_owned = if self.buckets.slots.is_empty() {
+            Vec::new()
+        } else {
+            entry.key.clone()
+        };
         let load = |source: usize, v: LevelValue| {
             let v = match merge.source(source) {
                 Some(s) => s.load_overflow(v)?,
