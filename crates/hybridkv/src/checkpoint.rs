@@ -365,8 +365,9 @@ fn capture(root: &Arc<Engine>, others: &[Arc<Engine>]) -> Result<Captured> {
         });
     }
     // Every commit so far was handed to the operating system, so each small-log file's
-    // length now ends at a whole record. The copy replays from the oldest replay start of
-    // any keyspace.
+    // length now ends at a whole record; the one being appended to ends where its writer
+    // says (a log appended to through a memory map is longer: a reserved tail of zeros,
+    // not worth copying). The copy replays from the oldest replay start of any keyspace.
     let from = spaces
         .iter()
         .map(|s| s.manifest.log_min_id)
@@ -374,7 +375,11 @@ fn capture(root: &Arc<Engine>, others: &[Arc<Engine>]) -> Result<Captured> {
         .unwrap_or(0);
     let mut logs = Vec::new();
     for (id, path) in crate::log::small::list(&root.io, root.writes.log_dir(), from)? {
-        let len = root.io.fs().file_len(&path)?;
+        let len = if id == log.writer.id() {
+            log.writer.len()
+        } else {
+            root.io.fs().file_len(&path)?
+        };
         logs.push(Source::Copy(FileKind::SmallLog.name(id), len));
     }
     drop(log);

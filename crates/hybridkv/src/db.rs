@@ -65,7 +65,9 @@ impl Db {
         options: Options,
         fs: Arc<dyn FileSystem>,
     ) -> Result<Db> {
-        let io = Io::new(fs, options.direct_io).with_mapped_reads(options.mmap_reads);
+        let io = Io::new(fs, options.direct_io)
+            .with_mapped_reads(options.mmap_reads)
+            .with_mapped_log_writes(options.mmap_log_writes);
         let opened = recovery::open_database(path.as_ref(), options.clone(), io.clone(), false)?;
         for e in &opened.engines {
             e.flush_replayed()?;

@@ -57,6 +57,19 @@ pub struct Options {
     /// log tail it has mapped). Default `false`. `docs/PERFORMANCE.md` compares the three
     /// read modes.
     pub mmap_reads: bool,
+    /// Append to the small log (the write-ahead log) through a memory map: a commit's
+    /// record is copied into the page cache with no system call (a `pwrite` of a 60-byte
+    /// record costs about 0.75 us of kernel time on this project's machine, the copy
+    /// 0.05 us), and it reaches the operating system as a `pwrite` would, so a crash of
+    /// the process loses no acknowledged write; `sync` still ends in `fdatasync`. The log
+    /// reserves its space ahead (`fallocate`, 4 KiB first, doubling up to 1 MiB steps),
+    /// so a full disk is an `Error::Io` at that step, never a fault inside the mapping; a memtable switch cuts the log it
+    /// leaves to its records, and a crash leaves a tail of zeros that the next open reads
+    /// as the log's end and cuts. Where the file system cannot reserve space, the log is
+    /// written with buffered `pwrite`s instead. The trade every memory-mapped store makes:
+    /// should another process cut the log file while it is open, the process stops
+    /// (`SIGBUS`). Default `true`; `false` writes the log with a `pwrite` per commit group.
+    pub mmap_log_writes: bool,
     /// Threads that run flushes and compactions. Default 2. Range 1 ..= 64.
     pub background_threads: usize,
     /// Default durability of writes made without explicit `WriteOptions`: `true` makes every
@@ -153,6 +166,7 @@ impl Default for Options {
             cache_bytes: 256 << 20,
             direct_io: false,
             mmap_reads: false,
+            mmap_log_writes: true,
             background_threads: 2,
             sync: false,
             placement: Placement::Hybrid,

@@ -60,6 +60,7 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ("cache_bytes", o.cache_bytes.to_string()),
         ("direct_io", o.direct_io.to_string()),
         ("mmap_reads", o.mmap_reads.to_string()),
+        ("mmap_log_writes", o.mmap_log_writes.to_string()),
         ("background_threads", o.background_threads.to_string()),
         ("sync", o.sync.to_string()),
         ("placement", placement_name(o.placement).to_string()),
@@ -196,6 +197,7 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         "cache_bytes" => o.cache_bytes = num(value)?,
         "direct_io" => o.direct_io = flag(value)?,
         "mmap_reads" => o.mmap_reads = flag(value)?,
+        "mmap_log_writes" => o.mmap_log_writes = flag(value)?,
         "background_threads" => o.background_threads = num(value)?,
         "sync" => o.sync = flag(value)?,
         "placement" => {
@@ -313,6 +315,7 @@ mod tests {
             cache_bytes: 12345,
             direct_io: true,
             mmap_reads: true,
+            mmap_log_writes: false,
             background_threads: 3,
             sync: true,
             placement: Placement::AllLog,

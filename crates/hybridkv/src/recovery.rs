@@ -174,6 +174,7 @@ pub(crate) fn keyspace_options(stored: Options, db: &Options) -> Options {
         create_if_missing: false,
         direct_io: db.direct_io,
         mmap_reads: db.mmap_reads,
+        mmap_log_writes: db.mmap_log_writes,
         merge_operator: db.merge_operator.clone(),
         cache_bytes: db.cache_bytes,
         pinned_index_bytes: db.pinned_index_bytes,

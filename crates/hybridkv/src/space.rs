@@ -180,7 +180,7 @@ impl Engine {
             SpaceComponent {
                 name: "small log (WAL)",
                 bytes: wal,
-                reason: Some("writes still in a memtable; deleted after the memtable's flush"),
+                reason: Some("writes still in a memtable, and the space the log being appended to reserved ahead (mmap_log_writes: up to 1 MiB); deleted after the memtable's flush"),
             },
             SpaceComponent {
                 name: "files waiting for deletion",

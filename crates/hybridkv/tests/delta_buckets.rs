@@ -381,3 +381,150 @@ fn a_fault_at_any_io_point_of_a_flush_that_writes_and_collects_buckets_loses_no_
     }
     assert!(failed > 0, "no fault made the flush fail");
 }
+
+/// A simulated file system whose directory sync after the second manifest rename fails
+/// once armed: the new manifest is then in effect (renamed) although its store reported an
+/// error.
+#[derive(Debug, Clone)]
+struct FailManifestDirSync {
+    fs: hybridkv::io::SimFs,
+    /// 0: off; 3: armed (the next manifest rename sets 1); 1: the next one sets 2; 2: the
+    /// next directory sync fails (and sets 0).
+    state: Arc<std::sync::atomic::AtomicU8>,
+}
+
+mod fail_manifest_dir_sync {
+    use super::FailManifestDirSync;
+    use hybridkv::io::{DirLock, FileSystem, ReadableFile, WritableFile};
+    use std::path::Path;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    impl FileSystem for FailManifestDirSync {
+        fn create_dir_all(&self, path: &Path) -> hybridkv::Result<()> {
+            self.fs.create_dir_all(path)
+        }
+        fn create(&self, path: &Path, direct: bool) -> hybridkv::Result<Box<dyn WritableFile>> {
+            self.fs.create(path, direct)
+        }
+        fn open(&self, path: &Path, direct: bool) -> hybridkv::Result<Arc<dyn ReadableFile>> {
+            self.fs.open(path, direct)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
+            self.fs.rename(from, to)?;
+            if to.file_name().is_some_and(|n| n == "MANIFEST") {
+                let _ = self
+                    .state
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| match s {
+                        3 => Some(1),
+                        1 => Some(2),
+                        _ => None,
+                    });
+            }
+            Ok(())
+        }
+        fn remove(&self, path: &Path) -> hybridkv::Result<()> {
+            self.fs.remove(path)
+        }
+        fn remove_dir(&self, path: &Path) -> hybridkv::Result<()> {
+            self.fs.remove_dir(path)
+        }
+        fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
+            self.fs.hard_link(from, to)
+        }
+        fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
+            self.fs.list(dir)
+        }
+        fn sync_dir(&self, dir: &Path) -> hybridkv::Result<()> {
+            if self
+                .state
+                .compare_exchange(2, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Err(hybridkv::Error::Io {
+                    op: "fsync directory",
+                    path: dir.to_path_buf(),
+                    source: std::io::Error::other("injected: the manifest's directory sync"),
+                });
+            }
+            self.fs.sync_dir(dir)
+        }
+        fn kind(&self, path: &Path) -> hybridkv::Result<Option<bool>> {
+            self.fs.kind(path)
+        }
+        fn file_len(&self, path: &Path) -> hybridkv::Result<u64> {
+            self.fs.file_len(path)
+        }
+        fn allocated_len(&self, path: &Path) -> hybridkv::Result<u64> {
+            self.fs.allocated_len(path)
+        }
+        fn truncate(&self, path: &Path, len: u64) -> hybridkv::Result<()> {
+            self.fs.truncate(path, len)
+        }
+        fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> hybridkv::Result<()> {
+            self.fs.punch_hole(path, offset, len)
+        }
+        fn lock(&self, path: &Path) -> hybridkv::Result<Box<dyn DirLock>> {
+            self.fs.lock(path)
+        }
+    }
+}
+
+/// Regression: a bucket collection (after a flush) wrote a bucket's records to new
+/// segments and stored the manifest naming them, and the directory sync after the
+/// manifest's rename failed. The install reported the failure, so the collection deleted
+/// its new segments as it does for a failed job, but the new manifest was in effect: the
+/// reopen failed (`stat ... .dbkt: NotFound`). A failed store must keep every file the new
+/// manifest names (the next open deletes those the manifest it reads does not). Found by
+/// the fault-at-every-step test above once the small log's switch added a step and moved
+/// its faults.
+#[test]
+fn a_failed_manifest_directory_sync_keeps_the_bucket_segments_the_new_manifest_names() {
+    let o = Options {
+        // Every bucket is due for collection after the flush under test.
+        delta_bucket_size: 4096,
+        ..opts(Arc::new(Append))
+    };
+    let sim = hybridkv::io::SimFs::new();
+    let fs = FailManifestDirSync {
+        fs: sim.clone(),
+        state: Arc::default(),
+    };
+    let db = Db::open_with_fs("/db", o.clone(), Arc::new(fs.clone())).unwrap();
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for i in 0..400u32 {
+        let k = format!("k{i:03}");
+        db.put(&k, "base").unwrap();
+        model.insert(k, b"base".to_vec());
+    }
+    db.flush().unwrap();
+    // Deltas over bases in an older run: the flush cannot fold them, so they go to buckets.
+    for i in 0..400u32 {
+        let k = format!("k{i:03}");
+        let d = format!("+delta-{i:05}-{}", "x".repeat(20));
+        db.merge(&k, &d).unwrap();
+        model.get_mut(&k).unwrap().extend_from_slice(d.as_bytes());
+    }
+    // Nothing in the background from here on: the flush's install stores the first
+    // manifest after the arming, its collection the second.
+    db.compact().unwrap();
+    fs.state.store(3, std::sync::atomic::Ordering::SeqCst);
+    // The flush returns at its install; its collection runs after, in the same job, which
+    // `compact` waits for (it fails once the engine is poisoned, or finds nothing left).
+    let _ = db.flush();
+    let _ = db.compact();
+    assert_eq!(
+        fs.state.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "not injected"
+    );
+    assert!(
+        db.put("after", "x").is_err(),
+        "the collection's failed install must poison"
+    );
+    drop(db);
+    let db = Db::open_with_fs("/db", o, Arc::new(sim)).unwrap();
+    check_model(&db, &model, "after a reopen");
+    let report = db.check().unwrap();
+    assert!(report.is_ok(), "{report:?}");
+}

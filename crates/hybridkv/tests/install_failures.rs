@@ -175,6 +175,10 @@ impl WritableFile for TracedWriter {
     fn len(&self) -> u64 {
         self.inner.len()
     }
+    fn finish(&mut self) -> hybridkv::Result<()> {
+        let (fs, inner) = (&self.fs, &mut self.inner);
+        fs.record("finish", &self.path, || inner.finish())
+    }
 }
 
 struct TracedReader {

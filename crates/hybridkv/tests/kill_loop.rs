@@ -24,6 +24,10 @@
 //! keyspace must hold exactly the batches of the prefix the default keyspace holds (a part
 //! of a batch in one keyspace without the other is a *torn batch*, counted as a hole).
 //!
+//! Two rounds in three append to the small log through a memory map
+//! (`Options::mmap_log_writes`, the default: a kill leaves the log being appended to with
+//! a reserved tail of zeros), the third with a `pwrite` per commit.
+//!
 //! The loop runs twice, on two databases in temp dirs on the real file system: once with
 //! the default buffered I/O, once with `Options::direct_io` on (level files written, and
 //! level files and log segments read, with `O_DIRECT`; the parent's verification reads
@@ -76,10 +80,12 @@ const SIGKILL: i32 = 9;
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Tiny memtables and segments: background work never stops. `direct` turns
-/// `direct_io` on.
-fn kill_opts(direct: bool) -> Options {
+/// `direct_io` on; `mapped_log` appends to the small log through a memory map (the
+/// default) rather than with a `pwrite` per commit.
+fn kill_opts(direct: bool, mapped_log: bool) -> Options {
     Options {
         direct_io: direct,
+        mmap_log_writes: mapped_log,
         memtable_size: 64 << 10,
         max_immutable_memtables: 2,
         growth_factor: 2,
@@ -188,7 +194,10 @@ fn kill_loop_child(dir: &str) {
     let round = env_u64(ENV_ROUND).expect("round");
     let seed = env_u64(ENV_SEED).expect("seed");
     let direct = env_u64(ENV_DIRECT).expect("direct") == 1;
-    let db = match Db::open(dir, kill_opts(direct)) {
+    // Two rounds in three append to the small log through a memory map (the default),
+    // the third with a `pwrite` per commit: a kill leaves the logs of either kind.
+    let mapped_log = round % 3 != 2;
+    let db = match Db::open(dir, kill_opts(direct, mapped_log)) {
         Ok(db) => db,
         Err(e) => {
             say(&format!("E open: {e}"));
@@ -197,7 +206,7 @@ fn kill_loop_child(dir: &str) {
     };
     let mirror = match db
         .keyspace(MIRROR)
-        .or_else(|_| db.create_keyspace(MIRROR, kill_opts(direct)))
+        .or_else(|_| db.create_keyspace(MIRROR, kill_opts(direct, mapped_log)))
     {
         Ok(k) => k,
         Err(e) => {
@@ -488,7 +497,7 @@ fn run_loop(mode: Mode, rounds: u64, base: u64) -> (String, Vec<String>) {
             apply_mirror(&mut mirror_hi, &ops[r.acked as usize]);
         }
 
-        let db = Db::open(&dir, kill_opts(mode.direct)).unwrap_or_else(|e| {
+        let db = Db::open(&dir, kill_opts(mode.direct, true)).unwrap_or_else(|e| {
             panic!("seed {base} {name} round {round}: reopen after SIGKILL failed: {e}")
         });
         let got = read_state(&db, &universe)

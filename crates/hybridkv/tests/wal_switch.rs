@@ -156,3 +156,69 @@ fn a_torn_older_log_ends_recovery_there_and_later_logs_are_discarded() {
     // Unsynced writes were lost in some images (the test exercised torn logs).
     assert!(shorter > 0, "no crash image lost unsynced writes");
 }
+
+/// The small log appended to through a memory map (`Options::mmap_log_writes`, on by
+/// default), on the real file system: the log being appended to is reserved ahead (steps
+/// of 4 KiB or more, zeros past its records); every log a memtable switch leaves is cut to its
+/// records at once (else a newer log would follow a tail of zeros, which replay reads as a
+/// tear); a close cuts the last one; a reopen reads every write.
+#[test]
+fn mapped_small_logs_are_cut_at_each_switch_and_at_close_on_the_real_file_system() {
+    const STEP: u64 = 4 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let real_opts = || Options {
+        gc_interval: Duration::from_secs(3600),
+        ..opts()
+    };
+    let wal_files = |dir: &std::path::Path| {
+        let mut logs: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".wal"))
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        logs.sort();
+        logs
+    };
+    {
+        let db = Db::open(dir.path(), real_opts()).unwrap();
+        // One write to a keyspace written no more holds the oldest log (and every later
+        // one, up to the small log's file bound) until its memtable is flushed.
+        let rare = db.create_keyspace("rare", real_opts()).unwrap();
+        rare.put("rare-key", "rare-value").unwrap();
+        load(&db);
+        let logs = wal_files(dir.path());
+        assert!(logs.len() >= 3, "{} small-log files", logs.len());
+        let (newest, older) = logs.split_last().unwrap();
+        for (name, bytes) in older {
+            // Cut to its records: it ends with the last value's bytes.
+            assert_eq!(bytes.last(), Some(&b'v'), "{name} does not end at a record");
+            assert_ne!(
+                bytes.len() as u64 % STEP,
+                0,
+                "{name} keeps its reserved tail"
+            );
+        }
+        // The log being appended to: reserved in whole steps, zeros past its records.
+        let (name, bytes) = newest;
+        assert_eq!(bytes.len() as u64 % STEP, 0, "{name} is not reserved ahead");
+        assert_eq!(bytes.last(), Some(&0), "{name}");
+        drop(rare);
+        db.close().unwrap();
+    }
+    let logs = wal_files(dir.path());
+    let (name, bytes) = logs.last().unwrap();
+    assert_eq!(bytes.last(), Some(&b'v'), "{name} not cut at close");
+    let db = Db::open(dir.path(), real_opts()).unwrap();
+    assert_eq!(assert_prefix(&db, "reopen"), PAIRS);
+    let rare = db.keyspace("rare").unwrap();
+    assert_eq!(
+        rare.get("rare-key").unwrap().as_deref(),
+        Some(&b"rare-value"[..])
+    );
+}

@@ -137,10 +137,19 @@ impl Engine for HybridEngine {
         m.insert(
             "direct_io".into(),
             match (o.direct_io, o.mmap_reads) {
-                (true, false) => "on: level-file writes (flush/compaction output), every level and log-segment read; log appends buffered".into(),
+                (true, false) => "on: level-file writes (flush/compaction output), every level and log-segment read; log appends not direct".into(),
                 (true, true) => "on for level-file writes (flush/compaction output); reads memory-mapped".into(),
                 (false, _) => "off".into(),
             },
+        );
+        m.insert(
+            "log_appends".into(),
+            if o.mmap_log_writes {
+                "small log memory-mapped (a copy into the page cache per commit group), large log buffered"
+            } else {
+                "buffered (a pwrite per commit group)"
+            }
+            .into(),
         );
         m.insert(
             "read_mode".into(),

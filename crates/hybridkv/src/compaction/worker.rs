@@ -217,10 +217,15 @@ impl Engine {
                     buckets: buckets.map(Arc::new),
                     ..VersionEdit::default()
                 };
-                self.install(&mut vs, &edit, Some(mem))?;
+                let stored = self.install(&mut vs, &edit, Some(mem));
                 if let Some(t) = &edit.buckets {
+                    // Kept even if the store failed: the new manifest may be in effect all
+                    // the same (a failed directory sync after its rename; only a reopen
+                    // tells), so every segment it names stays; the next open deletes those
+                    // the manifest it reads does not name.
                     t.installed();
                 }
+                stored?;
                 vs.l1_dead_estimate = vs.l1_dead_estimate.saturating_add(shadowed);
                 freed
             };
@@ -295,8 +300,10 @@ impl Engine {
                     buckets: Some(Arc::clone(&table)),
                     ..VersionEdit::default()
                 };
-                self.install(&mut vs, &edit, None)?;
+                let stored = self.install(&mut vs, &edit, None);
+                // Kept even if the store failed (see the flush's install above).
                 table.installed();
+                stored?;
                 drop(vs);
                 self.buckets.note_collected(&new_slots);
                 Counters::add(&self.counters.bucket_gc_passes, 1);

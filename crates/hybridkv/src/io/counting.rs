@@ -248,6 +248,9 @@ impl WritableFile for CountingWriter {
     fn len(&self) -> u64 {
         self.inner.len()
     }
+    fn finish(&mut self) -> Result<()> {
+        self.inner.finish()
+    }
 }
 
 pub(super) struct CountingReader {

@@ -47,6 +47,12 @@ pub trait WritableFile: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Flushes, then ends the file at [`WritableFile::len`]: a file appended through a
+    /// memory map gives back the space it reserved ahead (its length ran past the bytes
+    /// appended). Nothing may be appended after. Not durable by itself: the next
+    /// [`WritableFile::sync_data`] makes the new length durable too. Required, with no
+    /// default, so that a wrapper cannot forget to forward it.
+    fn finish(&mut self) -> Result<()>;
 }
 
 /// A file opened for positional reads.
@@ -105,6 +111,15 @@ pub trait FileSystem: Send + Sync + Debug {
     /// Creates (or truncates) a file for appending. `direct` asks for `O_DIRECT`, in which
     /// case every flush must leave a multiple of [`IO_ALIGN`] bytes written.
     fn create(&self, path: &Path, direct: bool) -> Result<Box<dyn WritableFile>>;
+    /// Creates (or truncates) a file for appending through a memory map, where the file
+    /// system has them: an append is a copy into the page cache, no system call. The file
+    /// is reserved ahead (`fallocate`), so its length may run past the bytes appended,
+    /// zeros, until [`WritableFile::finish`]; a crash leaves that tail. Only for files
+    /// whose readers tell such a tail from data (the small log). The default creates it
+    /// as [`FileSystem::create`] without `O_DIRECT`.
+    fn create_mapped(&self, path: &Path) -> Result<Box<dyn WritableFile>> {
+        self.create(path, false)
+    }
     /// Opens an existing file for positional reads.
     fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>>;
     /// Opens an existing file for positional reads through a memory map, where the file
@@ -175,6 +190,8 @@ pub struct Io {
     direct: bool,
     /// Level files and log segments are read through memory maps (`Options::mmap_reads`).
     mapped: bool,
+    /// The small log is appended to through memory maps (`Options::mmap_log_writes`).
+    mapped_log: bool,
     /// Set by [`Io::seal`]: every change through this handle (and its clones, and files
     /// opened through them) fails with `Error::Closed`.
     sealed: sealed::Seal,
@@ -190,6 +207,7 @@ impl Io {
             stats: Arc::new(IoStats::default()),
             direct,
             mapped: false,
+            mapped_log: false,
             sealed,
         }
     }
@@ -199,6 +217,18 @@ impl Io {
     pub fn with_mapped_reads(mut self, mapped: bool) -> Self {
         self.mapped = mapped;
         self
+    }
+
+    /// The same handle, appending to the small log through memory maps (`mapped`: see
+    /// [`FileSystem::create_mapped`]) or with buffered writes.
+    pub fn with_mapped_log_writes(mut self, mapped: bool) -> Self {
+        self.mapped_log = mapped;
+        self
+    }
+
+    /// Whether the small log is appended to through memory maps.
+    pub fn mapped_log_writes(&self) -> bool {
+        self.mapped_log
     }
 
     /// Whether level files and log segments are read through memory maps.
@@ -236,10 +266,15 @@ impl Io {
     }
 
     /// Creates a file whose writes are counted under `component`. Level files (flush and
-    /// compaction output) use direct I/O when it is on; logs never do.
+    /// compaction output) use direct I/O when it is on; logs never do; the small log
+    /// (`IoComponent::Wal`) is appended to through memory maps when that is on.
     pub fn create(&self, path: &Path, component: IoComponent) -> Result<Box<dyn WritableFile>> {
         let direct = self.direct && component.is_level_file();
-        let inner = self.fs.create(path, direct)?;
+        let inner = if self.mapped_log && component == IoComponent::Wal {
+            self.fs.create_mapped(path)?
+        } else {
+            self.fs.create(path, direct)?
+        };
         Ok(Box::new(counting::CountingWriter::new(
             inner,
             Arc::clone(&self.stats),

@@ -112,6 +112,9 @@ impl WritableFile for OverlayWriter {
     fn len(&self) -> u64 {
         self.data.lock().len() as u64
     }
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 struct OverlayReader {

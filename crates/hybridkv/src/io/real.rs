@@ -1,5 +1,5 @@
 //! The operating system's file system, with optional `O_DIRECT` or memory-mapped reads,
-//! and batched reads through `io_uring`.
+//! memory-mapped appends (the small log), and batched reads through `io_uring`.
 
 use super::{BatchRead, DirLock, FileSystem, RawReadTarget, ReadableFile, WritableFile, IO_ALIGN};
 use crate::error::{Error, Result};
@@ -244,6 +244,148 @@ impl WritableFile for RealWriter {
     }
     fn len(&self) -> u64 {
         self.flushed + self.buf.len as u64
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.write_out()
+    }
+}
+
+/// Space a memory-mapped appender reserves (and maps) first: the file grows with
+/// `fallocate` before any byte is stored past its end, so no store into the mapping ever
+/// needs a block the file system could refuse (a refusal there would be `SIGBUS`, not an
+/// error). Each later step doubles what is reserved, up to [`MAPPED_MAX_STEP`]: a log that
+/// stays small (a fresh one holds a 16-byte header) reserves a page, a long one grows a step
+/// per megabyte.
+const MAPPED_FIRST_STEP: u64 = 4 << 10;
+/// The largest step of a memory-mapped appender.
+const MAPPED_MAX_STEP: u64 = 1 << 20;
+
+/// A file appended to through a memory map ([`FileSystem::create_mapped`]): an append is a
+/// copy into the page cache, with no system call, so it reaches the operating system (and
+/// survives a crash of the process) as a `pwrite` would. The file is reserved ahead in
+/// steps ([`MAPPED_FIRST_STEP`] doubling up to [`MAPPED_MAX_STEP`]), so until [`WritableFile::finish`] cuts it to the bytes appended its
+/// length runs past them, the rest zeros (the small log's replay reads such a tail as the
+/// end of the log).
+struct MappedWriter {
+    file: File,
+    path: PathBuf,
+    /// Bytes appended.
+    len: u64,
+    /// Bytes reserved (the file's length until `finish`).
+    reserved: u64,
+    /// The mapping of the step being filled, and its offset in the file.
+    map: Option<(u64, memmap2::MmapMut)>,
+    /// Cut to `len` by `finish` (a later sync then makes the length durable too).
+    finished: bool,
+}
+
+impl MappedWriter {
+    /// Reserves and maps the next step.
+    fn grow(&mut self) -> Result<()> {
+        let step = self.reserved.clamp(MAPPED_FIRST_STEP, MAPPED_MAX_STEP);
+        let (Ok(off), Ok(n), Ok(map_len)) = (
+            libc::off_t::try_from(self.reserved),
+            libc::off_t::try_from(step),
+            usize::try_from(step),
+        ) else {
+            return Err(Error::InvalidArgument(format!(
+                "{} would grow past the largest file offset",
+                self.path.display()
+            )));
+        };
+        // SAFETY: the descriptor is open for as long as `self.file` lives.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, n) };
+        if rc != 0 {
+            return Err(Error::io(
+                "reserve space (fallocate)",
+                &self.path,
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let start = self.reserved;
+        self.reserved += step;
+        // Unmapped first: the pages stay in the page cache, dirty, as a write left them.
+        self.map = None;
+        // SAFETY: the mapping is of bytes this writer alone changes; the engine never cuts
+        // the file while it is open (`finish` unmaps before it cuts), and the bytes were
+        // reserved above, so no store into the mapping can fault for want of space.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(start)
+                .len(map_len)
+                .map_mut(&self.file)
+        }
+        .map_err(|e| Error::io("mmap", &self.path, e))?;
+        self.map = Some((start, map));
+        Ok(())
+    }
+}
+
+impl WritableFile for MappedWriter {
+    fn append(&mut self, mut data: &[u8]) -> Result<()> {
+        if self.finished {
+            return Err(Error::Internal(format!(
+                "append to {} after it was finished",
+                self.path.display()
+            )));
+        }
+        while !data.is_empty() {
+            if self.len == self.reserved {
+                self.grow()?;
+            }
+            let Some((start, map)) = self.map.as_mut() else {
+                return Err(Error::Internal(format!(
+                    "{}: no mapping after growing",
+                    self.path.display()
+                )));
+            };
+            let at = usize::try_from(self.len - *start).unwrap_or(usize::MAX);
+            let Some(room) = map.get_mut(at..) else {
+                return Err(Error::Internal(format!(
+                    "{}: offset {} outside its mapping",
+                    self.path.display(),
+                    self.len
+                )));
+            };
+            let n = room.len().min(data.len());
+            let (now, rest) = data.split_at(n);
+            if let Some(dst) = room.get_mut(..n) {
+                dst.copy_from_slice(now);
+            }
+            data = rest;
+            self.len += n as u64;
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        // Every appended byte is in the page cache already.
+        Ok(())
+    }
+    fn sync_data(&mut self) -> Result<()> {
+        // `fdatasync` writes the mapping's dirty pages (they are the file's page cache)
+        // and the file's length when it changed; after `finish` the whole inode is made
+        // durable, so that the cut cannot come undone.
+        let r = if self.finished {
+            self.file.sync_all()
+        } else {
+            self.file.sync_data()
+        };
+        r.map_err(|e| Error::io("fsync", &self.path, e))
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn finish(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.map = None;
+        self.file
+            .set_len(self.len)
+            .map_err(|e| Error::io("truncate", &self.path, e))?;
+        self.reserved = self.len;
+        self.finished = true;
+        Ok(())
     }
 }
 
@@ -677,6 +819,34 @@ impl FileSystem for RealFs {
             direct,
             flushed: 0,
         }))
+    }
+
+    fn create_mapped(&self, path: &Path) -> Result<Box<dyn WritableFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| Error::io("create", path, e))?;
+        let mut writer = MappedWriter {
+            file,
+            path: path.to_path_buf(),
+            len: 0,
+            reserved: 0,
+            map: None,
+            finished: false,
+        };
+        match writer.grow() {
+            Ok(()) => Ok(Box::new(writer)),
+            // A file system that cannot reserve space (no `fallocate`) gets buffered
+            // appends: a store into a mapping it could not back would be `SIGBUS`.
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                drop(writer);
+                self.create(path, false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>> {
@@ -1176,5 +1346,64 @@ mod tests {
             let o = i * 7919 % 900_000;
             assert_eq!(&buf[..], &data[o..o + buf.len()], "read {i}");
         }
+    }
+
+    #[test]
+    fn mapped_appends_cross_steps_and_finish_cuts_the_reserved_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        let mut w = RealFs.create_mapped(&p).unwrap();
+        // Created: the first step reserved, nothing appended.
+        assert_eq!(w.len(), 0);
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), MAPPED_FIRST_STEP);
+        // Pieces of odd sizes, so that some straddle a step's end.
+        let data: Vec<u8> = (0..(2 * MAPPED_MAX_STEP as usize + 70_001))
+            .map(|i| (i % 251) as u8 | 1)
+            .collect();
+        for piece in data.chunks(9_973) {
+            w.append(piece).unwrap();
+        }
+        w.flush().unwrap();
+        assert_eq!(w.len(), data.len() as u64);
+        // The file is reserved in doubling steps (4 KiB, 4, 8, 16, ... 512 KiB, then 1 MiB
+        // steps) past the bytes appended; the rest is zeros (what a crash leaves), and the
+        // bytes are in the page cache without a write.
+        let on_disk = std::fs::read(&p).unwrap();
+        assert_eq!(on_disk.len() as u64, 3 * MAPPED_MAX_STEP);
+        assert_eq!(&on_disk[..data.len()], &data[..]);
+        assert!(on_disk[data.len()..].iter().all(|&b| b == 0));
+        w.sync_data().unwrap();
+        w.finish().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), data);
+        // Finished: durable once synced, nothing appended after, finishing twice is fine.
+        w.sync_data().unwrap();
+        w.finish().unwrap();
+        let e = w.append(b"late").unwrap_err();
+        assert!(matches!(e, Error::Internal(_)), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), data);
+    }
+
+    #[test]
+    fn mapped_appends_through_io_are_counted_and_sealed() {
+        use crate::io::{Io, IoComponent};
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false).with_mapped_log_writes(true);
+        let p = dir.path().join("000001.wal");
+        let mut w = io.create(&p, IoComponent::Wal).unwrap();
+        w.append(&[7u8; 3000]).unwrap();
+        // Through a mapping: the file was reserved ahead.
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), MAPPED_FIRST_STEP);
+        assert_eq!(io.stats().snapshot().written_by(IoComponent::Wal), 3000);
+        // Other components are never mapped.
+        let q = dir.path().join("000002.vlog");
+        let mut l = io.create(&q, IoComponent::LargeLog).unwrap();
+        l.append(&[1u8; 10]).unwrap();
+        l.flush().unwrap();
+        assert_eq!(std::fs::metadata(&q).unwrap().len(), 10);
+        // Sealed: neither appends nor the cut go through.
+        io.seal();
+        assert!(matches!(w.append(b"x"), Err(Error::Closed)));
+        assert!(matches!(w.finish(), Err(Error::Closed)));
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), MAPPED_FIRST_STEP);
     }
 }

@@ -68,6 +68,10 @@ impl WritableFile for SealableWriter {
     fn len(&self) -> u64 {
         self.inner.len()
     }
+    fn finish(&mut self) -> Result<()> {
+        let inner = &mut self.inner;
+        guarded(&self.sealed, || inner.finish())
+    }
 }
 
 impl FileSystem for SealableFs {
@@ -76,6 +80,13 @@ impl FileSystem for SealableFs {
     }
     fn create(&self, path: &Path, direct: bool) -> Result<Box<dyn WritableFile>> {
         let inner = self.change(|fs| fs.create(path, direct))?;
+        Ok(Box::new(SealableWriter {
+            inner,
+            sealed: Arc::clone(&self.sealed),
+        }))
+    }
+    fn create_mapped(&self, path: &Path) -> Result<Box<dyn WritableFile>> {
+        let inner = self.change(|fs| fs.create_mapped(path))?;
         Ok(Box::new(SealableWriter {
             inner,
             sealed: Arc::clone(&self.sealed),

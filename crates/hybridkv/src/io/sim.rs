@@ -818,6 +818,11 @@ impl WritableFile for SimWriter {
     fn len(&self) -> u64 {
         self.written + self.buf.len() as u64
     }
+
+    fn finish(&mut self) -> Result<()> {
+        // Appends here are never reserved ahead: finishing is a flush.
+        self.flush()
+    }
 }
 
 impl Drop for SimWriter {

@@ -45,6 +45,10 @@ pub(crate) struct SmallLogWriter {
     buf: Vec<u8>,
     /// Bytes of the file made durable so far.
     synced: u64,
+    /// Cut to its records by [`SmallLogWriter::finish`] and not synced since: the cut is
+    /// not durable yet (a power loss could bring back a reserved tail of zeros, which
+    /// replay reads as a torn tail).
+    cut_unsynced: bool,
 }
 
 impl SmallLogWriter {
@@ -62,6 +66,7 @@ impl SmallLogWriter {
             file,
             buf: Vec::with_capacity(256 << 10),
             synced,
+            cut_unsynced: false,
         })
     }
 
@@ -117,12 +122,38 @@ impl SmallLogWriter {
     pub(crate) fn sync(&mut self) -> Result<()> {
         self.file.sync_data()?;
         self.synced = self.file.len();
+        self.cut_unsynced = false;
         Ok(())
     }
 
-    /// Whether records were handed to the OS (or are pending) since the last sync.
+    /// Whether records were handed to the OS (or are pending) since the last sync, or the
+    /// file was cut by [`SmallLogWriter::finish`] since.
     pub(crate) fn has_unsynced(&self) -> bool {
-        !self.buf.is_empty() || self.file.len() > self.synced
+        !self.buf.is_empty() || self.file.len() > self.synced || self.cut_unsynced
+    }
+
+    /// Bytes of the log's records (and header) handed to the OS: where the log ends. The
+    /// file may be longer while it is appended to through a memory map (a reserved tail
+    /// of zeros).
+    pub(crate) fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    /// Ends the log at its last record (a memtable switch leaves it): a log appended to
+    /// through a memory map gives back its reserved tail, so that once a newer log
+    /// follows, replay does not read that tail as a tear. No more records may be added.
+    /// Not durable until [`SmallLogWriter::sync`] (which a synced commit into a newer log
+    /// makes first).
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        if !self.buf.is_empty() {
+            return Err(Error::Internal(format!(
+                "small log {} finished with an uncommitted group",
+                self.id
+            )));
+        }
+        self.file.finish()?;
+        self.cut_unsynced = true;
+        Ok(())
     }
 }
 
@@ -190,8 +221,13 @@ pub struct Replay {
 /// whether the file may be shorter than its header (its creation was cut short).
 pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> {
     let data = io.read_all(path, IoComponent::Wal)?;
-    let Some(header) = data.get(..FILE_HEADER) else {
-        // A crash right after creating the file can leave it shorter than its header.
+    // A crash right after creating the file can leave it shorter than its header, or (a
+    // log appended to through a memory map reserves its space first) zeros where the
+    // header was to go.
+    let unwritten = data
+        .get(..FILE_HEADER)
+        .is_some_and(|h| h.iter().all(|&b| b == 0));
+    let Some(header) = data.get(..FILE_HEADER).filter(|_| !unwritten) else {
         if newest {
             return Ok(Replay {
                 records: Vec::new(),
@@ -201,7 +237,7 @@ pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> 
         return Err(Error::corruption(
             path,
             0,
-            "small-log file shorter than its header",
+            "small-log file shorter than its header (or no header written)",
         ));
     };
     if header.get(..8) != Some(MAGIC.as_slice()) {
@@ -234,6 +270,15 @@ pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> 
             Parsed::Ok(rec, n) => {
                 records.push(rec);
                 pos += n;
+            }
+            Parsed::Bad(_) if data.get(pos..).is_some_and(|t| t.iter().all(|&b| b == 0)) => {
+                // Zeros to the end: space reserved ahead by a log appended to through a
+                // memory map, never written (or written and lost with a power loss): the
+                // log ends here, as at a torn tail.
+                return Ok(Replay {
+                    records,
+                    torn_at: Some(pos as u64),
+                });
             }
             Parsed::Bad(what) => {
                 let later_valid =
@@ -336,5 +381,65 @@ mod tests {
         assert_eq!(r.records.len(), 4);
         let last_start = n - (RECORD_HEADER + "payload-4".len());
         assert_eq!(r.torn_at, Some(last_start as u64));
+    }
+
+    #[test]
+    fn a_reserved_tail_of_zeros_ends_replay_and_finish_removes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = io().with_mapped_log_writes(true);
+        let mut w = SmallLogWriter::create(&io, dir.path(), 1).unwrap();
+        let mut end = FILE_HEADER;
+        for i in 0..200u64 {
+            let payload = format!("payload-{i}");
+            w.add(i + 1, 1, payload.as_bytes());
+            w.commit(false).unwrap();
+            end += RECORD_HEADER + payload.len();
+        }
+        assert_eq!(w.len(), end as u64);
+        let p = dir.path().join(file_name(1));
+        // As a crash of the process leaves it: the records, then zeros to the reserved
+        // length. Replay reads every record and ends the log where the zeros start, fast
+        // (no search for a later record through the whole reserved tail).
+        let on_disk = std::fs::metadata(&p).unwrap().len();
+        assert!(on_disk > end as u64, "{on_disk} <= {end}");
+        let r = replay_file(&io, &p, true).unwrap();
+        assert_eq!(r.records.len(), 200);
+        assert_eq!(r.records[199].payload, b"payload-199");
+        assert_eq!(r.torn_at, Some(end as u64));
+        // A torn record before the zeros ends replay at that record, as before.
+        let mut data = std::fs::read(&p).unwrap();
+        let last = end - (RECORD_HEADER + "payload-199".len());
+        data[last + RECORD_HEADER] ^= 0x20;
+        let torn = dir.path().join(file_name(2));
+        std::fs::write(&torn, &data).unwrap();
+        let r = replay_file(&io, &torn, false).unwrap();
+        assert_eq!(r.records.len(), 199);
+        assert_eq!(r.torn_at, Some(last as u64));
+        // Finished (a memtable switch), the log is exactly its records, and its cut is
+        // unsynced until the next sync.
+        w.sync().unwrap();
+        assert!(!w.has_unsynced());
+        w.finish().unwrap();
+        assert!(w.has_unsynced(), "the cut is not durable yet");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), end as u64);
+        let r = replay_file(&io, &p, false).unwrap();
+        assert_eq!((r.records.len(), r.torn_at), (200, None));
+        w.sync().unwrap();
+        assert!(!w.has_unsynced());
+    }
+
+    #[test]
+    fn a_log_of_zeros_is_a_creation_cut_short_when_newest_and_corruption_otherwise() {
+        // A process killed after a mapped log reserved its first step and before its
+        // header was copied in leaves a file of zeros.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(file_name(9));
+        std::fs::write(&p, vec![0u8; 4096]).unwrap();
+        let r = replay_file(&io(), &p, true).unwrap();
+        assert_eq!((r.records.len(), r.torn_at), (0, Some(0)));
+        match replay_file(&io(), &p, false) {
+            Err(Error::Corruption { offset: 0, .. }) => {}
+            other => panic!("expected corruption, got {other:?}"),
+        }
     }
 }

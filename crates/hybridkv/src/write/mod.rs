@@ -1143,8 +1143,12 @@ impl WritePath {
         // until then, so that a synced commit makes it durable first, and recovery treats
         // a torn tail in any log as the end of the durable prefix (FORMAT.md, "Small log").
         let file_id = root.versions().alloc_file_id();
+        // The log left behind is cut to its records first (a log appended to through a
+        // memory map gives back its reserved tail), so that no tail of zeros ever sits
+        // before a newer log.
         let next = log
             .sync_large()
+            .and_then(|()| log.writer.finish())
             .and_then(|()| SmallLogWriter::create(&self.io, &self.log_dir, file_id));
         let writer = match next {
             Ok(w) => w,
