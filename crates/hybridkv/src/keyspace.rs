@@ -300,6 +300,10 @@ impl Keyspace {
             .chain(sv.imms.iter())
             .map(|m| m.size() as u64)
             .sum();
+        s.memtable_arena_bytes = std::iter::once(&sv.mem)
+            .chain(sv.imms.iter())
+            .map(|m| m.arena_bytes() as u64)
+            .sum();
         s.immutable_memtables = sv.imms.len();
         s.memtable_filter_bytes = std::iter::once(&sv.mem)
             .chain(sv.imms.iter())

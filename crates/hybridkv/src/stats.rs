@@ -129,8 +129,12 @@ pub struct Stats {
     pub dropped_tombstones: u64,
     /// Times a writer waited for a flush to make room.
     pub write_stalls: u64,
-    /// Bytes in the active and immutable memtables.
+    /// Bytes in the active and immutable memtables (keys, values and 48 bytes per version:
+    /// the size a memtable switches at).
     pub memtable_bytes: u64,
+    /// Bytes the active and immutable memtables' skip lists hold in their arenas (nodes,
+    /// and the unused end of each one's last chunk): the memory `memtable_bytes` estimates.
+    pub memtable_arena_bytes: u64,
     /// Immutable memtables waiting for their flush.
     pub immutable_memtables: usize,
     /// Bytes of the active and immutable memtables' key filters (beside `memtable_bytes`:
@@ -328,8 +332,9 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "memory: memtables {:.1} MiB ({} immutable; key filters {:.1} MiB), cache {:.1} MiB, pinned indexes {:.1} MiB",
+            "memory: memtables {:.1} MiB ({:.1} MiB of arena; {} immutable; key filters {:.1} MiB), cache {:.1} MiB, pinned indexes {:.1} MiB",
             mib(self.memtable_bytes),
+            mib(self.memtable_arena_bytes),
             self.immutable_memtables,
             mib(self.memtable_filter_bytes),
             mib(self.cache_bytes),

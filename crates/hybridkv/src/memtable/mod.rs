@@ -1,4 +1,5 @@
-//! The in-memory L0: a concurrent skip list of versioned entries.
+//! The in-memory L0: a skip list of versioned entries (`skiplist`: nodes in an arena, one
+//! writer beside lock-free readers).
 //!
 //! Owns: every version written since the last flush, ordered by (key ascending, LSN
 //! descending), the range tombstones written since (few: a list), and its byte size.
@@ -6,139 +7,20 @@
 //! inserts and then publishes the snapshot LSN.
 
 mod filter;
+mod skiplist;
 
 use crate::format::key_hash;
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
 use crate::range_delete::{RangeTombstone, RangeTombstones};
 use crate::value::LevelValue;
-use crossbeam_skiplist::SkipMap;
 use filter::KeyFilter;
-use std::cmp::Ordering;
+use skiplist::{Entry, Probe, Tag, VersionList};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
-/// Per-entry bookkeeping added to key and value bytes when sizing the memtable.
+/// Per-entry bookkeeping added to key and value bytes when sizing the memtable (a skip-list
+/// node's header and its average tower: 40 + 8 x 4/3 bytes, rounded up).
 const ENTRY_OVERHEAD: usize = 48;
-
-/// Key and value bytes of this many bytes or fewer are held inside the skip-list node
-/// (a small pair of the paper's mixes: a 24-byte key and a 9-byte value): no allocation
-/// of their own, and a full-key comparison reads the node it already has.
-const INLINE_BYTES: usize = 46;
-// The inline length is stored in a `u8`.
-const _: () = assert!(INLINE_BYTES <= u8::MAX as usize);
-
-/// The bytes of a version: the key, then (for `Slot::Inline`) the value.
-#[derive(Debug, Clone)]
-enum KeyBytes {
-    Inline { len: u8, buf: [u8; INLINE_BYTES] },
-    Heap(Box<[u8]>),
-}
-
-impl KeyBytes {
-    fn new(key: &[u8], value: &[u8]) -> Self {
-        let len = key.len() + value.len();
-        if len <= INLINE_BYTES {
-            let mut buf = [0u8; INLINE_BYTES];
-            if let Some(k) = buf.get_mut(..key.len()) {
-                k.copy_from_slice(key);
-            }
-            if let Some(v) = buf.get_mut(key.len()..len) {
-                v.copy_from_slice(value);
-            }
-            return KeyBytes::Inline {
-                len: len as u8,
-                buf,
-            };
-        }
-        let mut bytes = Vec::with_capacity(len);
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(value);
-        KeyBytes::Heap(bytes.into_boxed_slice())
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            KeyBytes::Inline { len, buf } => buf.get(..usize::from(*len)).unwrap_or_default(),
-            KeyBytes::Heap(b) => b,
-        }
-    }
-}
-
-/// A versioned key: sorts by key ascending, then by LSN descending (newest first).
-///
-/// The first 16 key bytes are also held inline, big-endian in a `u128` (zero-padded), so
-/// that most comparisons of a skip-list search are one integer compare on the node itself
-/// instead of a pointer chase to the key's heap bytes (a cache miss per node). Equal
-/// prefixes fall back to the full keys, so zero padding never decides an order.
-///
-/// The key's bytes are followed by the value's (for a small or medium value): in the node
-/// itself up to [`INLINE_BYTES`], else one allocation per version.
-#[derive(Debug, Clone)]
-pub(crate) struct MemKey {
-    prefix: u128,
-    pub lsn: u64,
-    /// The key, then (for `Slot::Inline`) the value.
-    bytes: KeyBytes,
-    key_len: usize,
-}
-
-impl MemKey {
-    /// A key to search with (no value bytes).
-    pub(crate) fn new(key: &[u8], lsn: u64) -> Self {
-        Self::with_value(key, lsn, &[])
-    }
-
-    fn with_value(key: &[u8], lsn: u64, value: &[u8]) -> Self {
-        let mut head = [0u8; 16];
-        let n = key.len().min(16);
-        if let (Some(dst), Some(src)) = (head.get_mut(..n), key.get(..n)) {
-            dst.copy_from_slice(src);
-        }
-        MemKey {
-            prefix: u128::from_be_bytes(head),
-            lsn,
-            bytes: KeyBytes::new(key, value),
-            key_len: key.len(),
-        }
-    }
-
-    /// The user key.
-    pub(crate) fn key(&self) -> &[u8] {
-        self.bytes
-            .as_slice()
-            .get(..self.key_len)
-            .unwrap_or_default()
-    }
-
-    /// The bytes after the key (an inline value).
-    fn tail(&self) -> &[u8] {
-        self.bytes
-            .as_slice()
-            .get(self.key_len..)
-            .unwrap_or_default()
-    }
-}
-
-impl Ord for MemKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.prefix
-            .cmp(&other.prefix)
-            .then_with(|| self.key().cmp(other.key()))
-            .then(other.lsn.cmp(&self.lsn))
-    }
-}
-// Equality as the order sees it (key and LSN; the value bytes do not take part).
-impl PartialEq for MemKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for MemKey {}
-impl PartialOrd for MemKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
 
 /// A version's value as a writer hands it to the memtable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,31 +44,35 @@ impl MemValue<'_> {
     }
 }
 
-/// What the memtable keeps beside a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Slot {
-    /// The value's bytes follow the key's in `MemKey`.
-    Inline,
-    Large(LogPtr),
-    Tombstone,
-    /// A delta: its operand's bytes follow the key's in `MemKey`.
-    Delta,
-}
+/// What a version is (its node's tag); the node's bytes after the key hold the value, the
+/// operand, or the encoded large-log pointer.
+const TAG_VALUE: Tag = 0;
+const TAG_LARGE: Tag = 1;
+const TAG_TOMBSTONE: Tag = 2;
+const TAG_DELTA: Tag = 3;
 
 /// The stored value of a version.
-fn level_value(k: &MemKey, slot: &Slot) -> LevelValue {
-    match slot {
-        Slot::Inline => LevelValue::Inline(k.tail().to_vec()),
-        Slot::Delta => LevelValue::Deltas(crate::delta::single(k.tail())),
-        Slot::Large(p) => LevelValue::Large(*p),
-        Slot::Tombstone => LevelValue::Tombstone,
+fn level_value(e: &Entry<'_>) -> LevelValue {
+    match e.tag() {
+        TAG_VALUE => LevelValue::Inline(e.tail().to_vec()),
+        TAG_DELTA => LevelValue::Deltas(crate::delta::single(e.tail())),
+        TAG_LARGE => large_ptr(e).map_or(LevelValue::Tombstone, LevelValue::Large),
+        _ => LevelValue::Tombstone,
     }
+}
+
+/// The large-log pointer of a `TAG_LARGE` version.
+fn large_ptr(e: &Entry<'_>) -> Option<LogPtr> {
+    (e.tag() == TAG_LARGE)
+        .then(|| LogPtr::from_bytes(e.tail()))
+        .flatten()
 }
 
 /// One memtable generation.
 #[derive(Debug)]
 pub(crate) struct Memtable {
-    map: SkipMap<MemKey, Slot>,
+    /// Every version, in (key ascending, LSN descending) order.
+    list: VersionList,
     bytes: AtomicUsize,
     max_lsn: AtomicU64,
     /// First small-log file that holds none of this memtable's data (set when sealed):
@@ -222,7 +108,8 @@ impl Memtable {
     /// key filter is sized for that many (1/48th of it).
     pub(crate) fn with_budget(budget: usize) -> Self {
         Memtable {
-            map: SkipMap::new(),
+            // Arena chunks of a sixteenth of the budget (16 KiB ..= 1 MiB).
+            list: VersionList::new(budget / 16),
             bytes: AtomicUsize::new(0),
             max_lsn: AtomicU64::new(0),
             next_log_id: AtomicU64::new(0),
@@ -281,15 +168,18 @@ impl Memtable {
     /// Inserts one version. Distinct LSNs make every insert a new entry.
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: MemValue<'_>) {
         let size = key.len() + value.size() + ENTRY_OVERHEAD;
-        let (k, slot) = match value {
-            MemValue::Value(v) => (MemKey::with_value(key, lsn, v), Slot::Inline),
-            MemValue::Large(p) => (MemKey::new(key, lsn), Slot::Large(p)),
-            MemValue::Tombstone => (MemKey::new(key, lsn), Slot::Tombstone),
-            MemValue::Delta(d) => (MemKey::with_value(key, lsn, d), Slot::Delta),
-        };
         // The filter first: a reader that finds the version finds its key in the filter.
         self.keys.add(key_hash(key));
-        self.map.insert(k, slot);
+        match value {
+            MemValue::Value(v) => self.list.insert(key, lsn, TAG_VALUE, v),
+            MemValue::Delta(d) => self.list.insert(key, lsn, TAG_DELTA, d),
+            MemValue::Tombstone => self.list.insert(key, lsn, TAG_TOMBSTONE, &[]),
+            MemValue::Large(p) => {
+                let mut ptr = Vec::with_capacity(LOG_PTR_SIZE);
+                p.encode_into(&mut ptr);
+                self.list.insert(key, lsn, TAG_LARGE, &ptr);
+            }
+        }
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_lsn.fetch_max(lsn, AtomicOrdering::Relaxed);
     }
@@ -307,13 +197,13 @@ impl Memtable {
         if let Some(op) = op {
             let newest = self
                 .may_hold(key)
-                .then(|| self.map.range(MemKey::new(key, u64::MAX)..).next())
+                .then(|| self.list.seek(&Probe::new(key, u64::MAX)))
                 .flatten()
-                .filter(|e| e.key().key() == key);
+                .filter(|e| e.key() == key);
             // A range tombstone newer than every version here deletes what is below it:
             // the delta then applies to nothing.
             let cut = self.range_cut(key, u64::MAX);
-            let newest = newest.filter(|e| e.key().lsn > cut);
+            let newest = newest.filter(|e| e.lsn() > cut);
             if newest.is_none() && cut > 0 {
                 if let Ok(v) = op.full_merge(key, None, &[operand]) {
                     if v.len() <= crate::delta::MAX_FOLDED_VALUE {
@@ -323,10 +213,10 @@ impl Memtable {
                 }
             }
             if let Some(e) = newest {
-                let base = match e.value() {
-                    Slot::Inline => Some(Some(e.key().tail())),
-                    Slot::Tombstone => Some(None),
-                    Slot::Large(_) | Slot::Delta => None,
+                let base = match e.tag() {
+                    TAG_VALUE => Some(Some(e.tail())),
+                    TAG_TOMBSTONE => Some(None),
+                    _ => None,
                 };
                 if let Some(base) = base {
                     if let Ok(v) = op.full_merge(key, base, &[operand]) {
@@ -348,12 +238,12 @@ impl Memtable {
 
     /// Whether it holds nothing to flush: no version and no range tombstone.
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty() && !self.has_ranges.load(AtomicOrdering::Acquire)
+        self.list.is_empty() && !self.has_ranges.load(AtomicOrdering::Acquire)
     }
 
     /// Versions held (every version of every key).
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.list.len()
     }
 
     /// Highest LSN inserted.
@@ -367,10 +257,8 @@ impl Memtable {
         if !self.may_hold(key) {
             return None;
         }
-        let probe = MemKey::new(key, snapshot);
-        let entry = self.map.lower_bound(Bound::Included(&probe))?;
-        let k = entry.key();
-        (k.key() == key).then(|| (k.lsn, level_value(k, entry.value())))
+        let e = self.list.seek(&Probe::new(key, snapshot))?;
+        (e.key() == key).then(|| (e.lsn(), level_value(&e)))
     }
 
     /// The versions of `key` with `lsn <= snapshot`, newest first, as long as `more` says
@@ -384,12 +272,12 @@ impl Memtable {
         if !self.may_hold(key) {
             return;
         }
-        let probe = MemKey::new(key, snapshot);
-        for entry in self.map.range(probe..) {
-            let k = entry.key();
-            if k.key() != key || !more((k.lsn, level_value(k, entry.value()))) {
+        let mut e = self.list.seek(&Probe::new(key, snapshot));
+        while let Some(x) = e {
+            if x.key() != key || !more((x.lsn(), level_value(&x))) {
                 return;
             }
+            e = x.next();
         }
     }
 
@@ -398,11 +286,10 @@ impl Memtable {
         if !self.may_hold(key) {
             return None;
         }
-        self.map
-            .range(MemKey::new(key, u64::MAX)..)
-            .next()
-            .filter(|e| e.key().key() == key)
-            .map(|e| e.key().lsn)
+        self.list
+            .seek(&Probe::new(key, u64::MAX))
+            .filter(|e| e.key() == key)
+            .map(|e| e.lsn())
     }
 
     /// Up to `limit` keys in key order starting after (or at, if `inclusive`) `from`: for
@@ -415,29 +302,30 @@ impl Memtable {
         snapshot: u64,
         limit: usize,
     ) -> Vec<MemEntry> {
-        let start = match from {
-            Bound::Unbounded => None,
-            Bound::Included(k) => Some(MemKey::new(k, u64::MAX)),
-            // Past every version of `k`: LSN 0 sorts last among them.
-            Bound::Excluded(k) => Some(MemKey::new(k, 0)),
-        };
-        let lower = match (&start, from) {
-            (None, _) => Bound::Unbounded,
-            (Some(s), Bound::Excluded(_)) => Bound::Excluded(s),
-            (Some(s), _) => Bound::Included(s),
+        let mut entry = match from {
+            Bound::Unbounded => self.list.first(),
+            Bound::Included(k) => self.list.seek(&Probe::new(k, u64::MAX)),
+            // Past every version of `k` (LSN 0 sorts last among them).
+            Bound::Excluded(k) => {
+                let mut e = self.list.seek(&Probe::new(k, 0));
+                while let Some(x) = e.filter(|x| x.key() == k) {
+                    e = x.next();
+                }
+                e
+            }
         };
         let mut out: Vec<MemEntry> = Vec::new();
         let mut keys = 0;
-        for entry in self.map.range((lower, Bound::Unbounded)) {
-            let k = entry.key();
-            if k.lsn > snapshot {
+        while let Some(e) = entry {
+            entry = e.next();
+            if e.lsn() > snapshot {
                 continue;
             }
             if let Some((last, _, v)) = out.last() {
-                if last.as_slice() == k.key() {
+                if last.as_slice() == e.key() {
                     if matches!(v, LevelValue::Deltas(_)) {
                         // The chain of deltas goes on (never cut between batches).
-                        out.push((k.key().to_vec(), k.lsn, level_value(k, entry.value())));
+                        out.push((e.key().to_vec(), e.lsn(), level_value(&e)));
                     }
                     continue; // else an older version of a key already taken
                 }
@@ -446,7 +334,7 @@ impl Memtable {
                 break;
             }
             keys += 1;
-            out.push((k.key().to_vec(), k.lsn, level_value(k, entry.value())));
+            out.push((e.key().to_vec(), e.lsn(), level_value(&e)));
         }
         out
     }
@@ -462,29 +350,29 @@ impl Memtable {
         limit: usize,
     ) -> Vec<MemEntry> {
         // Versions sort by (key ascending, LSN descending): a key's first version holds
-        // the highest LSN, its last LSN 0 or more.
-        let (end_key, upper) = match to {
-            Bound::Unbounded => (None, Bound::Unbounded),
-            Bound::Included(k) => (Some(MemKey::new(k, 0)), Bound::Included(())),
-            Bound::Excluded(k) => (Some(MemKey::new(k, u64::MAX)), Bound::Excluded(())),
-        };
-        let upper = match (&end_key, upper) {
-            (Some(e), Bound::Included(())) => Bound::Included(e),
-            (Some(e), Bound::Excluded(())) => Bound::Excluded(e),
-            _ => Bound::Unbounded,
+        // the highest LSN, its last LSN 0 or more. The walk starts at the last version at
+        // or before the bound and steps back (each step a search: O(log n)).
+        let mut entry = match to {
+            Bound::Unbounded => self.list.last(),
+            Bound::Included(k) => {
+                let probe = Probe::new(k, 0);
+                self.list
+                    .seek(&probe)
+                    .filter(|e| e.key() == k && e.lsn() == 0)
+                    .or_else(|| self.list.seek_before(&probe))
+            }
+            Bound::Excluded(k) => self.list.seek_before(&Probe::new(k, u64::MAX)),
         };
         let mut out: Vec<MemEntry> = Vec::new();
         let mut keys = 0;
         // The visible versions of the key being walked, oldest first (as met going back).
-        let mut group: Vec<SkipEntry<'_>> = Vec::new();
-        for entry in self.map.range((Bound::Unbounded, upper)).rev() {
-            if entry.key().lsn > snapshot {
+        let mut group: Vec<Entry<'_>> = Vec::new();
+        while let Some(e) = entry {
+            entry = self.list.before(&e);
+            if e.lsn() > snapshot {
                 continue;
             }
-            if group
-                .last()
-                .is_some_and(|g| g.key().key() != entry.key().key())
-            {
+            if group.last().is_some_and(|g| g.key() != e.key()) {
                 if take_newest(&mut group, &mut out) {
                     keys += 1;
                 }
@@ -492,7 +380,7 @@ impl Memtable {
                     return out;
                 }
             }
-            group.push(entry);
+            group.push(e);
         }
         take_newest(&mut group, &mut out);
         out
@@ -504,47 +392,46 @@ impl Memtable {
     /// folds them); any other older version yields just its large-log pointer, if it has
     /// one (its record becomes garbage).
     pub(crate) fn versions(&self) -> impl Iterator<Item = MemVersion> + '_ {
-        let mut prev: Option<crossbeam_skiplist::map::Entry<'_, MemKey, Slot>> = None;
+        let mut prev: Option<Entry<'_>> = None;
         // The version copied out before this one was a delta of the same key.
         let mut chain = false;
-        self.map.iter().map(move |e| {
-            let k = e.key();
-            let newest = prev.as_ref().is_none_or(|p| p.key().key() != k.key()) || chain;
-            chain = newest && matches!(e.value(), Slot::Delta);
+        std::iter::successors(self.list.first(), |e| e.next()).map(move |e| {
+            let newest = prev.as_ref().is_none_or(|p| p.key() != e.key()) || chain;
+            chain = newest && e.tag() == TAG_DELTA;
             let out = if newest {
                 // The flush's input: its buffers come back through `value::recycle`.
-                let value = match e.value() {
-                    Slot::Inline => LevelValue::Inline(crate::value::buffer_from(k.tail())),
-                    slot => level_value(k, slot),
+                let value = match e.tag() {
+                    TAG_VALUE => LevelValue::Inline(crate::value::buffer_from(e.tail())),
+                    _ => level_value(&e),
                 };
                 // (Older versions below a delta are `Newest` too: copied for the fold.)
-                MemVersion::Newest((crate::value::buffer_from(k.key()), k.lsn, value))
+                MemVersion::Newest((crate::value::buffer_from(e.key()), e.lsn(), value))
             } else {
-                MemVersion::Shadowed(match e.value() {
-                    Slot::Large(p) => Some(*p),
-                    _ => None,
-                })
+                MemVersion::Shadowed(large_ptr(&e))
             };
             prev = Some(e);
             out
         })
     }
-}
 
-type SkipEntry<'a> = crossbeam_skiplist::map::Entry<'a, MemKey, Slot>;
+    /// Bytes of the skip list's arena (what the versions really take, with the unused
+    /// end of its last chunk).
+    pub(crate) fn arena_bytes(&self) -> usize {
+        self.list.arena_bytes()
+    }
+}
 
 /// Moves out of `group` (the visible versions of one key, oldest first) what a read of the
 /// key needs, newest first: the newest version and, below a delta, the older ones down to
 /// the first that is not. False if the group was empty.
-fn take_newest(group: &mut Vec<SkipEntry<'_>>, out: &mut Vec<MemEntry>) -> bool {
+fn take_newest(group: &mut Vec<Entry<'_>>, out: &mut Vec<MemEntry>) -> bool {
     let mut taken = false;
     for e in group.drain(..).rev() {
         let below_delta = matches!(out.last(), Some((_, _, LevelValue::Deltas(_))));
         if taken && !below_delta {
             break;
         }
-        let k = e.key();
-        out.push((k.key().to_vec(), k.lsn, level_value(k, e.value())));
+        out.push((e.key().to_vec(), e.lsn(), level_value(&e)));
         taken = true;
     }
     taken
@@ -564,57 +451,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inline_prefix_orders_exactly_like_the_keys() {
-        // Keys of 0..40 bytes over a tiny alphabet with zeros, so that prefixes, padding
-        // and equal first 16 bytes all occur.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let keys: Vec<Vec<u8>> = (0..3000)
-            .map(|_| {
-                let len = (next() % 41) as usize;
-                (0..len)
-                    .map(|_| [0u8, 1, 0xff][(next() % 3) as usize])
-                    .collect()
-            })
-            .collect();
-        for a in keys.iter().take(300) {
-            for b in &keys {
-                let (ka, kb) = (MemKey::new(a, 5), MemKey::new(b, 5));
-                assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
-            }
-        }
-        // Same key: the newer LSN sorts first.
-        assert!(MemKey::new(b"k", 9) < MemKey::new(b"k", 3));
-    }
-
-    #[test]
-    fn keys_and_values_read_back_on_both_sides_of_the_inline_size() {
+    fn keys_and_values_of_every_size_read_back() {
+        // Keys on both sides of the 16-byte prefix held in the node's header, values from
+        // nothing to more than an arena chunk (a node of its own), large pointers.
         let m = Memtable::new();
-        for (total, key_len) in [
-            (1, 1),
-            (INLINE_BYTES - 1, 30),
-            (INLINE_BYTES, 30),
-            (INLINE_BYTES + 1, 30),
-            (INLINE_BYTES, INLINE_BYTES),
-            (60, 60),
-            (300, 30),
-        ] {
-            let key = vec![b'k'; key_len];
-            let value: Vec<u8> = (0..total.saturating_sub(key.len()))
-                .map(|i| i as u8)
-                .collect();
-            m.insert(&key, total as u64 + 1, MemValue::Value(&value));
-            assert_eq!(
-                m.get(&key, u64::MAX),
-                Some((total as u64 + 1, LevelValue::Inline(value.clone()))),
-                "{total} bytes"
-            );
+        let mut lsn = 0;
+        for key_len in [0usize, 1, 15, 16, 17, 40, 300] {
+            for value_len in [0usize, 1, 9, 46, 1000, 70_000] {
+                lsn += 1;
+                let key: Vec<u8> = (0..key_len).map(|i| (i * 7 + value_len) as u8).collect();
+                let value: Vec<u8> = (0..value_len).map(|i| i as u8).collect();
+                m.insert(&key, lsn, MemValue::Value(&value));
+                assert_eq!(
+                    m.get(&key, u64::MAX),
+                    Some((lsn, LevelValue::Inline(value))),
+                    "key {key_len} bytes, value {value_len} bytes"
+                );
+            }
+            lsn += 1;
+            let key = vec![b'p'; key_len];
+            let p = LogPtr {
+                segment: 7,
+                offset: lsn,
+                len: 4096,
+            };
+            m.insert(&key, lsn, MemValue::Large(p));
+            assert_eq!(m.get(&key, u64::MAX), Some((lsn, LevelValue::Large(p))));
         }
+        assert!(m.arena_bytes() > 70_000 * 6);
     }
 
     #[test]

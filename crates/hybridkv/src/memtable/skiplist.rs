@@ -1,0 +1,642 @@
+//! The memtable's ordered index: a skip list of versions whose nodes live in an arena.
+//!
+//! Owns: the nodes (header, tower of next pointers, key bytes, then the value bytes) carved
+//! from large chunks that are freed together when the list is dropped, so an insert
+//! allocates nothing of its own and a flushed memtable is freed in a few calls (not one
+//! `free` per version from a background thread, contending with the writer's `malloc`s);
+//! the order (key ascending, then LSN descending); one writer at a time (an internal
+//! mutex) beside any number of lock-free readers.
+//! Never: removes or changes a node once it is linked (readers hold plain references into
+//! the arena for as long as they borrow the list), or interprets the value bytes.
+//!
+//! Concurrency, as in LevelDB's skip list: a node is written in full, then linked bottom
+//! level first, each link a `Release` store of the predecessor's next pointer; a reader
+//! loads next pointers with `Acquire`, so a node it reaches is fully written. Nodes are
+//! never unlinked, so a reader never meets freed memory.
+
+use parking_lot::Mutex;
+use std::cmp::Ordering;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering as AtomicOrdering};
+
+/// The tallest tower (4^16 nodes before towers run short: no memtable comes near).
+const MAX_HEIGHT: usize = 16;
+
+/// One node in four gets a level more (LevelDB's branching).
+const BRANCHING: u32 = 4;
+
+/// Bytes of a node before its tower (see [`Node`]).
+const HEADER: usize = std::mem::size_of::<Node>();
+
+/// What a version is, beside its bytes (the memtable's `Slot`).
+pub(super) type Tag = u8;
+
+/// A node's fixed part; its tower (`height` pointers) and then its key and tail bytes
+/// follow it in the arena.
+#[repr(C)]
+struct Node {
+    /// The first 16 key bytes, big-endian, zero-padded: most comparisons end here, on the
+    /// node's first cache line.
+    prefix: [u64; 2],
+    lsn: u64,
+    key_len: u32,
+    tail_len: u32,
+    height: u8,
+    tag: Tag,
+}
+
+/// A version found in the list, valid while the list is borrowed. It holds a raw pointer
+/// (with the arena chunk's provenance: the tower and bytes lie past the `Node` header, out
+/// of reach of a `&Node`).
+#[derive(Clone, Copy)]
+pub(super) struct Entry<'a> {
+    node: NonNull<Node>,
+    _list: std::marker::PhantomData<&'a VersionList>,
+}
+
+// SAFETY: an entry reads a linked node, which never changes again (its tower only through
+// atomics) and lives as long as the list the entry borrows.
+unsafe impl Send for Entry<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Entry<'_> {}
+
+impl Entry<'_> {
+    fn at(node: NonNull<Node>) -> Self {
+        Entry {
+            node,
+            _list: std::marker::PhantomData,
+        }
+    }
+}
+
+impl std::fmt::Debug for Entry<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("key", &self.key())
+            .field("lsn", &self.lsn())
+            .field("tag", &self.tag())
+            .finish()
+    }
+}
+
+/// The first 16 bytes of `key`, zero-padded, as two big-endian halves.
+fn prefix_of(key: &[u8]) -> [u64; 2] {
+    let mut head = [0u8; 16];
+    let n = key.len().min(16);
+    if let (Some(dst), Some(src)) = (head.get_mut(..n), key.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    let (hi, lo) = head.split_at(8);
+    [
+        u64::from_be_bytes(hi.try_into().unwrap_or_default()),
+        u64::from_be_bytes(lo.try_into().unwrap_or_default()),
+    ]
+}
+
+/// A position to search for: a key and an LSN (the newest version of the key at or below
+/// `lsn` is the first one at or after the probe).
+#[derive(Clone, Copy)]
+pub(super) struct Probe<'k> {
+    prefix: [u64; 2],
+    key: &'k [u8],
+    lsn: u64,
+}
+
+impl<'k> Probe<'k> {
+    pub(super) fn new(key: &'k [u8], lsn: u64) -> Self {
+        Probe {
+            prefix: prefix_of(key),
+            key,
+            lsn,
+        }
+    }
+}
+
+/// The tower's level `i` of node `n`.
+///
+/// # Safety
+/// `n` must point at a node built by [`VersionList::write_node`] (with the provenance of
+/// its arena chunk) that lives for `'a`, and `i` must be below its height.
+unsafe fn next_of<'a>(n: *const Node, i: usize) -> &'a AtomicPtr<Node> {
+    // SAFETY: the tower follows the header, `height` pointers long, 8-aligned (the header's
+    // size is a multiple of 8), initialized when the node was written.
+    unsafe {
+        &*(n as *const u8)
+            .add(HEADER)
+            .cast::<AtomicPtr<Node>>()
+            .add(i)
+    }
+}
+
+/// The key bytes then the tail bytes of node `n`.
+///
+/// # Safety
+/// As [`next_of`].
+unsafe fn bytes_of<'a>(n: *const Node) -> &'a [u8] {
+    // SAFETY: the bytes follow the tower inside the node's words, written in full before
+    // the node was linked, never changed after.
+    unsafe {
+        let height = usize::from((*n).height);
+        let len = (*n).key_len as usize + (*n).tail_len as usize;
+        let start = (n as *const u8).add(HEADER + height * std::mem::size_of::<AtomicPtr<Node>>());
+        std::slice::from_raw_parts(start, len)
+    }
+}
+
+/// The key of node `n`.
+///
+/// # Safety
+/// As [`next_of`].
+unsafe fn key_of<'a>(n: *const Node) -> &'a [u8] {
+    // SAFETY: the caller's promise.
+    unsafe { bytes_of(n).get(..(*n).key_len as usize).unwrap_or_default() }
+}
+
+/// Orders node `n` against a probe: key ascending, then LSN descending.
+///
+/// # Safety
+/// As [`next_of`].
+unsafe fn cmp_probe(n: *const Node, p: &Probe<'_>) -> Ordering {
+    // SAFETY: the caller's promise; the header's fields are read in place.
+    unsafe {
+        (*n).prefix
+            .cmp(&p.prefix)
+            .then_with(|| key_of(n).cmp(p.key))
+            .then(p.lsn.cmp(&(*n).lsn))
+    }
+}
+
+impl<'a> Entry<'a> {
+    pub(super) fn key(&self) -> &'a [u8] {
+        // SAFETY: a linked node of the list `'a` borrows.
+        unsafe { key_of(self.node.as_ptr()) }
+    }
+
+    pub(super) fn lsn(&self) -> u64 {
+        // SAFETY: as above.
+        unsafe { (*self.node.as_ptr()).lsn }
+    }
+
+    pub(super) fn tag(&self) -> Tag {
+        // SAFETY: as above.
+        unsafe { (*self.node.as_ptr()).tag }
+    }
+
+    /// The bytes stored after the key (a value, an operand, an encoded pointer).
+    pub(super) fn tail(&self) -> &'a [u8] {
+        let n = self.node.as_ptr();
+        // SAFETY: as above.
+        unsafe { bytes_of(n).get((*n).key_len as usize..).unwrap_or_default() }
+    }
+
+    /// The next version in order.
+    pub(super) fn next(&self) -> Option<Entry<'a>> {
+        // SAFETY: a linked node of the list `'a` borrows; every node has height >= 1.
+        let p = unsafe { next_of(self.node.as_ptr(), 0) }.load(AtomicOrdering::Acquire);
+        NonNull::new(p).map(Entry::at)
+    }
+}
+
+/// The writer's state.
+struct Writer {
+    /// Chunks nodes are carved from (`u64`s: 8-byte alignment), as raw pointers (from
+    /// `Box::into_raw`: moving a `Box` would assert uniqueness over memory the nodes'
+    /// pointers still use); freed when the writer drops, with the list.
+    chunks: Vec<NonNull<[u64]>>,
+    /// Free `u64`s left at the end of the last chunk, and where they start.
+    free: usize,
+    cursor: *mut u64,
+    /// xorshift state for tower heights.
+    rng: u64,
+    /// Bytes of every chunk.
+    arena_bytes: usize,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        for chunk in self.chunks.drain(..) {
+            // SAFETY: each chunk came from `Box::leak` of a boxed slice and is freed once,
+            // here, when the list (whose nodes point into it) is dropped.
+            drop(unsafe { Box::from_raw(chunk.as_ptr()) });
+        }
+    }
+}
+
+/// The skip list. `Send` and `Sync`: see the module comment.
+pub(super) struct VersionList {
+    /// A node with the tallest tower and no key, before every other.
+    head: NonNull<Node>,
+    /// The tallest tower in use (readers start there).
+    height: AtomicUsize,
+    len: AtomicUsize,
+    /// Bytes of arena chunks (read without the writer's lock).
+    arena_bytes: AtomicUsize,
+    chunk_words: usize,
+    writer: Mutex<Writer>,
+}
+
+// SAFETY: nodes are written once by the writer (under `writer`) before they are linked with
+// a Release store, read through Acquire loads, and never changed or freed while the list
+// lives; the arena chunks are owned by the list.
+unsafe impl Send for VersionList {}
+// SAFETY: as above.
+unsafe impl Sync for VersionList {}
+
+impl std::fmt::Debug for VersionList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VersionList")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl VersionList {
+    /// An empty list whose arena grows in chunks of about `chunk_bytes` (16 KiB ..= 1 MiB).
+    pub(super) fn new(chunk_bytes: usize) -> Self {
+        let chunk_words = chunk_bytes.clamp(16 << 10, 1 << 20) / 8;
+        let mut writer = Writer {
+            chunks: Vec::new(),
+            free: 0,
+            cursor: ptr::null_mut(),
+            rng: 0x2545_F491_4F6C_DD1D,
+            arena_bytes: 0,
+        };
+        let head = Self::alloc_node(&mut writer, chunk_words, &[], &[], 0, 0, MAX_HEIGHT);
+        VersionList {
+            head,
+            height: AtomicUsize::new(1),
+            len: AtomicUsize::new(0),
+            arena_bytes: AtomicUsize::new(writer.arena_bytes),
+            chunk_words,
+            writer: Mutex::new(writer),
+        }
+    }
+
+    /// Versions held.
+    pub(super) fn len(&self) -> usize {
+        self.len.load(AtomicOrdering::Acquire)
+    }
+
+    /// Whether it holds no version.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of the arena (nodes and the chunks' unused ends).
+    pub(super) fn arena_bytes(&self) -> usize {
+        self.arena_bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Carves a node from the arena and writes it in full (tower all null).
+    fn alloc_node(
+        w: &mut Writer,
+        chunk_words: usize,
+        key: &[u8],
+        tail: &[u8],
+        lsn: u64,
+        tag: Tag,
+        height: usize,
+    ) -> NonNull<Node> {
+        let tower = height * std::mem::size_of::<AtomicPtr<Node>>();
+        let bytes = HEADER + tower + key.len() + tail.len();
+        let words = bytes.div_ceil(8);
+        if words > w.free {
+            // A node bigger than a quarter chunk gets a chunk of its own (the current
+            // chunk's free end stays for the next small node).
+            let size = if words > chunk_words / 4 {
+                words
+            } else {
+                chunk_words
+            };
+            let chunk = NonNull::from(Box::leak(vec![0u64; size].into_boxed_slice()));
+            let start = chunk.as_ptr() as *mut u64;
+            w.arena_bytes += size * 8;
+            w.chunks.push(chunk);
+            if size != words {
+                w.cursor = start;
+                w.free = size;
+            } else {
+                return Self::write_node(start, key, tail, lsn, tag, height);
+            }
+        }
+        let at = w.cursor;
+        // SAFETY: `words <= free`, so the node fits in the chunk after `cursor`.
+        w.cursor = unsafe { w.cursor.add(words) };
+        w.free -= words;
+        Self::write_node(at, key, tail, lsn, tag, height)
+    }
+
+    /// Writes a node at `at` (enough zeroed, 8-aligned words for it).
+    fn write_node(
+        at: *mut u64,
+        key: &[u8],
+        tail: &[u8],
+        lsn: u64,
+        tag: Tag,
+        height: usize,
+    ) -> NonNull<Node> {
+        let node = at as *mut Node;
+        // SAFETY: `at` is 8-aligned (a `u64` slot), the words were sized for the header,
+        // the tower and the bytes, nothing else refers to them yet, and a zeroed tower is
+        // a tower of null pointers.
+        unsafe {
+            node.write(Node {
+                prefix: prefix_of(key),
+                lsn,
+                key_len: key.len() as u32,
+                tail_len: tail.len() as u32,
+                height: height as u8,
+                tag,
+            });
+            let bytes =
+                (at as *mut u8).add(HEADER + height * std::mem::size_of::<AtomicPtr<Node>>());
+            ptr::copy_nonoverlapping(key.as_ptr(), bytes, key.len());
+            ptr::copy_nonoverlapping(tail.as_ptr(), bytes.add(key.len()), tail.len());
+            NonNull::new_unchecked(node)
+        }
+    }
+
+    fn random_height(w: &mut Writer) -> usize {
+        let mut h = 1;
+        while h < MAX_HEIGHT {
+            w.rng ^= w.rng << 13;
+            w.rng ^= w.rng >> 7;
+            w.rng ^= w.rng << 17;
+            if !((w.rng & 0xffff) as u32).is_multiple_of(BRANCHING) {
+                break;
+            }
+            h += 1;
+        }
+        h
+    }
+
+    /// The last node before `probe` at each level (`prev`), searching from the top, and
+    /// the first node at or after the probe as the search saw it (null: none). That node
+    /// is returned as seen, not read again from `prev[0]`: an insert meanwhile may have
+    /// linked a node between them that is still before the probe.
+    fn find(&self, probe: &Probe<'_>, prev: &mut [*const Node; MAX_HEIGHT]) -> *mut Node {
+        let mut x: *const Node = self.head.as_ptr();
+        let mut at_or_after: *mut Node = ptr::null_mut();
+        let top = self.height.load(AtomicOrdering::Relaxed);
+        for level in (0..top).rev() {
+            loop {
+                // SAFETY: `x` is the head or a linked node, with a tower at least `level + 1`
+                // tall (the head is the tallest; a node met at a level has that level).
+                let next = unsafe { next_of(x, level) }.load(AtomicOrdering::Acquire);
+                // SAFETY: a non-null next pointer is a linked node.
+                if next.is_null() || unsafe { cmp_probe(next, probe) } != Ordering::Less {
+                    at_or_after = next;
+                    break;
+                }
+                x = next;
+            }
+            if let Some(p) = prev.get_mut(level) {
+                *p = x;
+            }
+        }
+        at_or_after
+    }
+
+    /// Inserts a version. Versions of one key differ in LSN, so every insert is new.
+    pub(super) fn insert(&self, key: &[u8], lsn: u64, tag: Tag, tail: &[u8]) {
+        let mut w = self.writer.lock();
+        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        let probe = Probe::new(key, lsn);
+        self.find(&probe, &mut prev);
+        let height = Self::random_height(&mut w);
+        let node = Self::alloc_node(&mut w, self.chunk_words, key, tail, lsn, tag, height);
+        self.arena_bytes
+            .store(w.arena_bytes, AtomicOrdering::Relaxed);
+        if height > self.height.load(AtomicOrdering::Relaxed) {
+            // Levels above the old top start at the head (`prev` holds it there already).
+            // Readers that see the new height before the links find null there and go
+            // down a level.
+            self.height.store(height, AtomicOrdering::Relaxed);
+        }
+        for (i, &p) in prev.iter().enumerate().take(height) {
+            // SAFETY: `p` is the head or a linked node with a tower above level `i` (it was
+            // met at that level, or is the head), `node` is written in full, `height`
+            // tall, and not linked yet: its next pointer is set before the predecessor's
+            // Release store publishes it.
+            unsafe {
+                let after = next_of(p, i).load(AtomicOrdering::Acquire);
+                next_of(node.as_ptr(), i).store(after, AtomicOrdering::Relaxed);
+                next_of(p, i).store(node.as_ptr(), AtomicOrdering::Release);
+            }
+        }
+        self.len.fetch_add(1, AtomicOrdering::Release);
+    }
+
+    /// The version after `p` (the head or a linked node) at level 0.
+    fn after(&self, p: *const Node) -> Option<Entry<'_>> {
+        // SAFETY: `p` is the head or a linked node; every tower has level 0.
+        let next = unsafe { next_of(p, 0) }.load(AtomicOrdering::Acquire);
+        NonNull::new(next).map(Entry::at)
+    }
+
+    /// The first version.
+    pub(super) fn first(&self) -> Option<Entry<'_>> {
+        self.after(self.head.as_ptr())
+    }
+
+    /// The first version at or after `probe`.
+    pub(super) fn seek(&self, probe: &Probe<'_>) -> Option<Entry<'_>> {
+        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        NonNull::new(self.find(probe, &mut prev)).map(Entry::at)
+    }
+
+    /// The last version before `probe` (`None`: every version is at or after it).
+    pub(super) fn seek_before(&self, probe: &Probe<'_>) -> Option<Entry<'_>> {
+        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        self.find(probe, &mut prev);
+        let p = prev[0];
+        if ptr::eq(p, self.head.as_ptr()) {
+            return None;
+        }
+        NonNull::new(p as *mut Node).map(Entry::at)
+    }
+
+    /// The last version.
+    pub(super) fn last(&self) -> Option<Entry<'_>> {
+        let mut x: *const Node = self.head.as_ptr();
+        let top = self.height.load(AtomicOrdering::Relaxed);
+        for level in (0..top).rev() {
+            loop {
+                // SAFETY: as in `find`.
+                let next = unsafe { next_of(x, level) }.load(AtomicOrdering::Acquire);
+                if next.is_null() {
+                    break;
+                }
+                x = next;
+            }
+        }
+        if ptr::eq(x, self.head.as_ptr()) {
+            return None;
+        }
+        NonNull::new(x as *mut Node).map(Entry::at)
+    }
+
+    /// The version before `e` (a search from the top: O(log n)).
+    pub(super) fn before(&self, e: &Entry<'_>) -> Option<Entry<'_>> {
+        // SAFETY: `e` is a linked node of this list.
+        let prefix = unsafe { (*e.node.as_ptr()).prefix };
+        self.seek_before(&Probe {
+            prefix,
+            key: e.key(),
+            lsn: e.lsn(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    fn rand(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    /// The model's order: key ascending, LSN descending.
+    fn model_key(key: &[u8], lsn: u64) -> (Vec<u8>, std::cmp::Reverse<u64>) {
+        (key.to_vec(), std::cmp::Reverse(lsn))
+    }
+
+    #[test]
+    fn walks_seeks_and_steps_back_like_an_ordered_set() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        // Smaller under Miri (`cargo +nightly miri test -p hybridkv --lib skiplist`).
+        let (rounds, max_len) = if cfg!(miri) { (3, 80) } else { (40, 600) };
+        for round in 0..rounds {
+            // Tiny chunks, so that nodes straddle none and big nodes get chunks of their own.
+            let list = VersionList::new(16 << 10);
+            let mut model = BTreeSet::new();
+            let n = rand(&mut seed) % max_len;
+            for lsn in 1..=n {
+                // Keys over a tiny alphabet with zeros, of 0..40 bytes (prefix ties, zero
+                // padding), tails of 0..100 bytes, now and then one of 20 KiB.
+                let len = (rand(&mut seed) % 41) as usize;
+                let key: Vec<u8> = (0..len)
+                    .map(|_| [0u8, 1, 0xff][(rand(&mut seed) % 3) as usize])
+                    .collect();
+                let tail_len = if rand(&mut seed).is_multiple_of(50) {
+                    20_000
+                } else {
+                    (rand(&mut seed) % 100) as usize
+                };
+                let tail = vec![(lsn % 251) as u8; tail_len];
+                list.insert(&key, lsn, (lsn % 4) as u8, &tail);
+                model.insert((model_key(&key, lsn), tail_len));
+            }
+            assert_eq!(list.len(), model.len());
+            // Forward walk.
+            let mut walked = Vec::new();
+            let mut e = list.first();
+            while let Some(x) = e {
+                assert_eq!(x.tag(), (x.lsn() % 4) as u8);
+                assert!(x.tail().iter().all(|&b| b == (x.lsn() % 251) as u8));
+                walked.push((model_key(x.key(), x.lsn()), x.tail().len()));
+                e = x.next();
+            }
+            let want: Vec<_> = model.iter().cloned().collect();
+            assert_eq!(walked, want, "round {round}");
+            // Backward walk.
+            let mut back = Vec::new();
+            let mut e = list.last();
+            while let Some(x) = e {
+                back.push((model_key(x.key(), x.lsn()), x.tail().len()));
+                e = list.before(&x);
+            }
+            back.reverse();
+            assert_eq!(back, want, "round {round} backward");
+            // Seeks at random probes.
+            for _ in 0..if cfg!(miri) { 10 } else { 50 } {
+                let len = (rand(&mut seed) % 41) as usize;
+                let key: Vec<u8> = (0..len)
+                    .map(|_| [0u8, 1, 0xff][(rand(&mut seed) % 3) as usize])
+                    .collect();
+                let lsn = rand(&mut seed) % (n + 2);
+                let p = model_key(&key, lsn);
+                let got = list
+                    .seek(&Probe::new(&key, lsn))
+                    .map(|x| model_key(x.key(), x.lsn()));
+                let exp = model.range((p.clone(), 0)..).next().map(|(k, _)| k.clone());
+                assert_eq!(got, exp);
+                let got = list
+                    .seek_before(&Probe::new(&key, lsn))
+                    .map(|x| model_key(x.key(), x.lsn()));
+                let exp = model.range(..(p, 0)).next_back().map(|(k, _)| k.clone());
+                assert_eq!(got, exp);
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_list_has_no_entries() {
+        let list = VersionList::new(0);
+        assert!(list.is_empty());
+        assert!(list.first().is_none());
+        assert!(list.last().is_none());
+        assert!(list.seek(&Probe::new(b"a", 1)).is_none());
+        assert!(list.seek_before(&Probe::new(b"a", 1)).is_none());
+        assert!(list.arena_bytes() >= 16 << 10);
+    }
+
+    #[test]
+    fn readers_beside_the_writer_see_sorted_whole_versions() {
+        // One writer inserting, two readers walking and seeking at the same time: every
+        // version a reader meets is whole (its tail matches its LSN) and in order. (No
+        // assumption about how the threads are scheduled: each reader checks whatever
+        // it sees, however much of the insert sequence that is.)
+        let list = Arc::new(VersionList::new(64 << 10));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (list, done) = (Arc::clone(&list), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    let mut seed = 77 + r;
+                    let mut passes = 0u64;
+                    loop {
+                        let finished = done.load(AtomicOrdering::Acquire);
+                        let mut prev: Option<(Vec<u8>, std::cmp::Reverse<u64>)> = None;
+                        let mut e = list.first();
+                        while let Some(x) = e {
+                            let k = model_key(x.key(), x.lsn());
+                            assert!(x.tail().len() == (x.lsn() % 64) as usize);
+                            assert!(x.tail().iter().all(|&b| b == x.lsn() as u8));
+                            if let Some(p) = &prev {
+                                assert!(*p < k, "out of order");
+                            }
+                            prev = Some(k);
+                            e = x.next();
+                        }
+                        let key = (rand(&mut seed) % 5000).to_be_bytes();
+                        if let Some(x) = list.seek(&Probe::new(&key, u64::MAX)) {
+                            assert!(x.key() >= &key[..]);
+                        }
+                        passes += 1;
+                        if finished {
+                            return passes;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut seed = 5u64;
+        let inserts = if cfg!(miri) { 300 } else { 20_000u64 };
+        for lsn in 1..=inserts {
+            let key = (rand(&mut seed) % 5000).to_be_bytes();
+            let tail = vec![lsn as u8; (lsn % 64) as usize];
+            list.insert(&key, lsn, 0, &tail);
+        }
+        done.store(true, AtomicOrdering::Release);
+        for r in readers {
+            assert!(r.join().unwrap() >= 1);
+        }
+        assert_eq!(list.len() as u64, inserts);
+    }
+}
