@@ -63,12 +63,17 @@ pub struct Options {
     /// 0.05 us), and it reaches the operating system as a `pwrite` would, so a crash of
     /// the process loses no acknowledged write; `sync` still ends in `fdatasync`. The log
     /// reserves its space ahead (`fallocate`, 4 KiB first, doubling up to 1 MiB steps),
-    /// so a full disk is an `Error::Io` at that step, never a fault inside the mapping; a memtable switch cuts the log it
-    /// leaves to its records, and a crash leaves a tail of zeros that the next open reads
-    /// as the log's end and cuts. Where the file system cannot reserve space, the log is
-    /// written with buffered `pwrite`s instead. The trade every memory-mapped store makes:
-    /// should another process cut the log file while it is open, the process stops
-    /// (`SIGBUS`). Default `true`; `false` writes the log with a `pwrite` per commit group.
+    /// so on a file system that allocates blocks there (ext4, xfs) a full disk is an
+    /// `Error::Io` at that step, not a fault inside the mapping; on copy-on-write file
+    /// systems (btrfs, ZFS, bcachefs), where a reservation is no such promise, and where
+    /// `fallocate` or a writable shared mapping is not supported, the log is written with
+    /// buffered `pwrite`s instead. A memtable switch cuts the log it leaves to its
+    /// records, and a crash leaves a tail of zeros that the next open reads as the log's
+    /// end and cuts. The trade every memory-mapped store makes: a device error met when
+    /// the kernel must read a page of the log back in (the last, partly written page,
+    /// after it was written back and evicted), or another process cutting the log file
+    /// while it is open, stops the process (`SIGBUS`) instead of returning an error.
+    /// Default `true`; `false` writes the log with a `pwrite` per commit group.
     pub mmap_log_writes: bool,
     /// Threads that run flushes and compactions. Default 2. Range 1 ..= 64.
     pub background_threads: usize,

@@ -151,7 +151,8 @@ pub struct Stats {
     /// Iterators opened (`Db::iter`, `Db::scan`, ...).
     pub scans: u64,
     /// Bytes of small-log files on disk (the database's one small log, shared by its
-    /// keyspaces: counted in the default keyspace's statistics, 0 in the others').
+    /// keyspaces: counted in the default keyspace's statistics, 0 in the others'), with
+    /// the space the log being appended to reserved ahead (`mmap_log_writes`: up to 1 MiB).
     pub wal_file_bytes: u64,
     /// Bytes of large-log records appended by user writes.
     pub large_bytes_written: u64,

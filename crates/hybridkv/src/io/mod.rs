@@ -334,14 +334,29 @@ impl Io {
             .collect()
     }
 
-    /// Reads a whole (small) file, counted under `component`.
+    /// Reads a whole (small) file, counted under `component`. A file that got shorter
+    /// between the open and the read (a writer in another process cut the reserved tail of
+    /// the small log it appends to through a memory map) is read again, up to 3 times.
     pub fn read_all(&self, path: &Path, component: IoComponent) -> Result<Vec<u8>> {
-        let file = self.open(path, component)?;
-        let len = usize::try_from(file.len())
-            .map_err(|_| crate::Error::corruption(path, 0, "file too large to read into memory"))?;
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(0, &mut buf)?;
-        Ok(buf)
+        let mut attempts = 0;
+        loop {
+            let file = self.open(path, component)?;
+            let len = usize::try_from(file.len()).map_err(|_| {
+                crate::Error::corruption(path, 0, "file too large to read into memory")
+            })?;
+            let mut buf = vec![0u8; len];
+            match file.read_exact_at(0, &mut buf) {
+                Ok(()) => return Ok(buf),
+                Err(crate::Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::UnexpectedEof
+                        && attempts < 3
+                        && self.fs.file_len(path).is_ok_and(|now| now < len as u64) =>
+                {
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Writes `data` to `path` durably and atomically: temp file, fsync, rename, fsync dir.
@@ -361,5 +376,106 @@ impl Io {
         }
         self.fs.rename(&tmp, &dst)?;
         self.fs.sync_dir(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A reader that reports a length past the file's end once: a file that another
+    /// process cut between the open and the read.
+    struct Stale {
+        inner: Arc<dyn ReadableFile>,
+        extra: u64,
+    }
+
+    impl ReadableFile for Stale {
+        fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+            self.inner.read_exact_at(offset, buf)
+        }
+        fn len(&self) -> u64 {
+            self.inner.len() + self.extra
+        }
+    }
+
+    /// `SimFs` whose first `open` hands out a [`Stale`] reader.
+    #[derive(Debug)]
+    struct CutOnce {
+        fs: SimFs,
+        done: AtomicBool,
+    }
+
+    impl FileSystem for CutOnce {
+        fn create_dir_all(&self, path: &Path) -> Result<()> {
+            self.fs.create_dir_all(path)
+        }
+        fn create(&self, path: &Path, direct: bool) -> Result<Box<dyn WritableFile>> {
+            self.fs.create(path, direct)
+        }
+        fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>> {
+            let inner = self.fs.open(path, direct)?;
+            if self.done.swap(true, Ordering::SeqCst) {
+                return Ok(inner);
+            }
+            Ok(Arc::new(Stale { inner, extra: 4096 }))
+        }
+        fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+            self.fs.rename(from, to)
+        }
+        fn remove(&self, path: &Path) -> Result<()> {
+            self.fs.remove(path)
+        }
+        fn remove_dir(&self, path: &Path) -> Result<()> {
+            self.fs.remove_dir(path)
+        }
+        fn hard_link(&self, from: &Path, to: &Path) -> Result<()> {
+            self.fs.hard_link(from, to)
+        }
+        fn list(&self, dir: &Path) -> Result<Vec<String>> {
+            self.fs.list(dir)
+        }
+        fn sync_dir(&self, dir: &Path) -> Result<()> {
+            self.fs.sync_dir(dir)
+        }
+        fn kind(&self, path: &Path) -> Result<Option<bool>> {
+            self.fs.kind(path)
+        }
+        fn file_len(&self, path: &Path) -> Result<u64> {
+            self.fs.file_len(path)
+        }
+        fn allocated_len(&self, path: &Path) -> Result<u64> {
+            self.fs.allocated_len(path)
+        }
+        fn truncate(&self, path: &Path, len: u64) -> Result<()> {
+            self.fs.truncate(path, len)
+        }
+        fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> Result<()> {
+            self.fs.punch_hole(path, offset, len)
+        }
+        fn lock(&self, path: &Path) -> Result<Box<dyn DirLock>> {
+            self.fs.lock(path)
+        }
+    }
+
+    #[test]
+    fn read_all_reads_again_a_file_cut_between_its_open_and_its_read() {
+        // A reader in another process (a read-only open, `check`) may open the small log
+        // just before the writer cuts its reserved tail at a memtable switch.
+        let fs = SimFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let mut w = fs.create(Path::new("/d/1.wal"), false).unwrap();
+        w.append(b"records").unwrap();
+        w.flush().unwrap();
+        let cut = CutOnce {
+            fs: fs.clone(),
+            done: AtomicBool::new(false),
+        };
+        let io = Io::new(Arc::new(cut), false);
+        let got = io
+            .read_all(Path::new("/d/1.wal"), IoComponent::Wal)
+            .unwrap();
+        assert_eq!(got, b"records");
     }
 }

@@ -280,7 +280,8 @@ struct MappedWriter {
 }
 
 impl MappedWriter {
-    /// Reserves and maps the next step.
+    /// Reserves and maps the next step. On an error nothing is counted as reserved or
+    /// mapped, so a later append tries the same step again.
     fn grow(&mut self) -> Result<()> {
         let step = self.reserved.clamp(MAPPED_FIRST_STEP, MAPPED_MAX_STEP);
         let (Ok(off), Ok(n), Ok(map_len)) = (
@@ -293,22 +294,24 @@ impl MappedWriter {
                 self.path.display()
             )));
         };
-        // SAFETY: the descriptor is open for as long as `self.file` lives.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, n) };
-        if rc != 0 {
-            return Err(Error::io(
-                "reserve space (fallocate)",
-                &self.path,
-                std::io::Error::last_os_error(),
-            ));
+        loop {
+            // SAFETY: the descriptor is open for as long as `self.file` lives.
+            let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, n) };
+            if rc == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io("reserve space (fallocate)", &self.path, e));
+            }
         }
         let start = self.reserved;
-        self.reserved += step;
         // Unmapped first: the pages stay in the page cache, dirty, as a write left them.
         self.map = None;
         // SAFETY: the mapping is of bytes this writer alone changes; the engine never cuts
         // the file while it is open (`finish` unmaps before it cuts), and the bytes were
-        // reserved above, so no store into the mapping can fault for want of space.
+        // reserved above on a file system that allocates on `fallocate` (see
+        // `reserves_blocks`), so a store into the mapping needs no new block.
         let map = unsafe {
             memmap2::MmapOptions::new()
                 .offset(start)
@@ -317,8 +320,30 @@ impl MappedWriter {
         }
         .map_err(|e| Error::io("mmap", &self.path, e))?;
         self.map = Some((start, map));
+        self.reserved += step;
         Ok(())
     }
+}
+
+/// Whether `fallocate` on `file`'s file system allocates the blocks a later store into a
+/// shared mapping needs. Not on copy-on-write file systems: ZFS checks free space and
+/// leaves the file sparse, btrfs and bcachefs write a shared extent elsewhere, so a store
+/// into the mapping could meet a full disk inside the page fault (`SIGBUS`, not an error).
+/// The magic numbers are `statfs`'s `f_type` (linux/magic.h; ZFS's from OpenZFS).
+fn reserves_blocks(file: &File) -> bool {
+    const BTRFS: i64 = 0x9123_683E;
+    const ZFS: i64 = 0x2FC1_2FC1;
+    const BCACHEFS: i64 = 0xCA45_1A4E;
+    // SAFETY: `statfs` is a plain C struct for which all-zero bytes are valid; `fstatfs`
+    // only writes into it, and the descriptor is open while `file` lives.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: see above.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets
+    let kind = st.f_type as i64;
+    !matches!(kind, BTRFS | ZFS | BCACHEFS)
 }
 
 impl WritableFile for MappedWriter {
@@ -837,11 +862,21 @@ impl FileSystem for RealFs {
             map: None,
             finished: false,
         };
+        if !reserves_blocks(&writer.file) {
+            // A reservation there is no guarantee: buffered appends.
+            drop(writer);
+            return self.create(path, false);
+        }
         match writer.grow() {
             Ok(()) => Ok(Box::new(writer)),
-            // A file system that cannot reserve space (no `fallocate`) gets buffered
-            // appends: a store into a mapping it could not back would be `SIGBUS`.
-            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            // A file system that cannot reserve space (no `fallocate`) or map the file
+            // for writing (some network and FUSE file systems) gets buffered appends.
+            Err(Error::Io { source, .. })
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENODEV | libc::EACCES)
+                ) =>
+            {
                 drop(writer);
                 self.create(path, false)
             }
