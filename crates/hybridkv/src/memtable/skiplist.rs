@@ -27,6 +27,10 @@ const BRANCHING: u32 = 4;
 
 /// Bytes of a node before its tower (see [`Node`]).
 const HEADER: usize = std::mem::size_of::<Node>();
+// The tower follows the header: the header's size keeps it aligned, and a node starts on
+// a `u64` of its chunk.
+const _: () = assert!(HEADER.is_multiple_of(std::mem::align_of::<AtomicPtr<Node>>()));
+const _: () = assert!(std::mem::align_of::<Node>() <= std::mem::align_of::<u64>());
 
 /// What a version is, beside its bytes (the memtable's `Slot`).
 pub(super) type Tag = u8;
@@ -206,6 +210,9 @@ struct Writer {
     /// Free `u64`s left at the end of the last chunk, and where they start.
     free: usize,
     cursor: *mut u64,
+    /// Words of the next chunk: the first is 16 KiB, each next one twice the last up to
+    /// the list's chunk size (a memtable that stays small holds little).
+    next_chunk: usize,
     /// xorshift state for tower heights.
     rng: u64,
     /// Bytes of every chunk.
@@ -258,6 +265,7 @@ impl VersionList {
             chunks: Vec::new(),
             free: 0,
             cursor: ptr::null_mut(),
+            next_chunk: (16 << 10) / 8,
             rng: 0x2545_F491_4F6C_DD1D,
             arena_bytes: 0,
         };
@@ -303,11 +311,11 @@ impl VersionList {
         if words > w.free {
             // A node bigger than a quarter chunk gets a chunk of its own (the current
             // chunk's free end stays for the next small node).
-            let size = if words > chunk_words / 4 {
-                words
-            } else {
-                chunk_words
-            };
+            let chunk = w.next_chunk.min(chunk_words);
+            let size = if words > chunk / 4 { words } else { chunk };
+            if size == chunk {
+                w.next_chunk = (chunk * 2).min(chunk_words);
+            }
             let chunk = NonNull::from(Box::leak(vec![0u64; size].into_boxed_slice()));
             let start = chunk.as_ptr() as *mut u64;
             w.arena_bytes += size * 8;
@@ -397,12 +405,22 @@ impl VersionList {
         at_or_after
     }
 
-    /// Inserts a version. Versions of one key differ in LSN, so every insert is new.
+    /// Inserts a version. Versions of one
+    /// key differ in LSN (the commit path gives every operation its own), so every insert
+    /// is new. Lengths fit in 32 bits: keys are at most `MAX_KEY_SIZE` (4 KiB), values at
+    /// most `MAX_VALUE_SIZE` (16 MiB), folded values `MAX_FOLDED_VALUE`.
     pub(super) fn insert(&self, key: &[u8], lsn: u64, tag: Tag, tail: &[u8]) {
+        debug_assert!(u32::try_from(key.len()).is_ok() && u32::try_from(tail.len()).is_ok());
         let mut w = self.writer.lock();
         let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
         let probe = Probe::new(key, lsn);
-        self.find(&probe, &mut prev);
+        let at_or_after = self.find(&probe, &mut prev);
+        debug_assert!(
+            // SAFETY: a non-null result is a linked node.
+            at_or_after.is_null() || unsafe { cmp_probe(at_or_after, &probe) } != Ordering::Equal,
+            "a version inserted twice"
+        );
+        let _ = at_or_after;
         let height = Self::random_height(&mut w);
         let node = Self::alloc_node(&mut w, self.chunk_words, key, tail, lsn, tag, height);
         self.arena_bytes
@@ -638,5 +656,50 @@ mod tests {
             assert!(r.join().unwrap() >= 1);
         }
         assert_eq!(list.len() as u64, inserts);
+    }
+
+    #[test]
+    fn a_reader_finds_every_version_published_before_it_looked() {
+        // The writer publishes, after each insert, the LSN it inserted (Release); a reader
+        // that loaded it (Acquire) must find that version and every older one by a seek,
+        // and step back from it to a smaller one. Keys are 20 bytes sharing their first 16,
+        // so the full-key comparison decides. Nothing assumes how threads are scheduled:
+        // each check covers whatever was published when the reader looked.
+        fn key_of(lsn: u64) -> Vec<u8> {
+            format!("{:020}", lsn.wrapping_mul(2_654_435_761) % 3000).into_bytes()
+        }
+        let list = Arc::new(VersionList::new(64 << 10));
+        let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let inserts = if cfg!(miri) { 200 } else { 20_000u64 };
+        let reader = {
+            let (list, acked) = (Arc::clone(&list), Arc::clone(&acked));
+            std::thread::spawn(move || {
+                let mut seed = 99u64;
+                let mut checks = 0u64;
+                loop {
+                    let upto = acked.load(AtomicOrdering::Acquire);
+                    if upto > 0 {
+                        let lsn = 1 + rand(&mut seed) % upto;
+                        let key = key_of(lsn);
+                        let e = list
+                            .seek(&Probe::new(&key, lsn))
+                            .expect("published version");
+                        assert_eq!((e.key(), e.lsn()), (&key[..], lsn));
+                        if let Some(b) = list.before(&e) {
+                            assert!(model_key(b.key(), b.lsn()) < model_key(&key, lsn));
+                        }
+                        checks += 1;
+                    }
+                    if upto == inserts {
+                        return checks;
+                    }
+                }
+            })
+        };
+        for lsn in 1..=inserts {
+            list.insert(&key_of(lsn), lsn, 0, &[]);
+            acked.store(lsn, AtomicOrdering::Release);
+        }
+        assert!(reader.join().unwrap() >= 1);
     }
 }
