@@ -19,9 +19,20 @@ pub struct LogPtr {
 
 impl LogPtr {
     pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.segment.to_le_bytes());
-        out.extend_from_slice(&self.offset.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// The encoding (`segment`, `offset`, `len`, little-endian), on the stack.
+    pub(crate) fn to_bytes(self) -> [u8; LOG_PTR_SIZE] {
+        let mut out = [0u8; LOG_PTR_SIZE];
+        let bytes = self.segment.to_le_bytes().into_iter();
+        let bytes = bytes
+            .chain(self.offset.to_le_bytes())
+            .chain(self.len.to_le_bytes());
+        for (dst, b) in out.iter_mut().zip(bytes) {
+            *dst = b;
+        }
+        out
     }
 
     /// The pointer encoded in exactly `bytes` (`None` if they are not one).

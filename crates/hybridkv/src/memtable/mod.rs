@@ -174,17 +174,9 @@ impl Memtable {
             }
             MemValue::Tombstone => self.list.insert(key, lsn, TAG_TOMBSTONE, &[]),
             MemValue::Large(p) => {
-                // The pointer's encoding (`LogPtr::from_bytes` reads it back), on the stack.
-                let mut ptr = [0u8; LOG_PTR_SIZE];
-                let bytes = p.segment.to_le_bytes().into_iter();
-                let bytes = bytes
-                    .chain(p.offset.to_le_bytes())
-                    .chain(p.len.to_le_bytes());
-                for (dst, b) in ptr.iter_mut().zip(bytes) {
-                    *dst = b;
-                }
+                // `LogPtr::from_bytes` reads it back.
                 size += LOG_PTR_SIZE;
-                self.list.insert(key, lsn, TAG_LARGE, &ptr);
+                self.list.insert(key, lsn, TAG_LARGE, &p.to_bytes());
             }
         }
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
