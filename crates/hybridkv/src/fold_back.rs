@@ -44,7 +44,7 @@ impl Engine {
         }
         drop(sv);
         let record = CommitRecord {
-            ops: vec![BatchOp::Put(key, value)],
+            ops: smallvec::smallvec![BatchOp::Put(key, value)],
             payload: None,
             relocation: false,
             cache_large: true,

@@ -235,7 +235,7 @@ impl Engine {
         }
         // Synced: durable before the old segment may be freed.
         let record = CommitRecord {
-            ops,
+            ops: ops.into(),
             payload: None,
             relocation: true,
             cache_large: false,

@@ -146,12 +146,10 @@ impl NodeBuf {
 
     pub(crate) fn push_pointer(&mut self, kind: u8, key: &[u8], lsn: u64, ptr: LogPtr) {
         let dst = self.reserve(kind, POINTER_FIXED + key.len());
-        let mut enc = Vec::with_capacity(LOG_PTR_SIZE);
-        ptr.encode_into(&mut enc);
         let mut w = Writer(dst, 0);
         w.put(&(key.len() as u16).to_le_bytes());
         w.put(&lsn.to_le_bytes());
-        w.put(&enc);
+        w.put(&ptr.to_bytes());
         w.put(key);
     }
 
@@ -171,8 +169,13 @@ impl NodeBuf {
         w.put(key);
     }
 
-    /// Writes the header and checksum; returns the finished node bytes.
+    /// Writes the header, zeros the gap between the slots and the data (a reset leaves
+    /// the last node's bytes there) and the checksum; returns the finished node bytes.
     pub(crate) fn finish(&mut self) -> &[u8] {
+        let slots_end = NODE_HEADER + 4 * self.count as usize;
+        if let Some(gap) = self.buf.get_mut(slots_end..self.data_start) {
+            gap.fill(0);
+        }
         if let Some(h) = self.buf.get_mut(..NODE_HEADER) {
             h.fill(0);
             h[0] = self.kind;
@@ -186,8 +189,9 @@ impl NodeBuf {
     }
 
     /// Empties the node for reuse.
+    /// Empties the node for the next one. The old bytes stay: every entry overwrites all
+    /// of its slot and data, the header is written and the gap zeroed in [`Self::finish`].
     pub(crate) fn reset(&mut self) {
-        self.buf.fill(0);
         self.count = 0;
         self.data_start = self.buf.len();
     }
@@ -381,6 +385,35 @@ impl<'a> NodeView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reused_node_finishes_byte_for_byte_like_a_fresh_one() {
+        let p = LogPtr {
+            segment: 9,
+            offset: 4096,
+            len: 1030,
+        };
+        let fill = |n: &mut NodeBuf, round: u8| {
+            n.push_inline(b"a", 1, &[round; 40]);
+            n.push_pointer(KIND_LARGE, b"b", 2, p);
+            n.push_tombstone(b"c", 3);
+        };
+        // The reused node first holds far more (every byte of it ends up non-zero).
+        let mut reused = NodeBuf::new(4096, NODE_LEAF);
+        let mut i = 0u32;
+        while reused.fits(INLINE_FIXED + 8 + 200) {
+            reused.push_inline(&i.to_be_bytes(), 5, &[0xAB; 200]);
+            i += 1;
+        }
+        reused.finish();
+        reused.reset();
+        fill(&mut reused, 7);
+        let mut fresh = NodeBuf::new(4096, NODE_LEAF);
+        fill(&mut fresh, 7);
+        assert_eq!(reused.finish(), fresh.finish());
+        let view = NodeView::new(reused.finish(), NODE_LEAF).unwrap();
+        assert_eq!(view.leaf_entry(2).unwrap().key, b"c");
+    }
 
     #[test]
     fn leaf_round_trip_and_search() {

@@ -336,11 +336,15 @@ fn ops_capacity(payload_len: usize, count: u32) -> usize {
     (count as usize).min(payload_len / MIN_OP_BYTES)
 }
 
+/// A batch's decoded operations: up to two held inline (a put, or a switch and a put),
+/// so the commit of a one-put batch allocates no list.
+pub(crate) type Ops<'a> = smallvec::SmallVec<[BatchOp<'a>; 2]>;
+
 /// Decodes a batch payload (from memory or from the log): `count` operations, with the
 /// keyspace switches among them (which do not count). `None` if malformed.
-pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Vec<BatchOp<'_>>> {
+pub(crate) fn decode_ops(payload: &[u8], count: u32) -> Option<Ops<'_>> {
     let mut d = Decoder::new(payload);
-    let mut ops = Vec::with_capacity(ops_capacity(payload.len(), count));
+    let mut ops = Ops::with_capacity(ops_capacity(payload.len(), count));
     let mut decoded = 0u32;
     let mut after_switch = false;
     while decoded < count {
@@ -432,8 +436,8 @@ mod tests {
         encode_op(&mut payload, BatchOp::Delete(b"gone"));
         let ops = decode_ops(&payload, 2).unwrap();
         assert_eq!(
-            ops,
-            vec![BatchOp::PutLarge(b"big", p), BatchOp::Delete(b"gone")]
+            ops.as_slice(),
+            [BatchOp::PutLarge(b"big", p), BatchOp::Delete(b"gone")]
         );
     }
 
@@ -445,8 +449,8 @@ mod tests {
             .delete_prefix("");
         let ops = decode_ops(b.payload(), b.count()).unwrap();
         assert_eq!(
-            ops,
-            vec![
+            ops.as_slice(),
+            [
                 BatchOp::DeleteRange(b"b", Some(b"d")),
                 BatchOp::DeleteRange(b"x\xff", Some(b"y")),
                 BatchOp::DeleteRange(b"", None),

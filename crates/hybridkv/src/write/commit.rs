@@ -52,6 +52,9 @@ impl Request {
 #[derive(Default)]
 struct QueueState {
     pending: Vec<Arc<Request>>,
+    /// The last group's list, emptied, for the next group to take (no allocation per
+    /// group).
+    spare: Vec<Arc<Request>>,
     leader_active: bool,
 }
 
@@ -112,10 +115,10 @@ impl CommitQueue {
         }
         st.leader_active = true;
         self.leader_busy.store(true, Ordering::Release);
-        // Hand the queue's buffer to this group and keep one of the same capacity for the
-        // next (no reallocation per group as the queue refills).
-        let cap = st.pending.capacity();
-        let group = std::mem::replace(&mut st.pending, Vec::with_capacity(cap));
+        // Hand the queue's list to this group; the queue refills the last group's
+        // (given back below), so no group allocates one.
+        let spare = std::mem::take(&mut st.spare);
+        let mut group = std::mem::replace(&mut st.pending, spare);
         self.group_syncs
             .store(group.iter().any(|r| r.sync), Ordering::Release);
         drop(st);
@@ -133,7 +136,11 @@ impl CommitQueue {
         }
         // This thread's own request may have been failed alone.
         let result = req.result.lock().take().unwrap_or(result);
+        group.clear();
         let mut st = self.state.lock();
+        if st.spare.capacity() < group.capacity() {
+            st.spare = group;
+        }
         st.leader_active = false;
         self.leader_busy.store(false, Ordering::Release);
         self.cv.notify_all();

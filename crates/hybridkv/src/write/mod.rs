@@ -38,6 +38,7 @@ use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
 use commit::{CommitQueue, Request};
 use parking_lot::lock_api::ArcMutexGuard;
 use parking_lot::{Mutex, MutexGuard, RawMutex, RwLock};
+use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -186,11 +187,15 @@ enum Staged<'a> {
     Range(Option<&'a [u8]>),
 }
 
+/// A committed operation on its way into its keyspace's memtable: the keyspace, the key,
+/// the LSN and what goes in.
+type StagedOp<'a> = (u32, &'a [u8], u64, Staged<'a>);
+
 /// One small-log record to commit: operations that become visible together.
 pub(crate) struct CommitRecord<'a> {
     /// Puts and deletes, and switches of keyspace (`BatchOp::PutLarge` is refused:
     /// pointers are made here).
-    pub ops: Vec<BatchOp<'a>>,
+    pub ops: batch::Ops<'a>,
     /// The caller's encoded payload of `ops`, reused when no value goes to the large log.
     pub payload: Option<&'a [u8]>,
     /// Every put goes to the large log whatever its size (GC's relocations).
@@ -650,7 +655,8 @@ impl WritePath {
         env.check_poison()?;
         let base = env.keyspace();
         if named.iter().all(|&id| id == base) {
-            // One keyspace: through its commit queue (group commit).
+            // One keyspace: through its commit queue (group commit), which decodes again.
+            drop(ops);
             let slot = self.slot(base)?;
             let req = Request::new(batch, sync, base);
             return slot
@@ -699,7 +705,7 @@ impl WritePath {
         }
         // Every batch of the group is this keyspace's: one check for all of them.
         env.check_poison()?;
-        let mut records = Vec::with_capacity(group.len());
+        let mut records: SmallVec<[CommitRecord<'_>; 1]> = SmallVec::with_capacity(group.len());
         let mut sync = false;
         for r in group {
             let Some(ops) = decode_ops(r.batch.payload(), r.batch.count()) else {
@@ -787,8 +793,8 @@ impl WritePath {
         let mut lsn = log.next_lsn;
         let mut done = PerKeyspace::default();
         let mut large_written = false;
-        let mut staged: Vec<(u32, &[u8], u64, Staged<'_>)> = Vec::new();
-        let mut encoded: Vec<Encoded<'_>> = Vec::with_capacity(records.len());
+        let mut staged: SmallVec<[StagedOp<'_>; 2]> = SmallVec::new();
+        let mut encoded: SmallVec<[Encoded<'_>; 1]> = SmallVec::with_capacity(records.len());
         for rec in records {
             let first = lsn;
             let mut ks = rec.keyspace;
@@ -1349,14 +1355,14 @@ mod tests {
         let big = vec![7u8; 3000];
         let records = [
             CommitRecord {
-                ops: vec![BatchOp::Put(b"a", b"small"), BatchOp::Put(b"b", &big)],
+                ops: smallvec::smallvec![BatchOp::Put(b"a", b"small"), BatchOp::Put(b"b", &big)],
                 payload: None,
                 relocation: false,
                 cache_large: false,
                 keyspace: 0,
             },
             CommitRecord {
-                ops: vec![BatchOp::Delete(b"a")],
+                ops: smallvec::smallvec![BatchOp::Delete(b"a")],
                 payload: None,
                 relocation: false,
                 cache_large: false,
@@ -1393,7 +1399,7 @@ mod tests {
         let fs = SimFs::new();
         let (env, writes) = setup(&fs);
         let record = CommitRecord {
-            ops: vec![BatchOp::Put(b"k", b"tiny")],
+            ops: smallvec::smallvec![BatchOp::Put(b"k", b"tiny")],
             payload: None,
             relocation: true,
             cache_large: false,
@@ -1426,7 +1432,7 @@ mod tests {
         };
         // A large put first: refused as a whole, its value must not reach the large log.
         let record = CommitRecord {
-            ops: vec![BatchOp::Put(b"a", &big), BatchOp::PutLarge(b"b", ptr)],
+            ops: smallvec::smallvec![BatchOp::Put(b"a", &big), BatchOp::PutLarge(b"b", ptr)],
             payload: None,
             relocation: false,
             cache_large: false,
@@ -1455,7 +1461,7 @@ mod tests {
         let (env, writes) = setup(&fs);
         fs.fail_at(fs.op_count(), FailMode::FromThenOn);
         let record = CommitRecord {
-            ops: vec![BatchOp::Put(b"k", b"v")],
+            ops: smallvec::smallvec![BatchOp::Put(b"k", b"v")],
             payload: None,
             relocation: false,
             cache_large: false,
