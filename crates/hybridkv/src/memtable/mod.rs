@@ -19,8 +19,8 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
 /// Per-entry bookkeeping added to key and value bytes when sizing the memtable. A version's
-/// skip-list node really takes 40 bytes of header, 8 per tower level (4/3 on average) and
-/// padding to 8 bytes, about 54 beside its bytes: the estimate runs a little under, and
+/// skip-list node really takes 40 bytes of header, 8 per tower level (2 on average) and
+/// padding to 8 bytes, about 60 beside its bytes: the estimate runs under, and
 /// `Stats::memtable_arena_bytes` reports the real figure. Kept at 48 because the shapes the
 /// merge policy was tuned on (L1's runs, space within 1.5x of live data) assume it.
 const ENTRY_OVERHEAD: usize = 48;
