@@ -1,7 +1,9 @@
 //! Group commit: concurrent writers queue their batches; the first becomes the leader,
 //! takes every queued batch, and commits them with one small-log write (synced once for
 //! the whole group if any asked for it). Followers wait until the leader hands them their
-//! result: spinning, then yielding their core (unless the group syncs), then asleep.
+//! result: spinning, then yielding their core (unless the group syncs), then asleep. A
+//! writer that finds no leader and no one queued commits its batch alone, without queueing
+//! it (no shared request to allocate).
 
 use super::batch::WriteBatch;
 use crate::error::{Error, Result};
@@ -38,14 +40,14 @@ impl Request {
         self.done.store(true, Ordering::Release);
     }
 
-    pub(crate) fn new(batch: WriteBatch, sync: bool, keyspace: u32) -> Arc<Self> {
-        Arc::new(Request {
+    pub(crate) fn new(batch: WriteBatch, sync: bool, keyspace: u32) -> Self {
+        Request {
             batch,
             sync,
             keyspace,
             result: Mutex::new(None),
             done: AtomicBool::new(false),
-        })
+        }
     }
 }
 
@@ -90,10 +92,25 @@ impl CommitQueue {
     /// another leader). `commit_group` receives every batch of a group, in queue order.
     pub(crate) fn submit(
         &self,
-        req: Arc<Request>,
-        commit_group: impl FnOnce(&[Arc<Request>]) -> Result<()>,
+        req: Request,
+        commit_group: impl FnOnce(&[&Request]) -> Result<()>,
     ) -> Result<()> {
         let mut st = self.state.lock();
+        if !st.leader_active && st.pending.is_empty() {
+            // No leader to wait for, no one to take along: a group of this batch alone,
+            // committed from this writer's stack. Writers that come meanwhile queue for the
+            // next group.
+            st.leader_active = true;
+            self.leader_busy.store(true, Ordering::Release);
+            self.group_syncs.store(req.sync, Ordering::Release);
+            drop(st);
+            let result = commit_group(&[&req]);
+            // The request may have been failed alone.
+            let result = req.result.lock().take().unwrap_or(result);
+            self.end_lead(self.state.lock());
+            return result;
+        }
+        let req = Arc::new(req);
         st.pending.push(Arc::clone(&req));
         let mut waited = false;
         loop {
@@ -123,7 +140,9 @@ impl CommitQueue {
             .store(group.iter().any(|r| r.sync), Ordering::Release);
         drop(st);
 
-        let result = commit_group(&group);
+        let members: smallvec::SmallVec<[&Request; 8]> = group.iter().map(|r| &**r).collect();
+        let result = commit_group(&members);
+        drop(members);
         for other in group.iter().filter(|r| !Arc::ptr_eq(r, &req)) {
             let mut slot = other.result.lock();
             if slot.is_none() {
@@ -141,11 +160,16 @@ impl CommitQueue {
         if st.spare.capacity() < group.capacity() {
             st.spare = group;
         }
+        self.end_lead(st);
+        result
+    }
+
+    /// Gives the lead up and wakes the writers waiting for it (or for their results).
+    fn end_lead(&self, mut st: parking_lot::MutexGuard<'_, QueueState>) {
         st.leader_active = false;
         self.leader_busy.store(false, Ordering::Release);
         self.cv.notify_all();
         drop(st);
-        result
     }
 
     /// Waits, awake, until `req` is done or no leader is active: [`FOLLOWER_SPINS`] spins,
@@ -273,6 +297,30 @@ mod tests {
     fn key_of(b: &WriteBatch) -> &[u8] {
         let p = b.payload();
         &p[9..p.len() - 1]
+    }
+
+    #[test]
+    fn a_writer_alone_commits_without_queueing_and_gets_its_own_failure() {
+        let q = CommitQueue::default();
+        let mut b = WriteBatch::new();
+        b.put("k", "v");
+        // No leader, no one queued: a group of this request alone, nothing left queued.
+        let mut seen = 0;
+        q.submit(Request::new(b.clone(), false, 0), |g| {
+            seen = g.len();
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, 1);
+        assert!(q.state.lock().pending.is_empty());
+        assert!(!q.leader_busy.load(Ordering::SeqCst));
+        // A request the group failed alone reports its own error, not the group's Ok.
+        let r = q.submit(Request::new(b, false, 0), |g| {
+            g[0].fail(Error::InvalidArgument("refused".into()));
+            Ok(())
+        });
+        assert!(matches!(r, Err(Error::InvalidArgument(_))));
+        assert!(!q.state.lock().leader_active);
     }
 
     #[test]

@@ -697,7 +697,7 @@ impl WritePath {
 
     /// The group-commit leader's step for keyspace `id`: every queued batch, one record
     /// each. A batch that the keyspace refuses fails alone.
-    fn commit_group(&self, slot: &Arc<Slot>, id: u32, group: &[Arc<Request>]) -> Result<()> {
+    fn commit_group(&self, slot: &Arc<Slot>, id: u32, group: &[&Request]) -> Result<()> {
         let mut held = Self::hold_slot(slot, id)?;
         let env = Arc::clone(held.env(id).ok_or(Error::Closed)?);
         if env.is_shutdown() {
