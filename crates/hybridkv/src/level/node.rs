@@ -188,7 +188,6 @@ impl NodeBuf {
         &self.buf
     }
 
-    /// Empties the node for reuse.
     /// Empties the node for the next one. The old bytes stay: every entry overwrites all
     /// of its slot and data, the header is written and the gap zeroed in [`Self::finish`].
     pub(crate) fn reset(&mut self) {

@@ -157,9 +157,8 @@ impl CommitQueue {
         let result = req.result.lock().take().unwrap_or(result);
         group.clear();
         let mut st = self.state.lock();
-        if st.spare.capacity() < group.capacity() {
-            st.spare = group;
-        }
+        // Taken empty when this group formed; no other leader ran since.
+        st.spare = group;
         self.end_lead(st);
         result
     }
@@ -169,7 +168,6 @@ impl CommitQueue {
         st.leader_active = false;
         self.leader_busy.store(false, Ordering::Release);
         self.cv.notify_all();
-        drop(st);
     }
 
     /// Waits, awake, until `req` is done or no leader is active: [`FOLLOWER_SPINS`] spins,
