@@ -6,7 +6,7 @@
 //! (`Db::gc` runs its passes in the caller's thread); callers wait here for pending work.
 //! Never: does the work itself (`compaction::worker`, `gc::job`) or installs anything.
 
-use crate::compaction::picker::{pick, LevelShape};
+use crate::compaction::picker::{level_targets, pick, LevelShape};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::memtable::Memtable;
@@ -76,12 +76,23 @@ impl Engine {
         Some(Work::Compact(level))
     }
 
+    /// The target size of each level, L1 first (see `compaction::picker::level_targets`).
+    pub(crate) fn level_targets(&self, vs: &VersionState) -> Vec<u64> {
+        level_targets(
+            self.opts.memtable_size as u64,
+            self.opts.growth_factor,
+            vs.flushed_run_bytes,
+            self.opts.max_levels,
+        )
+    }
+
     /// What the picker sees. L1 is due when its runs reach the growth factor or its bytes
     /// its target. A level counts its medium pairs at pointer size, plus their full value
     /// size when the next level is the merge level: merging will write them in full
     /// (Parallax §3.3), and counting them keeps the growth factor between levels.
     fn level_shapes(&self, vs: &VersionState, ignore_busy: bool) -> Vec<LevelShape> {
         let v = &vs.version();
+        let targets = self.level_targets(vs);
         (1..=self.opts.max_levels)
             .map(|l| {
                 let mut bytes = v.level_bytes(l);
@@ -90,7 +101,7 @@ impl Engine {
                 }
                 LevelShape {
                     bytes,
-                    target: self.opts.level_target_bytes(l),
+                    target: targets.get(l - 1).copied().unwrap_or(u64::MAX),
                     busy: !ignore_busy && vs.busy.get(l).copied().unwrap_or(true),
                     runs: v.runs(l).len(),
                     run_limit: if l == 1 {

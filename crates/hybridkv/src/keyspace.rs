@@ -316,6 +316,7 @@ impl Keyspace {
         s.delta_buckets = sv.version.buckets.slots.len();
         s.delta_bucket_bytes = sv.version.buckets.bytes();
         s.delta_bucket_index_entries = e.buckets.indexed() as u64;
+        let targets = e.level_targets(&e.versions.lock());
         s.levels = sv
             .version
             .levels
@@ -325,7 +326,7 @@ impl Keyspace {
                 level: i + 1,
                 files: runs.len(),
                 file_bytes: runs.iter().map(|f| f.file_len()).sum(),
-                target_bytes: e.opts.level_target_bytes(i + 1),
+                target_bytes: targets.get(i).copied().unwrap_or(u64::MAX),
                 entries: runs.iter().map(|f| f.entries()).sum(),
                 tombstones: runs.iter().map(|f| f.tombstones()).sum(),
                 kv_bytes: runs.iter().map(|f| f.kv_bytes()).sum(),

@@ -25,7 +25,9 @@ pub struct Options {
     /// How many full memtables may wait for their flush before writers are slowed down.
     /// Default 2. Range 1 ..= 16.
     pub max_immutable_memtables: usize,
-    /// Size ratio between consecutive levels (L1 holds `memtable_size * growth_factor`).
+    /// Size ratio between consecutive levels: L1 holds up to `growth_factor` runs (one per
+    /// flush) or `memtable_size * growth_factor` bytes, and each level below is
+    /// `growth_factor` times what the level above holds when it is merged down.
     /// Default 8 (the paper's value). Range 2 ..= 64.
     pub growth_factor: u32,
     /// Number of on-disk levels (L1..=Lmax). Default 7. Range 2 ..= 12.
@@ -294,15 +296,6 @@ impl Options {
             )
         })?;
         Ok(())
-    }
-
-    /// Target size in bytes of on-disk level `level` (1-based).
-    pub(crate) fn level_target_bytes(&self, level: usize) -> u64 {
-        let mut target = self.memtable_size as u64;
-        for _ in 0..level {
-            target = target.saturating_mul(u64::from(self.growth_factor));
-        }
-        target
     }
 }
 

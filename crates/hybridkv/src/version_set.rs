@@ -61,6 +61,11 @@ pub(crate) struct VersionState {
     /// each flush, reset when L1 is merged down). A scheduling hint kept in memory, never
     /// in the manifest.
     pub l1_dead_estimate: u64,
+    /// Bytes a flush adds to L1, as the picker counts a level's bytes (a moving average
+    /// of recent flushes; 0 before the first): L1 is due after `growth_factor` of them, so
+    /// the levels below are sized from it (`compaction::picker::level_targets`). A
+    /// scheduling hint kept in memory, never in the manifest.
+    pub flushed_run_bytes: u64,
     /// Ids of level files that running flushes and compactions are writing: live, though no
     /// version names them yet (`check` must not call them orphans).
     pending_outputs: std::collections::BTreeSet<u64>,
@@ -172,6 +177,7 @@ impl VersionSet {
                 busy,
                 flushing: false,
                 l1_dead_estimate: 0,
+                flushed_run_bytes: 0,
                 pending_outputs: Default::default(),
             }),
             read: RwLock::new(ReadState {

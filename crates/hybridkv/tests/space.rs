@@ -176,3 +176,46 @@ fn space_amp_limit_makes_gc_and_compaction_work_eagerly() {
         assert_eq!(db.get(key(i)).unwrap().unwrap(), value(i, 5));
     }
 }
+
+/// Levels below L1 are sized from what a flush adds to L1, not from the memtable: with
+/// large values (kept in the large log) a run is a small fraction of its memtable, and a
+/// target counted in memtables would let L2 grow to many times what L1 hands it (every
+/// merge of L1 then rewrites all of L2).
+#[test]
+fn levels_below_l1_are_sized_from_the_runs_flushes_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Placement::Hybrid);
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let before = db.stats().unwrap();
+    let memtables = |level: usize| {
+        let mut t = o.memtable_size as u64;
+        for _ in 0..level {
+            t *= u64::from(o.growth_factor);
+        }
+        t
+    };
+    // Before any flush there is nothing else to go by.
+    assert_eq!(before.levels[1].target_bytes, memtables(2));
+    for round in 0..3u32 {
+        for i in 0..400 {
+            // Large values only: each run holds keys and pointers.
+            db.put(key(round * 1000 + i), [b'v'; 1004]).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let s = db.stats().unwrap();
+    let l1 = &s.levels[0];
+    assert_eq!(s.flushes, 3);
+    assert_eq!(
+        l1.target_bytes,
+        memtables(1),
+        "L1 keeps its memtable target"
+    );
+    let g = u64::from(o.growth_factor);
+    let run = l1.file_bytes / l1.files as u64;
+    assert!(run * 2 < o.memtable_size as u64, "a run of {run} bytes");
+    // L2: growth times L1 when due (growth runs); each run here is one file of the same
+    // size, so the average is that size.
+    assert_eq!(s.levels[1].target_bytes, g * g * run);
+    assert_eq!(s.levels[2].target_bytes, g * g * g * run);
+}

@@ -191,6 +191,16 @@ impl Engine {
                 Self::estimate_shadowed(source.samples(), &below, f.entries())
             });
 
+            // What this run adds to L1 as the picker counts it (its medium values in full
+            // while L2 is the merge level: merging into it will write them).
+            let run_bytes = new_file.as_ref().map_or(0, |f| {
+                let medium_counted = self
+                    .versions
+                    .lock()
+                    .version()
+                    .is_merge_level(2, self.opts.medium_merge_level);
+                f.file_len() + if medium_counted { f.medium_bytes() } else { 0 }
+            });
             let next_log = mem.next_log_id.load(Ordering::SeqCst);
             if self.writes.keyspace_count() > 1 {
                 // Another keyspace may hold the rest of a batch this memtable holds part
@@ -227,6 +237,8 @@ impl Engine {
                 }
                 stored?;
                 vs.l1_dead_estimate = vs.l1_dead_estimate.saturating_add(shadowed);
+                vs.flushed_run_bytes =
+                    crate::compaction::picker::average_run_bytes(vs.flushed_run_bytes, run_bytes);
                 freed
             };
             self.count_transient_freed(&freed);
