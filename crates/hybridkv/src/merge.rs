@@ -33,17 +33,35 @@ use std::ops::Bound;
 pub(crate) trait Source {
     /// The next version, or `None` at the end.
     fn next_entry(&mut self) -> Result<Option<LevelEntry>>;
+
+    /// The next version into `key` and `value`, reusing their buffers where the source
+    /// can (a merge hands back each entry it is done with, so a long merge copies keys and
+    /// values into the same few buffers); its LSN, or `None` at the end (`key` and
+    /// `value` then hold anything).
+    fn next_into(&mut self, key: &mut Vec<u8>, value: &mut LevelValue) -> Result<Option<u64>> {
+        Ok(self.next_entry()?.map(|(k, lsn, v)| {
+            *key = k;
+            *value = v;
+            lsn
+        }))
+    }
 }
 
 impl<S: Source + ?Sized> Source for &mut S {
     fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         (**self).next_entry()
     }
+    fn next_into(&mut self, key: &mut Vec<u8>, value: &mut LevelValue) -> Result<Option<u64>> {
+        (**self).next_into(key, value)
+    }
 }
 
 impl<S: Source + ?Sized> Source for Box<S> {
     fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         (**self).next_entry()
+    }
+    fn next_into(&mut self, key: &mut Vec<u8>, value: &mut LevelValue) -> Result<Option<u64>> {
+        (**self).next_into(key, value)
     }
 }
 
@@ -192,11 +210,14 @@ fn show_key(key: &[u8]) -> String {
 }
 
 /// Every version of N sorted sources in merged order (see the module doc); keys descend
-/// when `BACK`. Allocates only when built: a step moves the source's next entry into the
-/// heap's top slot and sifts it down once.
+/// when `BACK`. A step reads the source's next entry into the entry last handed back
+/// ([`MergeHeap::give_back`]; its buffers reused), moves it into the heap's top slot and
+/// sifts it down once.
 pub(crate) struct MergeHeap<S, const BACK: bool = false> {
     sources: Vec<S>,
     heap: BinaryHeap<Head<BACK>>,
+    /// An entry the caller is done with: the next step reads into its buffers.
+    spare: Option<MergeEntry>,
 }
 
 impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
@@ -208,7 +229,17 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
                 heap.push(Head(MergeEntry::new(key, lsn, value, source)));
             }
         }
-        Ok(MergeHeap { sources, heap })
+        Ok(MergeHeap {
+            sources,
+            heap,
+            spare: None,
+        })
+    }
+
+    /// Takes back an entry [`MergeHeap::pop`] returned, for the next step to read into.
+    pub(crate) fn give_back(&mut self, mut entry: MergeEntry) {
+        entry.below.clear();
+        self.spare = Some(entry);
     }
 
     /// The key of the next version, without taking it.
@@ -233,11 +264,16 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
                 self.sources.len()
             )));
         };
-        let Some((key, lsn, value)) = source.next_entry()? else {
+        let mut next = self
+            .spare
+            .take()
+            .unwrap_or_else(|| MergeEntry::new(Vec::new(), 0, LevelValue::Tombstone, index));
+        let Some(lsn) = source.next_into(&mut next.key, &mut next.value)? else {
+            self.spare = Some(next);
             return Ok(Some(PeekMut::pop(top).0));
         };
         let prev = &top.0;
-        let step = key.as_slice().cmp(&prev.key);
+        let step = next.key.as_slice().cmp(&prev.key);
         let in_order = match if BACK { step.reverse() } else { step } {
             Ordering::Greater => true,
             Ordering::Equal => lsn < prev.lsn,
@@ -247,14 +283,15 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
             return Err(Error::Internal(format!(
                 "merge source {index} is out of order: key {} (LSN {lsn}) came after key {} \
                  (LSN {}); sources must be sorted by key {}, then LSN descending",
-                show_key(&key),
+                show_key(&next.key),
                 show_key(&prev.key),
                 prev.lsn,
                 if BACK { "descending" } else { "ascending" }
             )));
         }
+        next.lsn = lsn;
+        next.source = index;
         // Writing through `top` makes the heap sift the new head down when `top` drops.
-        let next = MergeEntry::new(key, lsn, value, index);
         Ok(Some(std::mem::replace(&mut top.0, next)))
     }
 }
@@ -348,6 +385,12 @@ impl<S: Source, const BACK: bool> Merge<S, BACK> {
         self.heap.source(i)
     }
 
+    /// Hands back an entry this merge returned, once the caller is done with it: the next
+    /// step reads into its buffers instead of allocating new ones.
+    pub(crate) fn give_back(&mut self, entry: MergeEntry) {
+        self.heap.give_back(entry);
+    }
+
     fn beyond_end(&self, key: &[u8]) -> bool {
         match (&self.end, BACK) {
             (Bound::Included(u), false) => key > u.as_slice(),
@@ -387,6 +430,7 @@ impl<S: Source, const BACK: bool> Merge<S, BACK> {
             if self.snapshot.is_some_and(|s| winner.lsn > s) {
                 // Invisible at this snapshot: it neither wins nor shadows.
                 self.counts.hidden += 1;
+                self.heap.give_back(winner);
                 continue;
             }
             let cut = if self.ranges.is_empty() {
@@ -421,6 +465,7 @@ impl<S: Source, const BACK: bool> Merge<S, BACK> {
             }
             if self.tombstones == Tombstones::Drop && winner.is_tombstone() {
                 self.counts.tombstones_dropped += 1;
+                self.heap.give_back(winner);
                 continue;
             }
             return Ok(Some(winner));
@@ -475,6 +520,51 @@ mod tests {
 
     fn row(k: &str, lsn: u64, v: Option<&str>) -> (String, u64, Option<String>) {
         (k.to_string(), lsn, v.map(str::to_string))
+    }
+
+    /// A source that copies each entry into the buffers it is given.
+    struct CopyingSource(std::vec::IntoIter<LevelEntry>);
+
+    impl Source for CopyingSource {
+        fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+            Ok(self.0.next())
+        }
+        fn next_into(&mut self, key: &mut Vec<u8>, value: &mut LevelValue) -> Result<Option<u64>> {
+            Ok(self.0.next().map(|(k, lsn, v)| {
+                key.clear();
+                key.extend_from_slice(&k);
+                *value = v;
+                lsn
+            }))
+        }
+    }
+
+    #[test]
+    fn an_entry_handed_back_is_read_into_by_a_later_step() {
+        let entries = ["a", "b", "c", "d"]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.as_bytes().to_vec(), 10 - i as u64, value(Some(k))))
+            .collect::<Vec<_>>();
+        let mut m = Merge::new(vec![CopyingSource(entries.into_iter())], Tombstones::Keep).unwrap();
+        let a = m.next().unwrap().unwrap();
+        assert_eq!(a.key, b"a");
+        // "b" was read (into a new entry) when "a" was taken; "c" is read into `a`'s.
+        let a_key = a.key.as_ptr();
+        m.give_back(a);
+        let b = m.next().unwrap().unwrap();
+        assert_eq!((b.key.as_slice(), b.lsn), (&b"b"[..], 9));
+        let c = m.next().unwrap().unwrap();
+        assert_eq!((c.key.as_slice(), c.lsn), (&b"c"[..], 8));
+        assert_eq!(
+            c.key.as_ptr(),
+            a_key,
+            "the handed-back key buffer was not reused"
+        );
+        assert_eq!(c.value, value(Some("c")));
+        let d = m.next().unwrap().unwrap();
+        assert_eq!(d.key, b"d");
+        assert_eq!(m.next().unwrap(), None);
     }
 
     #[test]

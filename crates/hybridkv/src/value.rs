@@ -3,58 +3,12 @@
 //! transient or the large log, or a tombstone.
 //!
 //! Owns: that one type, low in the module graph, so that the memtable does not depend on
-//! the level format; and the per-thread spare buffers that keys and in-place values are
-//! copied into ([`buffer_from`]) and handed back to ([`recycle`]) once written, so that a
-//! merge moving millions of entries does not allocate and free two buffers per entry.
+//! the level format.
 //! Also [`Value`], the value a read hands the caller: a view of bytes the engine already
 //! holds (a cached log record), so returning it copies nothing.
 //! Never: reads or decodes anything (the level and log modules do).
 
 use crate::log::ptr::LogPtr;
-use std::cell::RefCell;
-
-/// Spare buffers kept per thread, and the largest capacity kept (a bigger buffer is
-/// freed: a rare large value must not pin its memory).
-const SPARE_BUFFERS: usize = 1024;
-const SPARE_CAPACITY: usize = 1024;
-
-thread_local! {
-    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A buffer holding a copy of `bytes`: a spare one of this thread if there is one.
-pub(crate) fn buffer_from(bytes: &[u8]) -> Vec<u8> {
-    let spare = if bytes.len() <= SPARE_CAPACITY {
-        SPARE
-            .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
-            .ok()
-            .flatten()
-    } else {
-        None
-    };
-    match spare {
-        Some(mut v) => {
-            v.clear();
-            v.extend_from_slice(bytes);
-            v
-        }
-        None => bytes.to_vec(),
-    }
-}
-
-/// Keeps `buffer` for a later [`buffer_from`] of this thread (or frees it).
-pub(crate) fn recycle(buffer: Vec<u8>) {
-    if buffer.capacity() == 0 || buffer.capacity() > SPARE_CAPACITY {
-        return;
-    }
-    let _ = SPARE.try_with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            if s.len() < SPARE_BUFFERS {
-                s.push(buffer);
-            }
-        }
-    });
-}
 
 /// A stored value, owned.
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
@@ -98,25 +52,6 @@ impl LevelValue {
             self,
             LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. }
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_recycled_buffer_is_reused_with_exactly_the_new_bytes() {
-        let a = buffer_from(b"first value, long enough");
-        let ptr = a.as_ptr();
-        recycle(a);
-        let b = buffer_from(b"short");
-        assert_eq!(b, b"short");
-        assert_eq!(b.as_ptr(), ptr, "the spare buffer was not reused");
-        // Too big to keep, and too big to take from the spares.
-        let big = vec![7u8; SPARE_CAPACITY + 1];
-        recycle(big.clone());
-        assert_eq!(buffer_from(&big), big);
     }
 }
 

@@ -19,7 +19,7 @@ use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
 use crate::level::{EntryValue, LevelBuilder, LevelEntry, LevelMeta, LevelValue};
 use crate::log::large::SegmentSet;
-use crate::memtable::{MemVersion, Memtable};
+use crate::memtable::{MemVersion, Memtable, NewestVersion};
 use crate::merge::{Merge, MergeEntry, Source, Tombstones};
 use crate::options::Options;
 use crate::placement::Category;
@@ -61,26 +61,36 @@ impl<I> MemSource<I> {
     }
 }
 
-impl<I: Iterator<Item = MemVersion>> Source for MemSource<I> {
-    fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+impl<'a, I: Iterator<Item = MemVersion<'a>>> MemSource<I> {
+    /// The next newest version (sampled), noting the large values of shadowed ones.
+    fn next_newest(&mut self) -> Option<NewestVersion<'a>> {
         for version in self.versions.by_ref() {
             match version {
-                MemVersion::Newest(entry) => {
+                MemVersion::Newest(v) => {
                     if self.yielded.is_multiple_of(self.sample_every) {
-                        self.samples.push(entry.0.clone());
+                        self.samples.push(v.key().to_vec());
                     }
                     self.yielded += 1;
-                    return Ok(Some(entry));
+                    return Some(v);
                 }
                 MemVersion::Shadowed(Some(ptr)) => self.dropped.push(LevelValue::Large(ptr)),
                 MemVersion::Shadowed(None) => {}
             }
         }
-        Ok(None)
+        None
     }
 }
 
-impl<I: Iterator<Item = MemVersion>> MergeSource for MemSource<I> {
+impl<'a, I: Iterator<Item = MemVersion<'a>>> Source for MemSource<I> {
+    fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+        Ok(self.next_newest().map(|v| v.to_entry()))
+    }
+    fn next_into(&mut self, key: &mut Vec<u8>, value: &mut LevelValue) -> Result<Option<u64>> {
+        Ok(self.next_newest().map(|v| v.copy_into(key, value)))
+    }
+}
+
+impl<'a, I: Iterator<Item = MemVersion<'a>>> MergeSource for MemSource<I> {
     fn load_overflow(&self, v: LevelValue) -> Result<LevelValue> {
         Ok(v)
     }
@@ -95,6 +105,9 @@ impl<I: Iterator<Item = MemVersion>> MergeSource for MemSource<I> {
 impl Source for crate::level::reader::LevelScanner {
     fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
         crate::level::reader::LevelScanner::next_entry(self)
+    }
+    fn next_into(&mut self, key: &mut Vec<u8>, value: &mut LevelValue) -> Result<Option<u64>> {
+        crate::level::reader::LevelScanner::next_into(self, key, value)
     }
 }
 
@@ -261,13 +274,8 @@ impl MergeJob<'_> {
             if entry.value.is_deltas() {
                 entry.value = self.fold(&merge, &mut entry, &mut medium, &mut out, &path)?;
             }
-            let MergeEntry {
-                key,
-                lsn,
-                value,
-                source,
-                ..
-            } = entry;
+            let (key, lsn, source) = (entry.key.as_slice(), entry.lsn, entry.source);
+            let value = std::mem::replace(&mut entry.value, LevelValue::Tombstone);
             let value = match merge.source(source) {
                 Some(s) => s.load_overflow(value)?,
                 None => {
@@ -280,14 +288,12 @@ impl MergeJob<'_> {
             };
             let value = match (value, &mut medium) {
                 (LevelValue::Medium(p), MediumPolicy::Inline(reader)) => {
-                    LevelValue::Inline(reader.read(&key, p)?)
+                    LevelValue::Inline(reader.read(key, p)?)
                 }
                 (LevelValue::Inline(b), MediumPolicy::ToLog(sink))
                     if self.opts.classify(key.len(), b.len()) == Category::Medium =>
                 {
-                    let ptr = sink.append(&key, &b, lsn)?;
-                    crate::value::recycle(b);
-                    LevelValue::Medium(ptr)
+                    LevelValue::Medium(sink.append(key, &b, lsn)?)
                 }
                 (v, _) => v,
             };
@@ -305,12 +311,10 @@ impl MergeJob<'_> {
                     ));
                 }
             };
-            builder.add(&key, lsn, ev)?;
-            // Written: the buffers go back for the next entries a source copies.
-            crate::value::recycle(key);
-            if let LevelValue::Inline(b) = value {
-                crate::value::recycle(b);
-            }
+            builder.add(key, lsn, ev)?;
+            // Written: its buffers are read into next.
+            entry.value = value;
+            merge.give_back(entry);
         }
         // A dropped tombstone was read like any other winner.
         let dropped = merge.counts().tombstones_dropped;
@@ -559,7 +563,7 @@ impl MergeJob<'_> {
 pub(crate) fn memtable_source(
     mem: &Memtable,
     samples: usize,
-) -> MemSource<impl Iterator<Item = MemVersion> + '_> {
+) -> MemSource<impl Iterator<Item = MemVersion<'_>> + '_> {
     MemSource {
         versions: mem.versions(),
         dropped: Vec::new(),

@@ -418,6 +418,7 @@ impl LevelFile {
             window: Vec::new(),
             win_start: 0,
             leaf: None,
+            spare_value: Vec::new(),
         })
     }
 }
@@ -732,6 +733,9 @@ pub(crate) struct LevelScanner {
     window: Vec<u8>,
     win_start: u64,
     leaf: Option<(Vec<u8>, u64, usize, usize)>,
+    /// A value buffer kept while the merge's entry holds a value that is not in place
+    /// (a pointer), for the next in-place value [`LevelScanner::next_into`] copies.
+    spare_value: Vec<u8>,
 }
 
 impl LevelScanner {
@@ -820,27 +824,51 @@ impl LevelScanner {
 
     /// The next entry in key order.
     pub(crate) fn next_entry(&mut self) -> Result<Option<LevelEntry>> {
+        let (mut key, mut value) = (Vec::new(), LevelValue::Tombstone);
+        Ok(self
+            .next_into(&mut key, &mut value)?
+            .map(|lsn| (key, lsn, value)))
+    }
+
+    /// The next entry in key order into `key` and `value`, reusing their buffers (a merge
+    /// hands the same few back entry after entry); its LSN, or `None` at the end.
+    pub(crate) fn next_into(
+        &mut self,
+        key: &mut Vec<u8>,
+        value: &mut LevelValue,
+    ) -> Result<Option<u64>> {
         loop {
             if let Some((node, off, idx, count)) = &mut self.leaf {
                 if *idx < *count {
-                    let entry = NodeView::new(node, NODE_LEAF)
+                    let Some(e) = NodeView::new(node, NODE_LEAF)
                         .ok()
                         .and_then(|v| v.leaf_entry(*idx))
-                        .map(|e| {
-                            // Merge input: its buffers come back through `value::recycle`.
-                            let value = match e.value {
-                                ValueRef::Inline(b) => {
-                                    LevelValue::Inline(crate::value::buffer_from(b))
-                                }
-                                other => LevelValue::from(other),
-                            };
-                            (crate::value::buffer_from(e.key), e.lsn, value)
-                        });
-                    let off = *off;
+                    else {
+                        return Err(self.file.corrupt(*off, "undecodable leaf entry"));
+                    };
                     *idx += 1;
-                    return entry
-                        .map(Some)
-                        .ok_or_else(|| self.file.corrupt(off, "undecodable leaf entry"));
+                    key.clear();
+                    key.extend_from_slice(e.key);
+                    match (e.value, &mut *value) {
+                        (ValueRef::Inline(b), LevelValue::Inline(v)) => {
+                            v.clear();
+                            v.extend_from_slice(b);
+                        }
+                        (ValueRef::Inline(b), held) => {
+                            let mut v = std::mem::take(&mut self.spare_value);
+                            v.clear();
+                            v.extend_from_slice(b);
+                            *held = LevelValue::Inline(v);
+                        }
+                        (other, held) => {
+                            if let LevelValue::Inline(v) =
+                                std::mem::replace(held, LevelValue::from(other))
+                            {
+                                self.spare_value = v;
+                            }
+                        }
+                    }
+                    return Ok(Some(e.lsn));
                 }
             }
             if !self.load_next_leaf()? {

@@ -390,7 +390,7 @@ impl Memtable {
     /// ones below a chain of deltas, down to the first that is not a delta (the merge
     /// folds them); any other older version yields just its large-log pointer, if it has
     /// one (its record becomes garbage).
-    pub(crate) fn versions(&self) -> impl Iterator<Item = MemVersion> + '_ {
+    pub(crate) fn versions(&self) -> impl Iterator<Item = MemVersion<'_>> + '_ {
         let mut prev: Option<Entry<'_>> = None;
         // The version copied out before this one was a delta of the same key.
         let mut chain = false;
@@ -398,13 +398,8 @@ impl Memtable {
             let newest = prev.as_ref().is_none_or(|p| p.key() != e.key()) || chain;
             chain = newest && e.tag() == TAG_DELTA;
             let out = if newest {
-                // The flush's input: its buffers come back through `value::recycle`.
-                let value = match e.tag() {
-                    TAG_VALUE => LevelValue::Inline(crate::value::buffer_from(e.tail())),
-                    _ => level_value(&e),
-                };
                 // (Older versions below a delta are `Newest` too: copied for the fold.)
-                MemVersion::Newest((crate::value::buffer_from(e.key()), e.lsn(), value))
+                MemVersion::Newest(NewestVersion(e))
             } else {
                 MemVersion::Shadowed(large_ptr(&e))
             };
@@ -437,12 +432,47 @@ fn take_newest(group: &mut Vec<Entry<'_>>, out: &mut Vec<MemEntry>) -> bool {
 }
 
 /// One version as a flush sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum MemVersion {
-    /// The newest version of its key.
-    Newest(MemEntry),
+#[derive(Debug)]
+pub(crate) enum MemVersion<'a> {
+    /// The newest version of its key, in the memtable (the flush copies it out).
+    Newest(NewestVersion<'a>),
     /// An older version, with its large-log pointer if it has one.
     Shadowed(Option<LogPtr>),
+}
+
+/// A version a flush writes, as the memtable holds it.
+#[derive(Debug)]
+pub(crate) struct NewestVersion<'a>(Entry<'a>);
+
+impl NewestVersion<'_> {
+    pub(crate) fn key(&self) -> &[u8] {
+        self.0.key()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn lsn(&self) -> u64 {
+        self.0.lsn()
+    }
+
+    /// The version copied out.
+    pub(crate) fn to_entry(&self) -> MemEntry {
+        (self.0.key().to_vec(), self.0.lsn(), level_value(&self.0))
+    }
+
+    /// The version copied into `key` and `value`, reusing their buffers (a value in
+    /// place goes into `value`'s buffer if it holds one); its LSN.
+    pub(crate) fn copy_into(&self, key: &mut Vec<u8>, value: &mut LevelValue) -> u64 {
+        key.clear();
+        key.extend_from_slice(self.0.key());
+        match (self.0.tag(), &mut *value) {
+            (TAG_VALUE, LevelValue::Inline(v)) => {
+                v.clear();
+                v.extend_from_slice(self.0.tail());
+            }
+            _ => *value = level_value(&self.0),
+        }
+        self.0.lsn()
+    }
 }
 
 #[cfg(test)]
@@ -508,13 +538,30 @@ mod tests {
         );
         let versions: Vec<_> = m.versions().collect();
         assert_eq!(versions.len(), 4);
-        assert_eq!(
-            versions[0],
-            MemVersion::Newest((b"a".to_vec(), 5, LevelValue::Tombstone))
+        let MemVersion::Newest(first) = &versions[0] else {
+            panic!("{:?}", versions[0]);
+        };
+        assert_eq!(first.to_entry(), (b"a".to_vec(), 5, LevelValue::Tombstone));
+        assert!(matches!(versions[1], MemVersion::Shadowed(None)));
+        assert!(matches!(versions[2], MemVersion::Shadowed(None)));
+        let MemVersion::Newest(last) = &versions[3] else {
+            panic!("{:?}", versions[3]);
+        };
+        assert_eq!((last.key(), last.lsn()), (&b"ab"[..], 2));
+        // Copied into buffers held from an earlier version: the same bytes.
+        let (mut key, mut value) = (
+            b"a much longer key".to_vec(),
+            LevelValue::Inline(vec![9; 40]),
         );
-        assert_eq!(versions[1], MemVersion::Shadowed(None));
-        assert_eq!(versions[2], MemVersion::Shadowed(None));
-        assert!(matches!(versions[3], MemVersion::Newest((ref k, 2, _)) if k == b"ab"));
+        assert_eq!(last.copy_into(&mut key, &mut value), 2);
+        assert_eq!(
+            (key, value),
+            (b"ab".to_vec(), LevelValue::Inline(b"x".to_vec()))
+        );
+        assert_eq!(
+            first.copy_into(&mut Vec::new(), &mut LevelValue::Inline(vec![1])),
+            5
+        );
     }
 
     /// Groups entries by key (one key's versions stay together, in their order).
