@@ -649,3 +649,25 @@ pub fn bucket_record(data: &[u8]) {
         at += n;
     }
 }
+
+/// A level file's Bloom filter unit (`docs/FORMAT.md`, "Filter unit") decoded as opening
+/// the file does; `Ok` holds what the filter answers for each of `keys` (`false`: certainly
+/// absent). `Err` says why the unit was refused.
+pub fn decode_filter(unit: &[u8], keys: &[&[u8]]) -> std::result::Result<Vec<bool>, String> {
+    use crate::level::filter::{Bloom, FilterError};
+    match Bloom::decode(unit) {
+        Ok(bloom) => Ok(keys.iter().map(|k| bloom.may_contain(k)).collect()),
+        Err(FilterError::Corrupt(what)) => Err(what.to_string()),
+        Err(FilterError::Version(v)) => Err(format!("unsupported filter version {v}")),
+    }
+}
+
+/// The filter unit a level file of `keys` carries at `bits_per_key` (1..=30), as the
+/// builder writes it.
+pub fn encode_filter(bits_per_key: u32, keys: &[&[u8]]) -> Vec<u8> {
+    let mut b = crate::level::filter::BloomBuilder::new(bits_per_key, keys.len() as u64);
+    for k in keys {
+        b.add(k);
+    }
+    b.encode()
+}

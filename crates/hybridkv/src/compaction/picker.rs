@@ -1,4 +1,5 @@
-//! Decides which level to merge next. Pure: looks at sizes and busy flags, does no I/O.
+//! Decides which level to merge next, and how large each level may grow (its target).
+//! Pure: looks at sizes, busy flags and the average flushed run, does no I/O.
 
 /// What the picker sees of one level.
 #[derive(Debug, Clone, Copy, Default)]

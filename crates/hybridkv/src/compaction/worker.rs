@@ -192,8 +192,12 @@ impl Engine {
             });
 
             // What this run adds to L1 as the picker counts it (its medium values in full
-            // while L2 is the merge level: merging into it will write them).
-            let run_bytes = new_file.as_ref().map_or(0, |f| {
+            // while L2 is the merge level: merging into it will write them). Only a
+            // memtable at least half full says what a flush adds: a small one (replayed at
+            // open, or flushed on request) would shrink every level's target and push the
+            // whole tree down a level.
+            let full = mem.size() >= self.opts.memtable_size / 2;
+            let run_bytes = new_file.as_ref().filter(|_| full).map_or(0, |f| {
                 let medium_counted = self
                     .versions
                     .lock()

@@ -22,7 +22,7 @@ pub(crate) const NODE_FILTER: u8 = 4;
 /// Unit version 1: probes spread over the whole bit array (read, no longer written).
 const FLAT_VERSION: u8 = 1;
 /// Unit version 2: blocked, every probe of a key in one [`BLOCK_BYTES`] block.
-const BLOCKED_VERSION: u8 = 2;
+pub(crate) const BLOCKED_VERSION: u8 = 2;
 const MAX_PROBES: u32 = 30;
 /// Bytes of one block of a blocked filter: a cache line.
 const BLOCK_BYTES: usize = 64;
@@ -121,6 +121,15 @@ impl BloomBuilder {
     }
 }
 
+/// Why a filter unit was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FilterError {
+    /// The unit is damaged: what is wrong.
+    Corrupt(&'static str),
+    /// A unit version this build does not read (a newer build wrote it).
+    Version(u8),
+}
+
 /// A filter's bits as held in memory, by unit version.
 #[derive(Debug)]
 enum Bits {
@@ -136,23 +145,28 @@ pub(crate) struct Bloom {
 }
 
 impl Bloom {
-    /// Decodes a unit of exactly `header + bits` bytes; the message says what is wrong.
-    pub(crate) fn decode(unit: &[u8]) -> Result<Bloom, &'static str> {
+    /// Decodes a unit of exactly `header + bits` bytes; the error says what is wrong.
+    pub(crate) fn decode(unit: &[u8]) -> Result<Bloom, FilterError> {
+        Self::decode_unit(unit)
+    }
+
+    fn decode_unit(unit: &[u8]) -> Result<Bloom, FilterError> {
+        use FilterError::Corrupt;
         let header = unit
             .get(..FILTER_HEADER)
-            .ok_or("filter unit shorter than its header")?;
+            .ok_or(Corrupt("filter unit shorter than its header"))?;
         if header.first() != Some(&NODE_FILTER) {
-            return Err("filter unit has the wrong kind byte");
+            return Err(Corrupt("filter unit has the wrong kind byte"));
         }
         let version = header.get(1).copied().unwrap_or(0);
         let granule = match version {
             FLAT_VERSION => 8,
             BLOCKED_VERSION => BLOCK_BYTES,
-            _ => return Err("filter unit version unsupported"),
+            v => return Err(FilterError::Version(v)),
         };
         let probes = u32::from(header.get(2).copied().unwrap_or(0));
         if !(1..=MAX_PROBES).contains(&probes) {
-            return Err("filter probe count out of range");
+            return Err(Corrupt("filter probe count out of range"));
         }
         let word = |at: usize| {
             header
@@ -161,18 +175,18 @@ impl Bloom {
                 .map_or(0, u32::from_le_bytes)
         };
         if header.get(3) != Some(&0) || word(12) != 0 {
-            return Err("filter unit reserved bytes are not zero");
+            return Err(Corrupt("filter unit reserved bytes are not zero"));
         }
         let bits_len = word(4) as usize;
         let bits = unit
             .get(FILTER_HEADER..)
-            .ok_or("filter unit shorter than its header")?;
+            .ok_or(Corrupt("filter unit shorter than its header"))?;
         if bits_len == 0 || !bits_len.is_multiple_of(granule) || bits.len() != bits_len {
-            return Err("filter bit array length does not match its header");
+            return Err(Corrupt("filter bit array length does not match its header"));
         }
         let crc = crc32c_append(crc32c(header.get(..8).unwrap_or_default()), bits);
         if crc != word(8) {
-            return Err("filter checksum mismatch");
+            return Err(Corrupt("filter checksum mismatch"));
         }
         let bits = if version == FLAT_VERSION {
             Bits::Flat(bits.into())
@@ -260,6 +274,23 @@ mod tests {
         assert!((0..5_000).all(|i| f.may_contain(&key(i))));
     }
 
+    /// The probe rules of both versions, pinned to numbers worked out by hand from
+    /// FORMAT.md ("Filter unit"), so that a change to either rule (which would make stored
+    /// filters answer wrongly) fails here.
+    #[test]
+    fn probe_rules_match_the_format_description() {
+        // Version 2: block ((h >> 32) x blocks) >> 32; bits g >> 23, g x 0x9E3779B9 on.
+        let h = 0x8000_0000_0000_0001u64;
+        let (block, bits) = blocked_probe(h, 4);
+        assert_eq!(block, 2);
+        assert_eq!(bits.take(3).collect::<Vec<_>>(), vec![0, 316, 454]);
+        let (block, _) = blocked_probe(u64::MAX, 1000);
+        assert_eq!(block, 999);
+        // Version 1: (h + i x (rotl(h, 31) | 1)) mod nbits.
+        let got: Vec<u64> = flat_positions(h, 3, 1000).collect();
+        assert_eq!(got, vec![809, 282, 755]);
+    }
+
     /// A version 1 unit of `keys`, laid out as earlier releases wrote it (probes over the
     /// whole array), to show such files are still read.
     fn flat_unit(bits_per_key: u32, keys: &[Vec<u8>]) -> Vec<u8> {
@@ -328,7 +359,10 @@ mod tests {
         bad[4..8].copy_from_slice(&len.to_le_bytes());
         let crc = crc32c_append(crc32c(&bad[..8]), &bad[FILTER_HEADER..]);
         bad[8..12].copy_from_slice(&crc.to_le_bytes());
-        assert!(Bloom::decode(&bad).unwrap_err().contains("length"));
+        assert!(matches!(
+            Bloom::decode(&bad),
+            Err(FilterError::Corrupt(why)) if why.contains("length")
+        ));
     }
 
     #[test]
@@ -337,9 +371,14 @@ mod tests {
         b.add(b"a");
         let good = b.encode();
         assert!(Bloom::decode(&good).is_ok());
+        let reason = |unit: &[u8]| match Bloom::decode(unit) {
+            Err(FilterError::Corrupt(why)) => why.to_string(),
+            Err(FilterError::Version(v)) => format!("version {v}"),
+            Ok(_) => "decoded".to_string(),
+        };
         for (at, why) in [
             (0, "wrong kind byte"),
-            (1, "version"),
+            (1, "version 67"),
             (4, "length"),
             (3, "reserved"),
             (8, "checksum"),
@@ -348,12 +387,12 @@ mod tests {
         ] {
             let mut bad = good.clone();
             bad[at] ^= 0x41;
-            let err = Bloom::decode(&bad).unwrap_err();
+            let err = reason(&bad);
             assert!(err.contains(why), "byte {at}: {err}");
         }
         let mut zero_probes = good.clone();
         zero_probes[2] = 0;
-        assert!(Bloom::decode(&zero_probes).unwrap_err().contains("probe"));
+        assert!(reason(&zero_probes).contains("probe"));
         assert!(Bloom::decode(&good[..10]).is_err());
         assert!(Bloom::decode(&good[..good.len() - 8]).is_err());
         // Every truncation and every single-byte change is refused or still decodes to a

@@ -3,7 +3,7 @@
 //! aligned chunks and bypasses the cache.
 
 use super::builder::BLOB_HEADER;
-use super::filter::Bloom;
+use super::filter::{Bloom, FilterError};
 use super::footer::{Footer, FooterError, FOOTER_SIZE};
 use super::node::{NodeView, ValueRef, NODE_BLOB, NODE_INDEX, NODE_LEAF};
 use super::pinned::{Fences, PinnedIndex};
@@ -122,7 +122,14 @@ impl LevelFile {
             }
             let mut unit = vec![0u8; footer.filter_len as usize];
             file.read_exact_at(at, &mut unit)?;
-            Some(Bloom::decode(&unit).map_err(|what| Error::corruption(&path, at, what))?)
+            Some(Bloom::decode(&unit).map_err(|e| match e {
+                FilterError::Corrupt(what) => Error::corruption(&path, at, what),
+                FilterError::Version(found) => Error::UnsupportedVersion {
+                    file: path.clone(),
+                    found: u32::from(found),
+                    supported: u32::from(super::filter::BLOCKED_VERSION),
+                },
+            })?)
         };
         let mut lf = LevelFile {
             id,
@@ -732,7 +739,10 @@ pub(crate) struct LevelScanner {
     pos: u64,
     window: Vec<u8>,
     win_start: u64,
-    leaf: Option<(Vec<u8>, u64, usize, usize)>,
+    /// The leaf being read: where it starts in `window`, its file offset, the next entry
+    /// and the entry count (checked when loaded; the window is not read again until it
+    /// is done).
+    leaf: Option<(usize, u64, usize, usize)>,
     /// A value buffer kept while the merge's entry holds a value that is not in place
     /// (a pointer), for the next in-place value [`LevelScanner::next_into`] copies.
     spare_value: Vec<u8>,
@@ -784,12 +794,12 @@ impl LevelScanner {
             let head = self.ensure(pos, BLOB_HEADER)?;
             match head.first().copied() {
                 Some(NODE_LEAF) => {
-                    let node = self.ensure(pos, leaf_size)?.to_vec();
-                    let count = NodeView::verify(&node, NODE_LEAF)
-                        .map_err(|w| self.file.corrupt(pos, w))?
-                        .count();
+                    let checked = NodeView::verify(self.ensure(pos, leaf_size)?, NODE_LEAF)
+                        .map(|v| v.count());
+                    let count = checked.map_err(|w| self.file.corrupt(pos, w))?;
+                    let start = usize::try_from(pos - self.win_start).unwrap_or(usize::MAX);
                     self.pos += leaf_size as u64;
-                    self.leaf = Some((node, pos, 0, count));
+                    self.leaf = Some((start, pos, 0, count));
                     return Ok(true);
                 }
                 Some(NODE_INDEX) => {
@@ -838,10 +848,13 @@ impl LevelScanner {
         value: &mut LevelValue,
     ) -> Result<Option<u64>> {
         loop {
-            if let Some((node, off, idx, count)) = &mut self.leaf {
+            if let Some((start, off, idx, count)) = &mut self.leaf {
                 if *idx < *count {
-                    let Some(e) = NodeView::new(node, NODE_LEAF)
-                        .ok()
+                    let leaf_size = self.file.footer.leaf_size as usize;
+                    let Some(e) = self
+                        .window
+                        .get(*start..start.saturating_add(leaf_size))
+                        .and_then(|node| NodeView::new(node, NODE_LEAF).ok())
                         .and_then(|v| v.leaf_entry(*idx))
                     else {
                         return Err(self.file.corrupt(*off, "undecodable leaf entry"));

@@ -558,10 +558,9 @@ mod tests {
             (key, value),
             (b"ab".to_vec(), LevelValue::Inline(b"x".to_vec()))
         );
-        assert_eq!(
-            first.copy_into(&mut Vec::new(), &mut LevelValue::Inline(vec![1])),
-            5
-        );
+        let (mut key, mut value) = (Vec::new(), LevelValue::Inline(vec![1]));
+        assert_eq!(first.copy_into(&mut key, &mut value), 5);
+        assert_eq!((key, value), (b"a".to_vec(), LevelValue::Tombstone));
     }
 
     /// Groups entries by key (one key's versions stay together, in their order).
