@@ -174,43 +174,19 @@ pub(crate) struct Stacked {
 
 /// Orders heads so that the max-heap's top is the smallest key (the largest when `BACK`)
 /// and, among equal keys, the lowest (newest) source. Each source has at most one head in
-/// the heap, so (key, source) is a total order on the heap's contents. `prefix` is the
-/// key's first 8 bytes as a big-endian number ([`key_prefix`]): two heads whose prefixes
-/// differ are ordered by them without reading the keys.
-struct Head<const BACK: bool> {
-    prefix: u64,
-    entry: MergeEntry,
-}
-
-impl<const BACK: bool> Head<BACK> {
-    fn new(entry: MergeEntry) -> Self {
-        Head {
-            prefix: key_prefix(&entry.key),
-            entry,
-        }
-    }
-}
-
-/// A key's first 8 bytes as a big-endian number, zero-padded: keys whose prefixes differ
-/// compare as their prefixes do (a shorter key's padding sorts it first, as a prefix does).
-fn key_prefix(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    if let (Some(dst), Some(src)) = (b.get_mut(..n), key.get(..n)) {
-        dst.copy_from_slice(src);
-    }
-    u64::from_be_bytes(b)
-}
+/// the heap, so (key, source) is a total order on the heap's contents. (Comparing the
+/// keys' first 8 bytes as a number first was tried: YCSB keys next to each other in a
+/// merge share them, and the larger head made each sift cost more.)
+struct Head<const BACK: bool>(MergeEntry);
 
 impl<const BACK: bool> Ord for Head<BACK> {
     fn cmp(&self, other: &Self) -> Ordering {
-        let (a, b) = (self, other);
-        let keys = a
-            .prefix
-            .cmp(&b.prefix)
-            .then_with(|| a.entry.key.cmp(&b.entry.key));
-        let keys = if BACK { keys } else { keys.reverse() };
-        keys.then_with(|| b.entry.source.cmp(&a.entry.source))
+        let keys = if BACK {
+            self.0.key.cmp(&other.0.key)
+        } else {
+            other.0.key.cmp(&self.0.key)
+        };
+        keys.then_with(|| other.0.source.cmp(&self.0.source))
     }
 }
 
@@ -256,7 +232,7 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
         let mut heap = BinaryHeap::with_capacity(sources.len());
         for (source, s) in sources.iter_mut().enumerate() {
             if let Some((key, lsn, value)) = s.next_entry()? {
-                heap.push(Head::new(MergeEntry::new(key, lsn, value, source)));
+                heap.push(Head(MergeEntry::new(key, lsn, value, source)));
             }
         }
         Ok(MergeHeap {
@@ -280,7 +256,7 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
 
     /// The key of the next version, without taking it.
     pub(crate) fn peek_key(&self) -> Option<&[u8]> {
-        self.heap.peek().map(|h| h.entry.key.as_slice())
+        self.heap.peek().map(|h| h.0.key.as_slice())
     }
 
     /// Source `i` (in the order given to [`MergeHeap::new`]).
@@ -293,7 +269,7 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
         let Some(mut top) = self.heap.peek_mut() else {
             return Ok(None);
         };
-        let index = top.entry.source;
+        let index = top.0.source;
         let Some(source) = self.sources.get_mut(index) else {
             return Err(Error::Internal(format!(
                 "merge heap holds an entry of source {index}, but there are only {} sources",
@@ -306,13 +282,10 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
             .unwrap_or_else(|| MergeEntry::new(Vec::new(), 0, LevelValue::Tombstone, index));
         let Some(lsn) = source.next_into(&mut next.key, &mut next.value)? else {
             self.spare = Some(next);
-            return Ok(Some(PeekMut::pop(top).entry));
+            return Ok(Some(PeekMut::pop(top).0));
         };
-        let prefix = key_prefix(&next.key);
-        let prev = &top.entry;
-        let step = prefix
-            .cmp(&top.prefix)
-            .then_with(|| next.key.as_slice().cmp(&prev.key));
+        let prev = &top.0;
+        let step = next.key.as_slice().cmp(&prev.key);
         let in_order = match if BACK { step.reverse() } else { step } {
             Ordering::Greater => true,
             Ordering::Equal => lsn < prev.lsn,
@@ -331,8 +304,7 @@ impl<S: Source, const BACK: bool> MergeHeap<S, BACK> {
         next.lsn = lsn;
         next.source = index;
         // Writing through `top` makes the heap sift the new head down when `top` drops.
-        top.prefix = prefix;
-        Ok(Some(std::mem::replace(&mut top.entry, next)))
+        Ok(Some(std::mem::replace(&mut top.0, next)))
     }
 }
 
@@ -560,37 +532,6 @@ mod tests {
 
     fn row(k: &str, lsn: u64, v: Option<&str>) -> (String, u64, Option<String>) {
         (k.to_string(), lsn, v.map(str::to_string))
-    }
-
-    #[test]
-    fn heads_whose_key_prefixes_differ_are_ordered_as_their_keys() {
-        let keys: [&[u8]; 12] = [
-            b"",
-            b"\0",
-            b"\0\0",
-            b"a",
-            b"a\0",
-            b"ab",
-            b"abcdefgh",
-            b"abcdefgh\0",
-            b"abcdefghz",
-            b"abcdefgi",
-            b"b",
-            b"\xff\xff\xff\xff\xff\xff\xff\xff\xff",
-        ];
-        for a in keys {
-            for b in keys {
-                let (pa, pb) = (key_prefix(a), key_prefix(b));
-                if pa != pb {
-                    assert_eq!(pa.cmp(&pb), a.cmp(b), "{a:?} vs {b:?}");
-                }
-                let head = |k: &[u8], s| {
-                    Head::<false>::new(MergeEntry::new(k.to_vec(), 1, LevelValue::Tombstone, s))
-                };
-                // The max-heap's top is the smallest key: heads order in reverse.
-                assert_eq!(head(a, 0).cmp(&head(b, 1)) == Ordering::Greater, a <= b);
-            }
-        }
     }
 
     /// A source that copies each entry into the buffers it is given.

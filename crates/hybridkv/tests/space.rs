@@ -178,53 +178,65 @@ fn space_amp_limit_makes_gc_and_compaction_work_eagerly() {
 }
 
 /// Levels below L1 are sized from what a flush adds to L1, not from the memtable: with
-/// large values (kept in the large log) a run is a small fraction of its memtable, and a
-/// target counted in memtables would let L2 grow to many times what L1 hands it (every
-/// merge of L1 then rewrites all of L2).
+/// large values (kept in the large log) a run is a fraction of its memtable, and a target
+/// counted in memtables would let L2 grow to many times what L1 hands it (every merge of
+/// L1 then rewrites all of it). Overwrites within a memtable do not shrink the targets (a
+/// run is scaled to a memtable of distinct keys), nor does a small flush.
 #[test]
 fn levels_below_l1_are_sized_from_the_runs_flushes_write() {
     let dir = tempfile::tempdir().unwrap();
-    let o = opts(Placement::Hybrid);
-    let db = Db::open(dir.path(), o.clone()).unwrap();
-    let before = db.stats().unwrap();
-    let memtables = |level: usize| {
-        let mut t = o.memtable_size as u64;
-        for _ in 0..level {
-            t *= u64::from(o.growth_factor);
-        }
-        t
+    let o = Options {
+        memtable_size: 1 << 20,
+        ..opts(Placement::Hybrid)
     };
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let g = u64::from(o.growth_factor);
+    let memtables = |level: u32| o.memtable_size as u64 * g.pow(level);
     // Before any flush there is nothing else to go by.
-    assert_eq!(before.levels[1].target_bytes, memtables(2));
+    assert_eq!(db.stats().unwrap().levels[1].target_bytes, memtables(2));
+    // About 92 accounted bytes per pair: 7,000 fill most of the memtable, and each
+    // flush counts (a memtable flushed less than half full does not).
     for round in 0..3u32 {
-        // 900 pairs of about 92 accounted bytes: more than half the memtable, so each
-        // flush counts (a memtable flushed less than half full does not).
-        for i in 0..900 {
-            // Large values only: each run holds keys and pointers.
-            db.put(key(round * 1000 + i), [b'v'; 1004]).unwrap();
+        for i in 0..7_000 {
+            db.put(key(round * 10_000 + i), [b'v'; 1004]).unwrap();
         }
         db.flush().unwrap();
     }
     let s = db.stats().unwrap();
-    let l1 = &s.levels[0];
     assert_eq!(s.flushes, 3);
     assert_eq!(
-        l1.target_bytes,
+        s.levels[0].target_bytes,
         memtables(1),
         "L1 keeps its memtable target"
     );
-    let g = u64::from(o.growth_factor);
-    let run = l1.file_bytes / l1.files as u64;
-    assert!(run * 4 < o.memtable_size as u64 * 3, "a run of {run} bytes");
-    // L2: growth times L1 when due (growth runs); each run here is one file of the same
-    // size, so the average is that size.
-    assert_eq!(s.levels[1].target_bytes, g * g * run);
-    assert_eq!(s.levels[2].target_bytes, g * g * g * run);
+    let l2 = s.levels[1].target_bytes;
+    // A run of keys and pointers is well under its memtable's bytes.
+    assert!(
+        l2 < memtables(2) * 85 / 100 && l2 > memtables(2) / 4,
+        "L2 target {l2}, memtables {}",
+        memtables(2)
+    );
+    assert_eq!(s.levels[2].target_bytes, g * l2);
+    // A full memtable of ten versions of each of 700 keys: its run holds 700 entries, yet
+    // the levels below still hold every key; the targets stay about where they were.
+    for v in 0..10u32 {
+        for i in 0..700 {
+            db.put(key(i), [b'a' + v as u8; 1004]).unwrap();
+        }
+    }
+    db.flush().unwrap();
+    let after = db.stats().unwrap();
+    assert_eq!(after.flushes, 4);
+    let l2_after = after.levels[1].target_bytes;
+    assert!(
+        l2_after > l2 * 8 / 10 && l2_after < l2 * 12 / 10,
+        "L2 target {l2} -> {l2_after} after a flush of overwrites"
+    );
     // A flush of a few pairs (on request, or of a log replayed at open) says nothing of
     // what full memtables add: the targets stay.
     db.put(key(99_999), b"small").unwrap();
     db.flush().unwrap();
-    let after = db.stats().unwrap();
-    assert_eq!(after.flushes, 4);
-    assert_eq!(after.levels[1].target_bytes, g * g * run);
+    let last = db.stats().unwrap();
+    assert_eq!(last.flushes, 5);
+    assert_eq!(last.levels[1].target_bytes, l2_after);
 }

@@ -37,6 +37,27 @@ pub(crate) fn average_run_bytes(previous: u64, run: u64) -> u64 {
     }
 }
 
+/// The bytes a flushed run of `entries` and `bytes` would have had if its memtable had held
+/// `budget` bytes of distinct keys: bytes per entry times the versions such a memtable
+/// holds (`versions` per `mem_bytes` of the memtable flushed). Saturates; 0 when nothing
+/// is known.
+pub(crate) fn full_run_bytes(
+    bytes: u64,
+    entries: u64,
+    versions: u64,
+    mem_bytes: u64,
+    budget: u64,
+) -> u64 {
+    if entries == 0 || mem_bytes == 0 {
+        return 0;
+    }
+    let scaled = u128::from(bytes)
+        .saturating_mul(u128::from(versions))
+        .saturating_mul(u128::from(budget))
+        / (u128::from(entries) * u128::from(mem_bytes));
+    u64::try_from(scaled).unwrap_or(u64::MAX)
+}
+
 /// Target bytes of levels 1..=`levels`. L1's is `growth` memtables, but L1 is also due
 /// once it holds `growth` runs; each level below is `growth` times what the level above
 /// holds when it is due: `growth` times the smaller of L1's target and `growth` flushed
@@ -128,6 +149,21 @@ mod tests {
         assert_eq!(level_targets(10, 8, 50, 2), vec![80, 640]);
         assert_eq!(level_targets(10, 8, 4, 0), Vec::<u64>::new());
         assert_eq!(level_targets(u64::MAX, 8, 0, 3)[2], u64::MAX);
+    }
+
+    #[test]
+    fn a_run_is_scaled_to_a_full_memtable_of_distinct_keys() {
+        // 1,000 versions of 1,000 keys in a 100,000-byte memtable flushed at 90,000 bytes:
+        // a full one holds 1,111 of them.
+        assert_eq!(
+            full_run_bytes(50_000, 1_000, 1_000, 90_000, 100_000),
+            55_555
+        );
+        // Overwrites: the same memtable held ten versions of each of 100 keys; the run
+        // has 100 entries of 50 bytes, as a memtable of distinct keys would have 1,111.
+        assert_eq!(full_run_bytes(5_000, 100, 1_000, 90_000, 100_000), 55_555);
+        assert_eq!(full_run_bytes(5_000, 0, 1_000, 90_000, 100_000), 0);
+        assert_eq!(full_run_bytes(u64::MAX, 1, u64::MAX, 1, u64::MAX), u64::MAX);
     }
 
     #[test]

@@ -191,20 +191,33 @@ impl Engine {
                 Self::estimate_shadowed(source.samples(), &below, f.entries())
             });
 
-            // What this run adds to L1 as the picker counts it (its medium values in full
-            // while L2 is the merge level: merging into it will write them). Only a
-            // memtable at least half full says what a flush adds: a small one (replayed at
-            // open, or flushed on request) would shrink every level's target and push the
-            // whole tree down a level.
+            // What a flush of a full memtable of distinct keys adds to L1, as the picker
+            // counts it (its medium values in full while L2 is the merge level: merging
+            // into it will write them): this run's bytes per entry times the versions a
+            // full memtable holds (this memtable's versions per byte times the budget). So
+            // a memtable whose versions overwrite one another (an update-heavy workload
+            // keeps one entry of many) does not shrink the targets: the levels below still
+            // hold every key. Only a memtable at least half full counts (a small one,
+            // replayed at open or flushed on request, says little).
             let full = mem.size() >= self.opts.memtable_size / 2;
-            let run_bytes = new_file.as_ref().filter(|_| full).map_or(0, |f| {
-                let medium_counted = self
-                    .versions
-                    .lock()
-                    .version()
-                    .is_merge_level(2, self.opts.medium_merge_level);
-                f.file_len() + if medium_counted { f.medium_bytes() } else { 0 }
-            });
+            let run_bytes = new_file
+                .as_ref()
+                .filter(|f| full && f.entries() > 0)
+                .map_or(0, |f| {
+                    let medium_counted = self
+                        .versions
+                        .lock()
+                        .version()
+                        .is_merge_level(2, self.opts.medium_merge_level);
+                    let bytes = f.file_len() + if medium_counted { f.medium_bytes() } else { 0 };
+                    crate::compaction::picker::full_run_bytes(
+                        bytes,
+                        f.entries(),
+                        mem.len() as u64,
+                        mem.size() as u64,
+                        self.opts.memtable_size as u64,
+                    )
+                });
             let next_log = mem.next_log_id.load(Ordering::SeqCst);
             if self.writes.keyspace_count() > 1 {
                 // Another keyspace may hold the rest of a batch this memtable holds part
