@@ -61,10 +61,11 @@ pub(crate) struct VersionState {
     /// each flush, reset when L1 is merged down). A scheduling hint kept in memory, never
     /// in the manifest.
     pub l1_dead_estimate: u64,
-    /// Bytes a flush adds to L1, as the picker counts a level's bytes (a moving average
-    /// of recent flushes; 0 before the first): L1 is due after `growth_factor` of them, so
-    /// the levels below are sized from it (`compaction::picker::level_targets`). A
-    /// scheduling hint kept in memory, never in the manifest.
+    /// Bytes a flush of a full memtable of distinct keys adds to L1, as the picker counts a
+    /// level's bytes (a moving average of recent flushes, `picker::full_run_bytes`; 0
+    /// before the first): L1 is due after `growth_factor` of them, so the levels below are
+    /// sized from it (`compaction::picker::level_targets`). A scheduling hint kept in
+    /// memory, never in the manifest.
     pub flushed_run_bytes: u64,
     /// Ids of level files that running flushes and compactions are writing: live, though no
     /// version names them yet (`check` must not call them orphans).
