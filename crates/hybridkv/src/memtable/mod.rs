@@ -395,6 +395,9 @@ impl Memtable {
         // The version copied out before this one was a delta of the same key.
         let mut chain = false;
         std::iter::successors(self.list.first(), |e| e.next()).map(move |e| {
+            // The flush works on this version (a merge step, a leaf entry) before it
+            // asks for the next: long enough for the next node to arrive.
+            e.prefetch_next();
             let newest = prev.as_ref().is_none_or(|p| p.key() != e.key()) || chain;
             chain = newest && e.tag() == TAG_DELTA;
             let out = if newest {

@@ -213,6 +213,17 @@ impl<'a> Entry<'a> {
         unsafe { bytes_of(n).get((*n).key_len as usize..).unwrap_or_default() }
     }
 
+    /// Asks the processor to bring in the next version's first two cache lines (its
+    /// header, key and the start of its value), for a walk that will read it after
+    /// working on this one: nodes lie in insertion order, so each step of an in-order walk
+    /// is otherwise a cache miss. A hint: changes nothing the program computes.
+    pub(super) fn prefetch_next(&self) {
+        // SAFETY: a linked node of the list `'a` borrows; every node has height >= 1.
+        let p = unsafe { next_of(self.node.as_ptr(), 0) }.load(AtomicOrdering::Relaxed);
+        prefetch(p);
+        prefetch(p.cast::<u8>().wrapping_add(64).cast::<Node>());
+    }
+
     /// The next version in order.
     pub(super) fn next(&self) -> Option<Entry<'a>> {
         // SAFETY: a linked node of the list `'a` borrows; every node has height >= 1.
