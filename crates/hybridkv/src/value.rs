@@ -46,6 +46,28 @@ pub enum LevelValue {
 }
 
 impl LevelValue {
+    /// Makes this value `Inline(bytes)`, copying into the buffer it holds if it is in
+    /// place, else into `spare` (a merge source's buffer reading into a handed-back
+    /// entry, [`crate::merge::Source::next_into`]).
+    pub(crate) fn set_inline(&mut self, bytes: &[u8], spare: &mut Vec<u8>) {
+        if let LevelValue::Inline(v) = self {
+            v.clear();
+            v.extend_from_slice(bytes);
+        } else {
+            let mut v = std::mem::take(spare);
+            v.clear();
+            v.extend_from_slice(bytes);
+            *self = LevelValue::Inline(v);
+        }
+    }
+
+    /// Makes this value `other` (not in place), keeping the buffer it held in `spare`.
+    pub(crate) fn set_other(&mut self, other: LevelValue, spare: &mut Vec<u8>) {
+        if let LevelValue::Inline(v) = std::mem::replace(self, other) {
+            *spare = v;
+        }
+    }
+
     /// Whether this version holds deltas (its value needs the versions below it).
     pub(crate) fn is_deltas(&self) -> bool {
         matches!(

@@ -52,6 +52,8 @@ pub(crate) struct MemSource<I> {
     samples: Vec<Vec<u8>>,
     /// Versions in the memtable (every key's newest is among them).
     versions_held: u64,
+    /// A value buffer kept while the merge's entry holds a pointer (`next_into`).
+    spare_value: Vec<u8>,
 }
 
 impl<I> MemSource<I> {
@@ -86,7 +88,12 @@ impl<'a, I: Iterator<Item = MemVersion<'a>>> Source for MemSource<I> {
         Ok(self.next_newest().map(|v| v.to_entry()))
     }
     fn next_into(&mut self, key: &mut Vec<u8>, value: &mut LevelValue) -> Result<Option<u64>> {
-        Ok(self.next_newest().map(|v| v.copy_into(key, value)))
+        let mut spare = std::mem::take(&mut self.spare_value);
+        let lsn = self
+            .next_newest()
+            .map(|v| v.copy_into(key, value, &mut spare));
+        self.spare_value = spare;
+        Ok(lsn)
     }
 }
 
@@ -571,5 +578,6 @@ pub(crate) fn memtable_source(
         yielded: 0,
         samples: Vec::with_capacity(samples + 1),
         versions_held: mem.len() as u64,
+        spare_value: Vec::new(),
     }
 }

@@ -74,17 +74,10 @@ pub(crate) fn level_targets(memtable: u64, growth: u32, run_bytes: u64, levels: 
         0 => l1,
         r => l1.min(r.saturating_mul(growth)),
     };
-    let mut targets = Vec::with_capacity(levels);
-    let mut below = l1_due;
-    for level in 1..=levels {
-        if level == 1 {
-            targets.push(l1);
-        } else {
-            below = below.saturating_mul(growth);
-            targets.push(below);
-        }
-    }
-    targets
+    let below = std::iter::successors(Some(l1_due.saturating_mul(growth)), |t| {
+        Some(t.saturating_mul(growth))
+    });
+    std::iter::once(l1).chain(below).take(levels).collect()
 }
 
 /// Picks the level `i` (1-based) to merge into `i + 1`: the one most over its target, among

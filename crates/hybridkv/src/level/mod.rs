@@ -172,6 +172,40 @@ mod tests {
     }
 
     #[test]
+    fn a_filter_of_a_newer_version_is_unsupported_not_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let lf = build_with_bloom(dir.path(), 9, &sample(500), 10);
+        let path = lf.path().to_path_buf();
+        drop(lf);
+        let mut data = std::fs::read(&path).unwrap();
+        let n = data.len();
+        let footer = footer::Footer::decode(&data[n - footer::FOOTER_SIZE..])
+            .ok()
+            .unwrap();
+        let at = footer.filter_offset as usize;
+        let end = at + footer.filter_len as usize;
+        // Version 3, with a checksum that matches it (a newer build's unit).
+        data[at + 1] = 3;
+        let crc = crate::format::crc32c_append(
+            crate::format::crc32c(&data[at..at + 8]),
+            &data[at + filter::FILTER_HEADER..end],
+        );
+        data[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        match LevelFile::open(&io, dir.path(), 9, Arc::new(BlockCache::new(0))) {
+            Err(crate::Error::UnsupportedVersion {
+                file,
+                found,
+                supported,
+            }) => {
+                assert_eq!((file, found, supported), (path, 3, 2));
+            }
+            other => panic!("expected an unsupported version, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_version_1_file_without_a_filter_is_still_read() {
         let dir = tempfile::tempdir().unwrap();
         let entries = sample(2000);

@@ -862,24 +862,9 @@ impl LevelScanner {
                     *idx += 1;
                     key.clear();
                     key.extend_from_slice(e.key);
-                    match (e.value, &mut *value) {
-                        (ValueRef::Inline(b), LevelValue::Inline(v)) => {
-                            v.clear();
-                            v.extend_from_slice(b);
-                        }
-                        (ValueRef::Inline(b), held) => {
-                            let mut v = std::mem::take(&mut self.spare_value);
-                            v.clear();
-                            v.extend_from_slice(b);
-                            *held = LevelValue::Inline(v);
-                        }
-                        (other, held) => {
-                            if let LevelValue::Inline(v) =
-                                std::mem::replace(held, LevelValue::from(other))
-                            {
-                                self.spare_value = v;
-                            }
-                        }
+                    match e.value {
+                        ValueRef::Inline(b) => value.set_inline(b, &mut self.spare_value),
+                        other => value.set_other(LevelValue::from(other), &mut self.spare_value),
                     }
                     return Ok(Some(e.lsn));
                 }

@@ -463,16 +463,19 @@ impl NewestVersion<'_> {
     }
 
     /// The version copied into `key` and `value`, reusing their buffers (a value in
-    /// place goes into `value`'s buffer if it holds one); its LSN.
-    pub(crate) fn copy_into(&self, key: &mut Vec<u8>, value: &mut LevelValue) -> u64 {
+    /// place goes into `value`'s buffer, or `spare`, where one of them is kept while
+    /// `value` holds a pointer); its LSN.
+    pub(crate) fn copy_into(
+        &self,
+        key: &mut Vec<u8>,
+        value: &mut LevelValue,
+        spare: &mut Vec<u8>,
+    ) -> u64 {
         key.clear();
         key.extend_from_slice(self.0.key());
-        match (self.0.tag(), &mut *value) {
-            (TAG_VALUE, LevelValue::Inline(v)) => {
-                v.clear();
-                v.extend_from_slice(self.0.tail());
-            }
-            _ => *value = level_value(&self.0),
+        match self.0.tag() {
+            TAG_VALUE => value.set_inline(self.0.tail(), spare),
+            _ => value.set_other(level_value(&self.0), spare),
         }
         self.0.lsn()
     }
@@ -556,14 +559,24 @@ mod tests {
             b"a much longer key".to_vec(),
             LevelValue::Inline(vec![9; 40]),
         );
-        assert_eq!(last.copy_into(&mut key, &mut value), 2);
+        assert_eq!(last.copy_into(&mut key, &mut value, &mut Vec::new()), 2);
         assert_eq!(
             (key, value),
             (b"ab".to_vec(), LevelValue::Inline(b"x".to_vec()))
         );
-        let (mut key, mut value) = (Vec::new(), LevelValue::Inline(vec![1]));
-        assert_eq!(first.copy_into(&mut key, &mut value), 5);
+        let (mut key, mut value, mut spare) = (Vec::new(), LevelValue::Inline(vec![1]), Vec::new());
+        assert_eq!(first.copy_into(&mut key, &mut value, &mut spare), 5);
         assert_eq!((key, value), (b"a".to_vec(), LevelValue::Tombstone));
+        // The value buffer it held is kept, and the next value in place goes into it.
+        assert_eq!(spare, vec![1]);
+        let mut key = Vec::new();
+        let mut value = LevelValue::Tombstone;
+        assert_eq!(last.copy_into(&mut key, &mut value, &mut spare), 2);
+        assert_eq!(value, LevelValue::Inline(b"x".to_vec()));
+        assert!(
+            spare.is_empty() && spare.capacity() == 0,
+            "the spare buffer was not used"
+        );
     }
 
     /// Groups entries by key (one key's versions stay together, in their order).
