@@ -24,14 +24,12 @@ impl LogPtr {
 
     /// The encoding (`segment`, `offset`, `len`, little-endian), on the stack.
     pub(crate) fn to_bytes(self) -> [u8; LOG_PTR_SIZE] {
+        // Field by field (a byte-wise iterator chain cost ~200 instructions per pointer in
+        // a merge's leaf writes).
         let mut out = [0u8; LOG_PTR_SIZE];
-        let bytes = self.segment.to_le_bytes().into_iter();
-        let bytes = bytes
-            .chain(self.offset.to_le_bytes())
-            .chain(self.len.to_le_bytes());
-        for (dst, b) in out.iter_mut().zip(bytes) {
-            *dst = b;
-        }
+        out[..8].copy_from_slice(&self.segment.to_le_bytes());
+        out[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        out[16..].copy_from_slice(&self.len.to_le_bytes());
         out
     }
 
