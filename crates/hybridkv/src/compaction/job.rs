@@ -243,8 +243,10 @@ impl MergeJob<'_> {
         };
         let mut merge = Merge::new(sources.iter_mut().map(|s| &mut **s).collect(), tombstones)?
             .with_range_tombstones(self.ranges.clone());
+        // The version being written: each step reads the next one into its buffers.
+        let mut entry = MergeEntry::default();
         loop {
-            let next = merge.next_observed(|winner, older| {
+            let more = merge.next_into(&mut entry, |winner, older| {
                 let Some(winner) = winner else {
                     out.entries_in += 1;
                     out.dropped_by_range += 1;
@@ -274,9 +276,9 @@ impl MergeJob<'_> {
                     path.display()
                 ))),
             })?;
-            let Some(mut entry) = next else {
+            if !more {
                 break;
-            };
+            }
             out.entries_in += 1 + entry.below.len() as u64;
             if entry.value.is_deltas() {
                 entry.value = self.fold(&merge, &mut entry, &mut medium, &mut out, &path)?;
@@ -321,7 +323,6 @@ impl MergeJob<'_> {
             builder.add(key, lsn, ev)?;
             // Written: its buffers are read into next.
             entry.value = value;
-            merge.give_back(entry);
         }
         // A dropped tombstone was read like any other winner.
         let dropped = merge.counts().tombstones_dropped;
