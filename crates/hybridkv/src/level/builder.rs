@@ -113,6 +113,7 @@ impl LevelBuilder {
     /// Adds one entry.
     /// # Preconditions
     /// `key` is greater than every key added before.
+    #[inline]
     pub(crate) fn add(&mut self, key: &[u8], lsn: u64, value: EntryValue<'_>) -> Result<()> {
         debug_assert!(
             self.last_key.as_deref().is_none_or(|k| k < key),

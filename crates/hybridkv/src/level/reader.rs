@@ -423,6 +423,8 @@ impl LevelFile {
             file: Arc::clone(self),
             pos: 0,
             window: Vec::new(),
+            win_off: 0,
+            win_len: 0,
             win_start: 0,
             leaf: None,
             spare_value: Vec::new(),
@@ -737,7 +739,12 @@ pub(crate) struct LevelScanner {
     file: Arc<LevelFile>,
     reader: Arc<dyn ReadableFile>,
     pos: u64,
+    /// The bytes of the file from `win_start`: `win_len` of them at `win_off` in `window`,
+    /// an offset aligned to [`IO_ALIGN`] so that a direct read fills them without a
+    /// bounce buffer.
     window: Vec<u8>,
+    win_off: usize,
+    win_len: usize,
     win_start: u64,
     /// The leaf being read: where it starts in `window`, its file offset, the next entry
     /// and the entry count (checked when loaded; the window is not read again until it
@@ -757,7 +764,7 @@ impl LevelScanner {
     /// Makes `[pos, pos + len)` available in the window.
     fn ensure(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
         let in_window =
-            pos >= self.win_start && pos + len as u64 <= self.win_start + self.window.len() as u64;
+            pos >= self.win_start && pos + len as u64 <= self.win_start + self.win_len as u64;
         if !in_window {
             let avail = self.file.data_end.saturating_sub(pos);
             if (len as u64) > avail {
@@ -768,11 +775,23 @@ impl LevelScanner {
             let n = usize::try_from(avail.min(SCAN_WINDOW as u64))
                 .unwrap_or(SCAN_WINDOW)
                 .max(len);
-            self.window.resize(n, 0);
-            self.reader.read_exact_at(pos, &mut self.window)?;
-            self.win_start = pos;
+            if self.window.len() < n + IO_ALIGN {
+                self.window = vec![0; n + IO_ALIGN];
+            }
+            // Nothing is in the window until the read below fills it.
+            self.win_len = 0;
+            let off = self.window.as_ptr().align_offset(IO_ALIGN);
+            let Some(dst) = self.window.get_mut(off..off + n) else {
+                return Err(Error::Internal(format!(
+                    "level scanner window of {} bytes holds no aligned {n}",
+                    self.window.len()
+                )));
+            };
+            self.reader.read_exact_at(pos, dst)?;
+            (self.win_off, self.win_len, self.win_start) = (off, n, pos);
         }
-        let start = usize::try_from(pos - self.win_start).unwrap_or(usize::MAX);
+        let start = usize::try_from(pos - self.win_start)
+            .map_or(usize::MAX, |d| self.win_off.saturating_add(d));
         self.window
             .get(start..start.saturating_add(len))
             .ok_or_else(|| self.file.corrupt(pos, "scanner window out of range"))
@@ -797,7 +816,8 @@ impl LevelScanner {
                     let checked = NodeView::verify(self.ensure(pos, leaf_size)?, NODE_LEAF)
                         .map(|v| v.count());
                     let count = checked.map_err(|w| self.file.corrupt(pos, w))?;
-                    let start = usize::try_from(pos - self.win_start).unwrap_or(usize::MAX);
+                    let start = usize::try_from(pos - self.win_start)
+                        .map_or(usize::MAX, |d| self.win_off.saturating_add(d));
                     self.pos += leaf_size as u64;
                     self.leaf = Some((start, pos, 0, count));
                     return Ok(true);
@@ -841,7 +861,7 @@ impl LevelScanner {
     }
 
     /// The next entry in key order into `key` and `value`, reusing their buffers (a merge
-    /// hands the same few back entry after entry); its LSN, or `None` at the end.
+    /// reads into the same few entry after entry); its LSN, or `None` at the end.
     pub(crate) fn next_into(
         &mut self,
         key: &mut Vec<u8>,

@@ -108,6 +108,7 @@ impl CommitQueue {
             // The request may have been failed alone.
             let result = req.result.lock().take().unwrap_or(result);
             self.end_lead(self.state.lock());
+            req.batch.recycle();
             return result;
         }
         let req = Arc::new(req);
@@ -194,6 +195,25 @@ impl CommitQueue {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_batch_committed_alone_leaves_its_buffer_to_the_threads_next_batch() {
+        let q = CommitQueue::default();
+        let mut b = WriteBatch::new();
+        b.put("k", vec![5u8; 500]);
+        let len = b.payload().len();
+        q.submit(Request::new(b, false, 0), |g| {
+            assert_eq!(g.len(), 1);
+            Ok(())
+        })
+        .unwrap();
+        let next = WriteBatch::new();
+        assert!(next.is_empty());
+        assert!(
+            next.capacity_for_tests() >= len,
+            "the committed batch's buffer was kept"
+        );
+    }
 
     #[test]
     fn every_request_committed_exactly_once_and_groups_form() {
