@@ -781,7 +781,10 @@ impl LevelScanner {
             // Nothing is in the window until the read below fills it.
             self.win_len = 0;
             let off = self.window.as_ptr().align_offset(IO_ALIGN);
-            let Some(dst) = self.window.get_mut(off..off + n) else {
+            let Some(dst) = off
+                .checked_add(n)
+                .and_then(|end| self.window.get_mut(off..end))
+            else {
                 return Err(Error::Internal(format!(
                     "level scanner window of {} bytes holds no aligned {n}",
                     self.window.len()
