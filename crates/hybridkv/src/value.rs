@@ -47,8 +47,8 @@ pub enum LevelValue {
 
 impl LevelValue {
     /// Makes this value `Inline(bytes)`, copying into the buffer it holds if it is in
-    /// place, else into `spare` (a merge source's buffer reading into the caller's
-    /// entry, [`crate::merge::Source::next_into`]).
+    /// place, else into `spare` (a merge source's buffer, reading into the caller's
+    /// entry).
     pub(crate) fn set_inline(&mut self, bytes: &[u8], spare: &mut Vec<u8>) {
         if let LevelValue::Inline(v) = self {
             v.clear();

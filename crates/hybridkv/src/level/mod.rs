@@ -145,6 +145,15 @@ mod tests {
         );
     }
 
+    /// A level file's bytes and its decoded footer.
+    fn read_with_footer(path: &std::path::Path) -> (Vec<u8>, footer::Footer) {
+        let data = std::fs::read(path).unwrap();
+        let footer = footer::Footer::decode(&data[data.len() - footer::FOOTER_SIZE..])
+            .ok()
+            .unwrap();
+        (data, footer)
+    }
+
     #[test]
     fn a_damaged_filter_fails_the_open_naming_file_and_offset() {
         let dir = tempfile::tempdir().unwrap();
@@ -152,11 +161,7 @@ mod tests {
         let lf = build_with_bloom(dir.path(), 7, &entries, 10);
         let path = lf.path().to_path_buf();
         drop(lf);
-        let mut data = std::fs::read(&path).unwrap();
-        let n = data.len();
-        let footer = footer::Footer::decode(&data[n - footer::FOOTER_SIZE..])
-            .ok()
-            .unwrap();
+        let (mut data, footer) = read_with_footer(&path);
         assert!(footer.filter_offset > 0);
         data[footer.filter_offset as usize + 40] ^= 0x10; // a bit of the filter
         std::fs::write(&path, &data).unwrap();
@@ -177,11 +182,7 @@ mod tests {
         let lf = build_with_bloom(dir.path(), 9, &sample(500), 10);
         let path = lf.path().to_path_buf();
         drop(lf);
-        let mut data = std::fs::read(&path).unwrap();
-        let n = data.len();
-        let footer = footer::Footer::decode(&data[n - footer::FOOTER_SIZE..])
-            .ok()
-            .unwrap();
+        let (mut data, footer) = read_with_footer(&path);
         let at = footer.filter_offset as usize;
         let end = at + footer.filter_len as usize;
         // Version 3, with a checksum that matches it (a newer build's unit).
