@@ -44,6 +44,7 @@ fn engine_color(name: &str) -> RGBColor {
         Some(EngineKind::BlobDb) => RGBColor(23, 190, 207),
         Some(EngineKind::Fjall) => RGBColor(44, 160, 44),
         Some(EngineKind::FjallKv) => RGBColor(152, 223, 138),
+        Some(EngineKind::Harness) => RGBColor(0, 0, 0),
         None => RGBColor(127, 127, 127),
     }
 }

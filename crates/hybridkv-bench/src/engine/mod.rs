@@ -7,6 +7,7 @@
 //! ([`Engine::options`]); they are printed and recorded with every result.
 
 mod fjall_engine;
+mod harness;
 mod hybrid;
 pub mod patch;
 #[cfg(feature = "rocksdb")]
@@ -134,11 +135,14 @@ pub enum EngineKind {
     Fjall,
     /// fjall with key-value separation (blob files) for large values.
     FjallKv,
+    /// No engine: writes dropped, reads miss. Measures the benchmark's own cost per
+    /// operation; only when named (`--engines harness`).
+    Harness,
 }
 
 impl EngineKind {
     /// Every engine, in report order.
-    pub const ALL: [EngineKind; 10] = [
+    pub const ALL: [EngineKind; 11] = [
         EngineKind::Hybridkv,
         EngineKind::HybridkvInPlace,
         EngineKind::HybridkvAllLog,
@@ -149,6 +153,7 @@ impl EngineKind {
         EngineKind::BlobDb,
         EngineKind::Fjall,
         EngineKind::FjallKv,
+        EngineKind::Harness,
     ];
 
     /// The peers hybridkv is compared with, in report order.
@@ -172,6 +177,7 @@ impl EngineKind {
             EngineKind::BlobDb => "blobdb",
             EngineKind::Fjall => "fjall",
             EngineKind::FjallKv => "fjall-kv",
+            EngineKind::Harness => "harness",
         }
     }
 
@@ -202,7 +208,11 @@ impl EngineKind {
         let mut out: Vec<EngineKind> = Vec::new();
         for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let add: Vec<EngineKind> = match item.to_ascii_lowercase().as_str() {
-                "all" => Self::ALL.into_iter().filter(|k| k.is_built()).collect(),
+                // Every engine, not the harness (no engine; it is named when wanted).
+                "all" => Self::ALL
+                    .into_iter()
+                    .filter(|k| k.is_built() && *k != EngineKind::Harness)
+                    .collect(),
                 "default" => Self::default_set(),
                 _ => {
                     let kind = Self::from_name(item).ok_or_else(|| {
@@ -243,6 +253,7 @@ impl EngineKind {
             | EngineKind::HybridkvKdsep => {
                 Ok(Box::new(hybrid::HybridEngine::open(self, dir, config)?))
             }
+            EngineKind::Harness => Ok(Box::new(harness::HarnessEngine::open(config))),
             EngineKind::Fjall | EngineKind::FjallKv => Ok(Box::new(
                 fjall_engine::FjallEngine::open(self == EngineKind::FjallKv, dir, config)?,
             )),
@@ -337,6 +348,13 @@ mod tests {
         );
         let all = EngineKind::parse_list("all").unwrap();
         assert!(all.len() >= 7);
+        // The harness is no engine: only when named.
+        assert!(!all.contains(&EngineKind::Harness));
+        assert!(!d.contains(&EngineKind::Harness));
+        assert_eq!(
+            EngineKind::parse_list("harness").unwrap(),
+            vec![EngineKind::Harness]
+        );
     }
 
     #[test]

@@ -19,8 +19,8 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
 /// Per-entry bookkeeping added to key and value bytes when sizing the memtable. A version's
-/// skip-list node really takes 40 bytes of header, 8 per tower level (2 on average) and
-/// padding to 8 bytes, about 60 beside its bytes: the estimate runs under, and
+/// skip-list node really takes 48 bytes of header, 8 per tower level (2 on average) and
+/// the key's padding to 8 bytes, about 68 beside its bytes: the estimate runs under, and
 /// `Stats::memtable_arena_bytes` reports the real figure. Kept at 48 because the shapes the
 /// merge policy was tuned on (L1's runs, space within 1.5x of live data) assume it.
 const ENTRY_OVERHEAD: usize = 48;
@@ -37,8 +37,8 @@ pub(crate) enum MemValue<'a> {
     Delta(&'a [u8]),
 }
 
-/// What a version is (its node's tag); the node's bytes after the key hold the value, the
-/// operand, or the encoded large-log pointer.
+/// What a version is (its node's tag); the node's tail holds the value, the operand, or
+/// the encoded large-log pointer.
 const TAG_VALUE: Tag = 0;
 const TAG_LARGE: Tag = 1;
 const TAG_TOMBSTONE: Tag = 2;
@@ -412,7 +412,7 @@ impl Memtable {
     }
 
     /// Bytes of the skip list's arena (what the versions really take, with the unused
-    /// end of its last chunk).
+    /// ends of its current node and tail chunks).
     pub(crate) fn arena_bytes(&self) -> usize {
         self.list.arena_bytes()
     }

@@ -226,7 +226,8 @@ impl<'a> Entry<'a> {
     /// program computes.
     pub(super) fn prefetch_next(&self) {
         // SAFETY: a linked node of the list `'a` borrows; every node has height >= 1.
-        let p = unsafe { next_of(self.node.as_ptr(), 0) }.load(AtomicOrdering::Relaxed);
+        // Acquire, as in `next`: the node's header is read below.
+        let p = unsafe { next_of(self.node.as_ptr(), 0) }.load(AtomicOrdering::Acquire);
         if p.is_null() {
             return;
         }
@@ -251,11 +252,11 @@ struct Writer {
     /// Free bytes left in the tail arena's current chunk, and where they start.
     tail_free: usize,
     tail_cursor: *mut u8,
-    /// Chunks nodes are carved from (`u64`s: 8-byte alignment), as raw pointers (from
-    /// `Box::into_raw`: moving a `Box` would assert uniqueness over memory the nodes'
+    /// Chunks nodes and tails are carved from (`u64`s: 8-byte alignment), as raw pointers
+    /// (from `Box::leak`: moving a `Box` would assert uniqueness over memory the nodes'
     /// pointers still use); freed when the writer drops, with the list.
     chunks: Vec<NonNull<[u64]>>,
-    /// Free `u64`s left at the end of the last chunk, and where they start.
+    /// Free `u64`s left at the end of the current node chunk, and where they start.
     free: usize,
     cursor: *mut u64,
     /// Words of the next chunk: the first is 16 KiB, each next one twice the last up to
@@ -340,7 +341,7 @@ impl VersionList {
         self.len() == 0
     }
 
-    /// Bytes of the arena (nodes and the chunks' unused ends).
+    /// Bytes of the arena (nodes, tails and the current chunks' unused ends).
     pub(super) fn arena_bytes(&self) -> usize {
         self.arena_bytes.load(AtomicOrdering::Relaxed)
     }
