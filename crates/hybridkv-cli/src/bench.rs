@@ -106,9 +106,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub memory_limit_mib: Option<u64>,
     /// Engines, comma-separated: hybridkv, hybridkv-inplace, hybridkv-alllog, hybridkv-ms,
-    /// hybridkv-ml, hybridkv-kdsep (delta separation on), rocksdb, blobdb, fjall, fjall-kv;
-    /// `default` = hybridkv and every built
-    /// peer; `all` = every built engine.
+    /// hybridkv-ml, hybridkv-kdsep (delta separation on), rocksdb, blobdb, fjall, fjall-kv,
+    /// harness (no engine: the benchmark's own cost per operation); `default` = hybridkv
+    /// and every built peer; `all` = every built engine (not the harness).
     #[arg(long, default_value = "default")]
     pub engines: String,
     /// YCSB core workload a..f.

@@ -8,8 +8,9 @@
 //! out of `default` and `all`, and must be named: `--engines harness`).
 
 use super::{common_options, Engine, EngineConfig, EngineOptions, ScanCount};
-use crate::error::Result;
+use crate::error::{BenchError, Result};
 use std::hint::black_box;
+use std::path::Path;
 
 /// See the module comment.
 pub(crate) struct HarnessEngine {
@@ -17,10 +18,12 @@ pub(crate) struct HarnessEngine {
 }
 
 impl HarnessEngine {
-    pub(crate) fn open(config: &EngineConfig) -> Self {
-        HarnessEngine {
+    /// Creates `dir` (empty: the runner measures it like any engine's database).
+    pub(crate) fn open(dir: &Path, config: &EngineConfig) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::io("create", dir, e))?;
+        Ok(HarnessEngine {
             config: config.clone(),
-        }
+        })
     }
 }
 
@@ -61,7 +64,10 @@ mod tests {
 
     #[test]
     fn keeps_nothing() {
-        let e = HarnessEngine::open(&EngineConfig::default());
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let e = HarnessEngine::open(&db, &EngineConfig::default()).unwrap();
+        assert!(db.is_dir());
         e.insert(b"k", b"v").unwrap();
         e.update(b"k", b"w").unwrap();
         assert_eq!(e.read(b"k").unwrap(), None);

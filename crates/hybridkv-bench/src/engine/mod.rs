@@ -253,7 +253,7 @@ impl EngineKind {
             | EngineKind::HybridkvKdsep => {
                 Ok(Box::new(hybrid::HybridEngine::open(self, dir, config)?))
             }
-            EngineKind::Harness => Ok(Box::new(harness::HarnessEngine::open(config))),
+            EngineKind::Harness => Ok(Box::new(harness::HarnessEngine::open(dir, config)?)),
             EngineKind::Fjall | EngineKind::FjallKv => Ok(Box::new(
                 fjall_engine::FjallEngine::open(self == EngineKind::FjallKv, dir, config)?,
             )),
