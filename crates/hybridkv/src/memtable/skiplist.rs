@@ -268,6 +268,24 @@ struct Writer {
     arena_bytes: usize,
 }
 
+impl Writer {
+    /// A new zeroed chunk for `words` words: the next chunk size, or exactly `words` when
+    /// they are more than a quarter of it (a big node or tail gets a chunk of its own, and
+    /// the current chunk's free end stays for the next small one). Returns its start and
+    /// its size in words.
+    fn new_chunk(&mut self, words: usize, chunk_words: usize) -> (*mut u64, usize) {
+        let chunk = self.next_chunk.min(chunk_words);
+        let size = if words > chunk / 4 { words } else { chunk };
+        if size == chunk {
+            self.next_chunk = (chunk * 2).min(chunk_words);
+        }
+        let chunk = NonNull::from(Box::leak(vec![0u64; size].into_boxed_slice()));
+        self.arena_bytes += size * 8;
+        self.chunks.push(chunk);
+        (chunk.as_ptr() as *mut u64, size)
+    }
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
         for chunk in self.chunks.drain(..) {
@@ -361,17 +379,7 @@ impl VersionList {
         let bytes = HEADER + tower + key.len();
         let words = bytes.div_ceil(8);
         if words > w.free {
-            // A node bigger than a quarter chunk gets a chunk of its own (the current
-            // chunk's free end stays for the next small node).
-            let chunk = w.next_chunk.min(chunk_words);
-            let size = if words > chunk / 4 { words } else { chunk };
-            if size == chunk {
-                w.next_chunk = (chunk * 2).min(chunk_words);
-            }
-            let chunk = NonNull::from(Box::leak(vec![0u64; size].into_boxed_slice()));
-            let start = chunk.as_ptr() as *mut u64;
-            w.arena_bytes += size * 8;
-            w.chunks.push(chunk);
+            let (start, size) = w.new_chunk(words, chunk_words);
             if size != words {
                 w.cursor = start;
                 w.free = size;
@@ -393,16 +401,9 @@ impl VersionList {
             return NonNull::<u8>::dangling().as_ptr();
         }
         let at = if tail.len() > w.tail_free {
-            let chunk = w.next_chunk.min(chunk_words);
             let words = tail.len().div_ceil(8);
-            let size = if words > chunk / 4 { words } else { chunk };
-            if size == chunk {
-                w.next_chunk = (chunk * 2).min(chunk_words);
-            }
-            let chunk = NonNull::from(Box::leak(vec![0u64; size].into_boxed_slice()));
-            let start = chunk.as_ptr() as *mut u8;
-            w.arena_bytes += size * 8;
-            w.chunks.push(chunk);
+            let (start, size) = w.new_chunk(words, chunk_words);
+            let start = start as *mut u8;
             if size != words {
                 // SAFETY: the chunk is `size * 8 >= tail.len()` bytes.
                 w.tail_cursor = unsafe { start.add(tail.len()) };
