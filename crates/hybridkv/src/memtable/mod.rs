@@ -1,5 +1,5 @@
-//! The in-memory L0: a skip list of versioned entries (`skiplist`: nodes in an arena, one
-//! writer beside lock-free readers).
+//! The in-memory L0: a skip list of versioned entries (`skiplist`: nodes in an arena,
+//! concurrent inserters beside lock-free readers).
 //!
 //! Owns: every version written since the last flush, ordered by (key ascending, LSN
 //! descending), the range tombstones written since (few: a list), and its byte size.
@@ -76,7 +76,8 @@ pub(crate) struct Memtable {
     /// operation of its keyspace up to this LSN is in the levels (the manifest's flushed
     /// LSN; replay skips them).
     pub sealed_lsn: AtomicU64,
-    /// Range tombstones, in LSN order (inserted by the commit path, one writer at a time).
+    /// Range tombstones, in LSN order (inserted by a commit group's leader, one group at a
+    /// time; followers never insert them).
     ranges: parking_lot::RwLock<Vec<RangeTombstone>>,
     /// Whether `ranges` is not empty (lookups skip its lock while it is).
     has_ranges: AtomicBool,
@@ -158,7 +159,8 @@ impl Memtable {
         }
     }
 
-    /// Inserts one version. Distinct LSNs make every insert a new entry.
+    /// Inserts one version; threads may insert at once. Distinct LSNs make every insert a
+    /// new entry.
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: MemValue<'_>) {
         // The filter first: a reader that finds the version finds its key in the filter.
         self.keys.add(key_hash(key));
@@ -186,6 +188,9 @@ impl Memtable {
     /// Inserts a delta; when the key's newest version here is a value in the node (or a
     /// tombstone) and `op` folds the delta onto it, inserts the folded value instead (the
     /// same value a read would compute, without the chain of deltas a hot key would grow).
+    /// The base is the key's newest version *below* `lsn` (a newer one inserted meanwhile
+    /// by a later commit is not it); every older version must be in already (the commit
+    /// path inserts a group holding merges only once the groups before it are published).
     pub(crate) fn insert_delta(
         &self,
         key: &[u8],
@@ -196,12 +201,12 @@ impl Memtable {
         if let Some(op) = op {
             let newest = self
                 .may_hold(key)
-                .then(|| self.list.seek(&Probe::new(key, u64::MAX)))
+                .then(|| self.list.seek(&Probe::new(key, lsn)))
                 .flatten()
                 .filter(|e| e.key() == key);
             // A range tombstone newer than every version here deletes what is below it:
             // the delta then applies to nothing.
-            let cut = self.range_cut(key, u64::MAX);
+            let cut = self.range_cut(key, lsn);
             let newest = newest.filter(|e| e.lsn() > cut);
             if newest.is_none() && cut > 0 {
                 if let Ok(v) = op.full_merge(key, None, &[operand]) {

@@ -7,15 +7,18 @@
 //! writer's `malloc`s). Tails live in chunks of their own so that the nodes a search steps
 //! through lie densely (a 40 MiB memtable of SD pairs holds about 10 MiB of nodes, which
 //! the processor's last-level cache can mostly keep);
-//! the order (key ascending, then LSN descending); one writer at a time (an internal
-//! mutex) beside any number of lock-free readers.
+//! the order (key ascending, then LSN descending); any number of inserting threads (the
+//! commit group's writers insert their own versions) beside any number of lock-free
+//! readers.
 //! Never: removes or changes a node once it is linked (readers hold plain references into
 //! the arena for as long as they borrow the list), or interprets the value bytes.
 //!
-//! Concurrency, as in LevelDB's skip list: a node is written in full, then linked bottom
-//! level first, each link a `Release` store of the predecessor's next pointer; a reader
+//! Concurrency, as in LevelDB's skip list with RocksDB's concurrent inserts: a node is
+//! written in full (its arena space carved under a short lock), then linked bottom level
+//! first, each link a `Release` compare-and-swap of the predecessor's next pointer (a
+//! failed swap means another insert got there first: step forward and retry); a reader
 //! loads next pointers with `Acquire`, so a node it reaches is fully written. Nodes are
-//! never unlinked, so a reader never meets freed memory.
+//! never unlinked, so neither a reader nor an inserter ever meets freed memory.
 
 use parking_lot::Mutex;
 use std::cmp::Ordering;
@@ -306,12 +309,14 @@ pub(super) struct VersionList {
     /// Bytes of arena chunks (read without the writer's lock).
     arena_bytes: AtomicUsize,
     chunk_words: usize,
+    /// The arena and the tower-height generator (held only to carve a node).
     writer: Mutex<Writer>,
 }
 
-// SAFETY: nodes are written once by the writer (under `writer`) before they are linked with
-// a Release store, read through Acquire loads, and never changed or freed while the list
-// lives; the arena chunks are owned by the list.
+// SAFETY: each node is written once by the thread inserting it (into arena space carved
+// under `writer`, which no other node shares) before it is linked with a Release swap,
+// read through Acquire loads, and never changed (but for its tower's atomics) or freed
+// while the list lives; the arena chunks are owned by the list.
 unsafe impl Send for VersionList {}
 // SAFETY: as above.
 unsafe impl Sync for VersionList {}
@@ -501,13 +506,18 @@ impl VersionList {
         at_or_after
     }
 
-    /// Inserts a version. Versions of one
+    /// Inserts a version; any number of threads may insert at once. Versions of one
     /// key differ in LSN (the commit path gives every operation its own), so every insert
     /// is new. Lengths fit in 32 bits: keys are at most `MAX_KEY_SIZE` (4 KiB), values at
     /// most `MAX_VALUE_SIZE` (16 MiB), folded values `MAX_FOLDED_VALUE`.
+    ///
+    /// The search runs without a lock; the writer's lock covers only carving the node
+    /// from the arena; each level is linked by a compare-and-swap of the predecessor's
+    /// next pointer, from the bottom level up. A swap fails when another insert linked a
+    /// node after the same predecessor meanwhile: the insert steps forward from there
+    /// and tries again (nodes are never unlinked, so a predecessor stays valid).
     pub(super) fn insert(&self, key: &[u8], lsn: u64, tag: Tag, tail: &[u8]) {
         debug_assert!(u32::try_from(key.len()).is_ok() && u32::try_from(tail.len()).is_ok());
-        let mut w = self.writer.lock();
         let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
         let probe = Probe::new(key, lsn);
         let at_or_after = self.find(&probe, &mut prev);
@@ -517,25 +527,44 @@ impl VersionList {
             "a version inserted twice"
         );
         let _ = at_or_after;
-        let height = Self::random_height(&mut w);
-        let node = Self::alloc_node(&mut w, self.chunk_words, key, tail, lsn, tag, height);
-        self.arena_bytes
-            .store(w.arena_bytes, AtomicOrdering::Relaxed);
-        if height > self.height.load(AtomicOrdering::Relaxed) {
-            // Levels above the old top start at the head (`prev` holds it there already).
-            // Readers that see the new height before the links find null there and go
-            // down a level.
-            self.height.store(height, AtomicOrdering::Relaxed);
-        }
-        for (i, &p) in prev.iter().enumerate().take(height) {
-            // SAFETY: `p` is the head or a linked node with a tower above level `i` (it was
-            // met at that level, or is the head), `node` is written in full, `height`
-            // tall, and not linked yet: its next pointer is set before the predecessor's
-            // Release store publishes it.
-            unsafe {
-                let after = next_of(p, i).load(AtomicOrdering::Acquire);
-                next_of(node.as_ptr(), i).store(after, AtomicOrdering::Relaxed);
-                next_of(p, i).store(node.as_ptr(), AtomicOrdering::Release);
+        let (node, height) = {
+            let mut w = self.writer.lock();
+            let height = Self::random_height(&mut w);
+            let node = Self::alloc_node(&mut w, self.chunk_words, key, tail, lsn, tag, height);
+            self.arena_bytes
+                .store(w.arena_bytes, AtomicOrdering::Relaxed);
+            (node, height)
+        };
+        // Levels above the search's top start at the head (`prev` holds it there). Readers
+        // that see the new height before the links find null there and go down a level.
+        self.height.fetch_max(height, AtomicOrdering::Relaxed);
+        for (i, &start) in prev.iter().enumerate().take(height) {
+            let mut p = start;
+            loop {
+                // SAFETY: `p` is the head or a linked node met at level `i` (so its tower
+                // is above `i`); so is every node stepped to along level `i`.
+                let link = unsafe { next_of(p, i) };
+                let after = link.load(AtomicOrdering::Acquire);
+                // SAFETY: a non-null next pointer is a linked node.
+                if !after.is_null() && unsafe { cmp_probe(after, &probe) } == Ordering::Less {
+                    // Linked after the search looked, and still before the new node.
+                    p = after;
+                    continue;
+                }
+                // SAFETY: `node` is written in full and `height` tall; its level-`i`
+                // pointer is set before the Release swap that links it at that level.
+                unsafe { next_of(node.as_ptr(), i) }.store(after, AtomicOrdering::Relaxed);
+                if link
+                    .compare_exchange(
+                        after,
+                        node.as_ptr(),
+                        AtomicOrdering::Release,
+                        AtomicOrdering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    break;
+                }
             }
         }
         self.len.fetch_add(1, AtomicOrdering::Release);
@@ -752,6 +781,75 @@ mod tests {
             assert!(r.join().unwrap() >= 1);
         }
         assert_eq!(list.len() as u64, inserts);
+    }
+
+    #[test]
+    fn concurrent_inserters_and_a_reader_leave_every_version_once_in_order() {
+        // Three threads insert interleaved LSNs over a small key range (so their swaps
+        // race on the same predecessors) while a reader walks: at the end every version
+        // is there once, whole and in order. Nothing assumes how the threads are
+        // scheduled: the final walk checks whatever order the inserts ran in.
+        let list = Arc::new(VersionList::new(16 << 10));
+        let per = if cfg!(miri) { 60u64 } else { 20_000 };
+        let writers = 3u64;
+        let key_of = |lsn: u64| (lsn.wrapping_mul(2_654_435_761) % 97).to_be_bytes();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (list, done) = (Arc::clone(&list), Arc::clone(&done));
+            std::thread::spawn(move || loop {
+                let finished = done.load(AtomicOrdering::Acquire);
+                let mut prev: Option<(Vec<u8>, std::cmp::Reverse<u64>)> = None;
+                let mut e = list.first();
+                while let Some(x) = e {
+                    let k = model_key(x.key(), x.lsn());
+                    assert!(x.tail().iter().all(|&b| b == x.lsn() as u8));
+                    if let Some(p) = &prev {
+                        assert!(*p < k, "out of order");
+                    }
+                    prev = Some(k);
+                    e = x.next();
+                }
+                if finished {
+                    return;
+                }
+            })
+        };
+        let threads: Vec<_> = (0..writers)
+            .map(|t| {
+                let list = Arc::clone(&list);
+                std::thread::spawn(move || {
+                    for i in 0..per {
+                        let lsn = 1 + i * writers + t;
+                        let tail = vec![lsn as u8; (lsn % 40) as usize];
+                        list.insert(&key_of(lsn), lsn, 0, &tail);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        done.store(true, AtomicOrdering::Release);
+        reader.join().unwrap();
+        let total = per * writers;
+        assert_eq!(list.len() as u64, total);
+        let mut want: Vec<_> = (1..=total).map(|l| model_key(&key_of(l), l)).collect();
+        want.sort();
+        let mut got = Vec::new();
+        let mut e = list.first();
+        while let Some(x) = e {
+            assert_eq!(x.tail().len() as u64, x.lsn() % 40);
+            got.push(model_key(x.key(), x.lsn()));
+            e = x.next();
+        }
+        assert_eq!(got, want);
+        // Every version is found by a seek too (the upper levels link it where it
+        // belongs).
+        for lsn in (1..=total).step_by(7) {
+            let key = key_of(lsn);
+            let e = list.seek(&Probe::new(&key, lsn)).expect("inserted");
+            assert_eq!((e.key(), e.lsn()), (&key[..], lsn));
+        }
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! result: spinning, then yielding their core (unless the group syncs), then asleep. A
 //! writer that finds no leader and no one queued commits its batch alone, without queueing
 //! it (no shared request to allocate).
+//!
+//! A leader may give the lead up before its group is done ([`Lead::release`]: the commit
+//! path does once the group is in the log, and inserts into the memtable while the next
+//! leader writes the log); its followers, taken into its group, then wait for their
+//! result alone, not for the lead.
 
 use super::batch::WriteBatch;
 use crate::error::{Error, Result};
@@ -31,6 +36,9 @@ pub(crate) struct Request {
     result: Mutex<Option<Result<()>>>,
     /// Set once `result` holds the outcome (read without its lock by a waiting follower).
     done: AtomicBool,
+    /// Set when a leader takes it into its group (under the queue's lock): from then on
+    /// its writer waits for its result, not for the lead.
+    taken: AtomicBool,
 }
 
 impl Request {
@@ -47,6 +55,7 @@ impl Request {
             keyspace,
             result: Mutex::new(None),
             done: AtomicBool::new(false),
+            taken: AtomicBool::new(false),
         }
     }
 }
@@ -72,6 +81,22 @@ pub(crate) struct CommitQueue {
     group_syncs: AtomicBool,
 }
 
+/// A group's lead, handed to the function that commits the group.
+pub(crate) struct Lead<'q> {
+    queue: &'q CommitQueue,
+    released: std::cell::Cell<bool>,
+}
+
+impl Lead<'_> {
+    /// Gives the lead to the next writer now, before this group is done (its members
+    /// still wait for their results). Once only; later calls do nothing.
+    pub(crate) fn release(&self) {
+        if !self.released.replace(true) {
+            self.queue.end_lead(self.queue.state.lock());
+        }
+    }
+}
+
 /// A copy of an error for the other members of a failed group (`Error` is not `Clone`).
 fn share(e: &Error) -> Error {
     match e {
@@ -89,11 +114,12 @@ fn share(e: &Error) -> Error {
 
 impl CommitQueue {
     /// Queues `req` and returns once it is committed (by this thread as leader, or by
-    /// another leader). `commit_group` receives every batch of a group, in queue order.
+    /// another leader). `commit_group` receives every batch of a group, in queue order,
+    /// and the group's lead (which it may release before it returns).
     pub(crate) fn submit(
         &self,
         req: Request,
-        commit_group: impl FnOnce(&[&Request]) -> Result<()>,
+        commit_group: impl FnOnce(&[&Request], &Lead<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut st = self.state.lock();
         if !st.leader_active && st.pending.is_empty() {
@@ -104,10 +130,11 @@ impl CommitQueue {
             self.leader_busy.store(true, Ordering::Release);
             self.group_syncs.store(req.sync, Ordering::Release);
             drop(st);
-            let result = commit_group(&[&req]);
+            let lead = self.lead();
+            let result = commit_group(&[&req], &lead);
             // The request may have been failed alone.
             let result = req.result.lock().take().unwrap_or(result);
-            self.end_lead(self.state.lock());
+            lead.release();
             req.batch.recycle();
             return result;
         }
@@ -118,7 +145,7 @@ impl CommitQueue {
             if let Some(r) = req.result.lock().take() {
                 return r;
             }
-            if !st.leader_active {
+            if !req.taken.load(Ordering::Acquire) && !st.leader_active {
                 break;
             }
             if !waited {
@@ -137,12 +164,16 @@ impl CommitQueue {
         // (given back below), so no group allocates one.
         let spare = std::mem::take(&mut st.spare);
         let mut group = std::mem::replace(&mut st.pending, spare);
+        for r in &group {
+            r.taken.store(true, Ordering::Release);
+        }
         self.group_syncs
             .store(group.iter().any(|r| r.sync), Ordering::Release);
         drop(st);
 
+        let lead = self.lead();
         let members: smallvec::SmallVec<[&Request; 8]> = group.iter().map(|r| &**r).collect();
-        let result = commit_group(&members);
+        let result = commit_group(&members, &lead);
         drop(members);
         for other in group.iter().filter(|r| !Arc::ptr_eq(r, &req)) {
             let mut slot = other.result.lock();
@@ -156,12 +187,26 @@ impl CommitQueue {
         }
         // This thread's own request may have been failed alone.
         let result = req.result.lock().take().unwrap_or(result);
+        let had_others = group.len() > 1;
         group.clear();
         let mut st = self.state.lock();
-        // Taken empty when this group formed; no other leader ran since.
+        // For the next group to take (the lead given up early, another group may have
+        // formed meanwhile and put its list there: one of the two is dropped).
         st.spare = group;
-        self.end_lead(st);
+        if !lead.released.replace(true) {
+            self.end_lead(st);
+        } else if had_others {
+            // Its members may sleep, waiting for their results (set above).
+            self.cv.notify_all();
+        }
         result
+    }
+
+    fn lead(&self) -> Lead<'_> {
+        Lead {
+            queue: self,
+            released: std::cell::Cell::new(false),
+        }
     }
 
     /// Gives the lead up and wakes the writers waiting for it (or for their results).
@@ -171,11 +216,15 @@ impl CommitQueue {
         self.cv.notify_all();
     }
 
-    /// Waits, awake, until `req` is done or no leader is active: [`FOLLOWER_SPINS`] spins,
+    /// Waits, awake, until `req` is done or (not taken into a group yet) no leader is
+    /// active: [`FOLLOWER_SPINS`] spins,
     /// then, unless the group syncs, up to [`FOLLOWER_YIELDS`] yields of the core.
     fn wait_awake(&self, req: &Request) {
-        let over =
-            |q: &Self| req.done.load(Ordering::Acquire) || !q.leader_busy.load(Ordering::Acquire);
+        // Its result, or (not yet taken into a group) a free lead.
+        let over = |q: &Self| {
+            req.done.load(Ordering::Acquire)
+                || (!req.taken.load(Ordering::Acquire) && !q.leader_busy.load(Ordering::Acquire))
+        };
         for _ in 0..FOLLOWER_SPINS {
             if over(self) {
                 return;
@@ -202,7 +251,7 @@ mod tests {
         let mut b = WriteBatch::new();
         b.put("k", vec![5u8; 500]);
         let len = b.payload().len();
-        q.submit(Request::new(b, false, 0), |g| {
+        q.submit(Request::new(b, false, 0), |g, _| {
             assert_eq!(g.len(), 1);
             Ok(())
         })
@@ -227,7 +276,7 @@ mod tests {
                     for _ in 0..200 {
                         let mut b = WriteBatch::new();
                         b.put("k", "v");
-                        q.submit(Request::new(b, false, 0), |g| {
+                        q.submit(Request::new(b, false, 0), |g, _| {
                             committed.fetch_add(g.len(), Ordering::SeqCst);
                             groups.fetch_add(1, Ordering::SeqCst);
                             std::thread::yield_now();
@@ -270,7 +319,7 @@ mod tests {
                         let key = format!("{t}-{i}").into_bytes();
                         let mut b = WriteBatch::new();
                         b.put(&key, "v");
-                        let r = q.submit(Request::new(b, i % 5 == 0, 0), |g| {
+                        let r = q.submit(Request::new(b, i % 5 == 0, 0), |g, _| {
                             committed.fetch_add(g.len(), Ordering::SeqCst);
                             if g.iter().any(|r| r.sync) {
                                 synced_groups.fetch_add(1, Ordering::SeqCst);
@@ -324,7 +373,7 @@ mod tests {
         b.put("k", "v");
         // No leader, no one queued: a group of this request alone, nothing left queued.
         let mut seen = 0;
-        q.submit(Request::new(b.clone(), false, 0), |g| {
+        q.submit(Request::new(b.clone(), false, 0), |g, _| {
             seen = g.len();
             Ok(())
         })
@@ -333,7 +382,7 @@ mod tests {
         assert!(q.state.lock().pending.is_empty());
         assert!(!q.leader_busy.load(Ordering::SeqCst));
         // A request the group failed alone reports its own error, not the group's Ok.
-        let r = q.submit(Request::new(b, false, 0), |g| {
+        let r = q.submit(Request::new(b, false, 0), |g, _| {
             g[0].fail(Error::InvalidArgument("refused".into()));
             Ok(())
         });
@@ -342,9 +391,49 @@ mod tests {
     }
 
     #[test]
+    fn a_lead_released_early_lets_the_next_writer_commit_before_the_group_is_done() {
+        // Writer A's group gives its lead up and then waits until writer B has committed:
+        // B can only get there by taking the lead A released (were the lead still A's, B
+        // would queue behind it and A would wait forever: the receive below times out).
+        let q = Arc::new(CommitQueue::default());
+        let (b_done_tx, b_done_rx) = std::sync::mpsc::channel::<()>();
+        let (released_tx, released_rx) = std::sync::mpsc::channel::<()>();
+        let a = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                let mut b = WriteBatch::new();
+                b.put("a", "1");
+                q.submit(Request::new(b, false, 0), |g, lead| {
+                    assert_eq!(g.len(), 1);
+                    lead.release();
+                    lead.release(); // a second release does nothing
+                    released_tx.send(()).unwrap();
+                    b_done_rx
+                        .recv_timeout(std::time::Duration::from_secs(120))
+                        .map_err(|_| Error::Internal("B never committed".into()))
+                })
+            })
+        };
+        released_rx.recv().unwrap();
+        let mut b = WriteBatch::new();
+        b.put("b", "2");
+        let mut led = false;
+        q.submit(Request::new(b, false, 0), |g, _| {
+            led = g.len() == 1;
+            Ok(())
+        })
+        .unwrap();
+        assert!(led, "B committed its own batch");
+        b_done_tx.send(()).unwrap();
+        a.join().unwrap().unwrap();
+        assert!(!q.leader_busy.load(Ordering::SeqCst));
+        assert!(q.state.lock().pending.is_empty());
+    }
+
+    #[test]
     fn a_failed_group_fails_every_member() {
         let q = CommitQueue::default();
-        let r = q.submit(Request::new(WriteBatch::new(), false, 0), |_| {
+        let r = q.submit(Request::new(WriteBatch::new(), false, 0), |_, _| {
             Err(Error::io("write", "x", std::io::Error::other("boom")))
         });
         assert!(matches!(r, Err(Error::Io { .. })));

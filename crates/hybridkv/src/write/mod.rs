@@ -6,12 +6,17 @@
 //! LSNs, classifying each put (small /
 //! medium / large), appending large values to the large log and every batch's commit
 //! record to the small log before acknowledging, inserting into the memtable (holding only
-//! the slots, so commits into different keyspaces insert in parallel), publishing
-//! the snapshot LSN, switching a full memtable to immutable, slowing writers (never
-//! failing them) while flushes catch up, and making every committed write durable on
-//! request ([`WritePath::make_durable`]). There is
-//! one commit function, [`WritePath::commit`]: user batches and GC's relocations both go
-//! through it, and recovery's replay uses the same memtable step ([`replay_op`]).
+//! the slots, so commits into different keyspaces insert in parallel; a commit group
+//! inserts after giving its slot to the next group: [`Pipeline`]), publishing the
+//! snapshot LSN in LSN order, switching a full memtable to immutable, slowing writers
+//! (never failing them) while flushes catch up, and making every committed write durable
+//! on request ([`WritePath::make_durable`]). A commit is three steps, each written once:
+//! the log step ([`WritePath::log_records`]), the memtable step
+//! ([`WritePath::insert_staged`]) and the publication ([`WritePath::publish`]); the one
+//! commit function [`WritePath::commit`] runs them holding the slots (GC's relocations,
+//! fold-backs, batches naming several keyspaces), a commit group runs them passing its
+//! slot on after the first, and recovery's replay uses the same memtable step
+//! ([`replay_op`]).
 //! Never: reads levels or writes level files; knows the engine only through [`WriteEnv`].
 //!
 //! A batch commits atomically through its one small-log record. A large value is written
@@ -35,7 +40,7 @@ use crate::range_delete::RangeTombstone;
 use crate::stats::Counters;
 use crate::version_set::VersionSet;
 use batch::{decode_ops, encode_op, encode_put_large, BatchOp, WriteBatch};
-use commit::{CommitQueue, Request};
+use commit::{CommitQueue, Lead, Request};
 use parking_lot::lock_api::ArcMutexGuard;
 use parking_lot::{Mutex, MutexGuard, RawMutex, RwLock};
 use smallvec::SmallVec;
@@ -93,11 +98,82 @@ pub(crate) struct Slot {
 /// What a keyspace's slot mutex guards.
 pub(crate) struct SlotState {
     pub mem: Arc<Memtable>,
+    /// Its commit groups past the slot, inserting into the memtable.
+    pipe: Arc<Pipeline>,
+    /// The last LSN of the last commit group that went past the slot (the next one
+    /// publishes after it).
+    last_end: u64,
+}
+
+/// A keyspace's commit groups that gave their slot up after their log step and insert
+/// into the memtable meanwhile (the next group writes the log at the same time). They
+/// publish in LSN order (each waits for the one before it), and whoever holds the slot
+/// waits until none is left ([`Pipeline::drain`]): so a holder of the slot still finds
+/// every committed write in the memtables and none half inserted.
+#[derive(Default)]
+struct Pipeline {
+    /// Groups past the slot, not yet published.
+    in_flight: AtomicUsize,
+    /// The last LSN such a group published.
+    published: AtomicU64,
+}
+
+impl Pipeline {
+    /// Waits until no group is past the slot (the caller holds it: none can start).
+    fn drain(&self) {
+        Self::wait(|| self.in_flight.load(Ordering::Acquire) == 0);
+    }
+
+    /// Waits until the group that went past the slot before this one, ending at `after`,
+    /// has published.
+    fn wait_published(&self, after: u64) {
+        Self::wait(|| self.published.load(Ordering::Acquire) >= after);
+    }
+
+    /// Waits for `ready` (a few inserts away, on another thread that holds no lock):
+    /// spinning, then giving the core away.
+    fn wait(ready: impl Fn() -> bool) {
+        for _ in 0..100 {
+            if ready() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        while !ready() {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A commit group past its slot: counted in its keyspace's [`Pipeline`] until it
+/// publishes (or fails: its successors must not wait for it forever).
+struct InFlight {
+    pipe: Arc<Pipeline>,
+    last: u64,
+}
+
+impl InFlight {
+    /// Counts a group ending at `last` in (under the slot).
+    fn enter(pipe: &Arc<Pipeline>, last: u64) -> Self {
+        pipe.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight {
+            pipe: Arc::clone(pipe),
+            last,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.pipe.published.fetch_max(self.last, Ordering::AcqRel);
+        self.pipe.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The slots of the keyspaces one commit writes (or one reader needs quiet), locked in
-/// ascending id order: while held, no commit into them runs, and their memtables hold every
-/// write committed into them.
+/// ascending id order: while held, no commit into them runs or is half done (a hold waits
+/// for the groups past the slot to publish), and their memtables hold every write
+/// committed into them.
 pub(crate) struct Held {
     /// The first slot (a commit into one keyspace holds only this: no allocation).
     first: Option<HeldSlot>,
@@ -217,6 +293,18 @@ struct Encoded<'a> {
     /// went to a keyspace other than the default one).
     switch: Option<u32>,
     body: Cow<'a, [u8]>,
+}
+
+/// What a commit's log step wrote, for its memtable step.
+struct Logged<'r> {
+    staged: SmallVec<[StagedOp<'r>; 2]>,
+    done: PerKeyspace,
+    /// Its last LSN (0 if it holds no operation).
+    last: u64,
+    /// Whether an insert depends on every older write being in the memtable first (a
+    /// merge folds onto the newest older version; a range tombstone joins a list kept
+    /// in LSN order).
+    ordered: bool,
 }
 
 /// What a commit wrote.
@@ -380,7 +468,11 @@ impl WritePath {
             id,
             Arc::new(Slot {
                 env: Arc::downgrade(env),
-                state: Arc::new(Mutex::new(SlotState { mem })),
+                state: Arc::new(Mutex::new(SlotState {
+                    mem,
+                    pipe: Arc::default(),
+                    last_end: 0,
+                })),
                 queue: CommitQueue::default(),
             }),
         );
@@ -469,17 +561,25 @@ impl WritePath {
         };
         for (id, slot) in ids.into_iter().zip(slots) {
             let env = slot.env.upgrade().ok_or(Error::Closed)?;
-            held.push(HeldSlot {
-                id,
-                env,
-                state: slot.state.lock_arc(),
-            });
+            let state = slot.state.lock_arc();
+            state.pipe.drain();
+            held.push(HeldSlot { id, env, state });
         }
         Ok(held)
     }
 
-    /// Locks `slot` (keyspace `id`'s).
+    /// Locks `slot` (keyspace `id`'s) and waits for the groups past it to publish.
     fn hold_slot(slot: &Arc<Slot>, id: u32) -> Result<Held> {
+        let held = Self::enter_slot(slot, id)?;
+        if let Some(s) = &held.first {
+            s.state.pipe.drain();
+        }
+        Ok(held)
+    }
+
+    /// Locks `slot` for a commit group: the groups past it may still be inserting (a
+    /// memtable switch waits for them: [`WritePath::rotate`]).
+    fn enter_slot(slot: &Arc<Slot>, id: u32) -> Result<Held> {
         let env = slot.env.upgrade().ok_or(Error::Closed)?;
         Ok(Held::one(HeldSlot {
             id,
@@ -488,11 +588,13 @@ impl WritePath {
         }))
     }
 
-    /// Keyspace `id`'s slot if no one holds it (`None` if busy or gone).
+    /// Keyspace `id`'s slot if no one holds it (`None` if busy or gone), once the groups
+    /// past it have published.
     pub(crate) fn try_hold(&self, id: u32) -> Option<Held> {
         let slot = self.slots.read().get(&id).cloned()?;
         let env = slot.env.upgrade()?;
         let state = slot.state.try_lock_arc()?;
+        state.pipe.drain();
         Some(Held::one(HeldSlot { id, env, state }))
     }
 
@@ -659,9 +761,9 @@ impl WritePath {
             drop(ops);
             let slot = self.slot(base)?;
             let req = Request::new(batch, sync, base);
-            return slot
-                .queue
-                .submit(req, |group| self.commit_group(&slot, base, group));
+            return slot.queue.submit(req, |group, lead| {
+                self.commit_group(&slot, base, group, lead)
+            });
         }
         let mut ids = named;
         ids.push(base);
@@ -697,8 +799,14 @@ impl WritePath {
 
     /// The group-commit leader's step for keyspace `id`: every queued batch, one record
     /// each. A batch that the keyspace refuses fails alone.
-    fn commit_group(&self, slot: &Arc<Slot>, id: u32, group: &[&Request]) -> Result<()> {
-        let mut held = Self::hold_slot(slot, id)?;
+    fn commit_group(
+        &self,
+        slot: &Arc<Slot>,
+        id: u32,
+        group: &[&Request],
+        lead: &Lead<'_>,
+    ) -> Result<()> {
+        let mut held = Self::enter_slot(slot, id)?;
         let env = Arc::clone(held.env(id).ok_or(Error::Closed)?);
         if env.is_shutdown() {
             return Err(Error::Closed);
@@ -725,29 +833,139 @@ impl WritePath {
             return Ok(());
         }
         self.make_room(&mut held)?;
-        self.commit(&mut held, &records, sync)?;
-        drop(held);
+        let logged = self.log_records(&held, &records, sync)?;
         let c = env.counters();
         Counters::add(&c.commit_groups, 1);
         if sync {
             Counters::add(&c.synced_commits, 1);
         }
+        if logged.staged.is_empty() {
+            return Ok(());
+        }
+        // In the log: the slot and the lead go to the next group, which writes the log
+        // while this one inserts; the groups past the slot publish in LSN order.
+        let (mem, in_flight, after) = {
+            let Some(state) = held.first.as_mut().map(|s| &mut s.state) else {
+                return Err(Error::Internal(format!("keyspace {id} not held")));
+            };
+            let after = std::mem::replace(&mut state.last_end, logged.last);
+            let in_flight = InFlight::enter(&state.pipe, logged.last);
+            (Arc::clone(&state.mem), in_flight, after)
+        };
+        drop(held);
+        lead.release();
+        let pipe = &in_flight.pipe;
+        let merge_op = env.opts().merge_operator.as_deref();
+        if logged.ordered {
+            // Folds onto the newest older version, or joins the range list in LSN order:
+            // every older write must be in first.
+            pipe.wait_published(after);
+        }
+        Self::insert_staged(&logged.staged, |ks| (ks == id).then_some((&mem, merge_op)))
+            .inspect_err(|e| env.set_poison(e))?;
+        pipe.wait_published(after);
+        Self::publish(&logged, |ks| (ks == id).then_some(&env));
+        drop(in_flight);
         Ok(())
     }
 
-    /// The one commit function. Under the `log` mutex: assigns consecutive LSNs, appends
-    /// large values to their keyspace's large log, then one small-log record per
-    /// `records` entry (the commit point; with `sync`, every older unsynced log and every
-    /// large log are made durable first). Then, holding only the keyspaces' slots (`held`,
-    /// which must hold every keyspace the records name), inserts into their memtables and
-    /// publishes each one's new visible LSN. A failed log write or sync poisons every
-    /// keyspace: the logs may hold part of the group.
+    /// The one commit function, holding the slots of every keyspace the records name
+    /// (`held`): the log step ([`WritePath::log_records`]), then the inserts into their
+    /// memtables and each one's new visible LSN. (A commit group goes through the same
+    /// steps, inserting once it gave its slot to the next group.)
     pub(crate) fn commit(
         &self,
         held: &mut Held,
         records: &[CommitRecord<'_>],
         sync: bool,
     ) -> Result<Committed> {
+        let logged = self.log_records(held, records, sync)?;
+        if logged.staged.is_empty() {
+            return Ok(Committed::default());
+        }
+        let held = &*held;
+        let found = |ks: u32| {
+            held.mem(ks)
+                .zip(held.env(ks).map(|e| e.opts().merge_operator.as_deref()))
+        };
+        if let Err(e) = Self::insert_staged(&logged.staged, found) {
+            held.iter().for_each(|s| s.env.set_poison(&e));
+            return Err(e);
+        }
+        Ok(Self::publish(&logged, |ks| held.env(ks)))
+    }
+
+    /// The memtable step of committed operations (in the log already): each into its
+    /// keyspace's memtable (`mem_of`: with its merge operator). A keyspace without one
+    /// is an internal error (the records are in the log, left out of its memtable: the
+    /// caller poisons).
+    fn insert_staged<'m>(
+        staged: &[StagedOp<'_>],
+        mem_of: impl Fn(
+            u32,
+        ) -> Option<(
+            &'m Arc<Memtable>,
+            Option<&'m dyn crate::delta::MergeOperator>,
+        )>,
+    ) -> Result<()> {
+        let mut current: Option<(
+            u32,
+            &Arc<Memtable>,
+            Option<&dyn crate::delta::MergeOperator>,
+        )> = None;
+        for &(ks, key, lsn, ref value) in staged {
+            if current.as_ref().is_none_or(|c| c.0 != ks) {
+                let Some((mem, op)) = mem_of(ks) else {
+                    return Err(Error::Internal(format!(
+                        "keyspace {ks} not held after its commit"
+                    )));
+                };
+                current = Some((ks, mem, op));
+            }
+            let Some((_, mem, op)) = current.as_ref() else {
+                continue;
+            };
+            match *value {
+                Staged::Version(MemValue::Delta(d)) => mem.insert_delta(key, lsn, d, *op),
+                Staged::Version(v) => mem.insert(key, lsn, v),
+                Staged::Range(end) => mem.insert_range_tombstone(RangeTombstone {
+                    start: key.to_vec(),
+                    end: end.map(<[u8]>::to_vec),
+                    lsn,
+                }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a commit's operations and makes them visible in each keyspace it wrote
+    /// (`env_of`); returns the totals.
+    fn publish<'e>(
+        logged: &Logged<'_>,
+        env_of: impl Fn(u32) -> Option<&'e Arc<dyn WriteEnv>>,
+    ) -> Committed {
+        let mut total = Committed::default();
+        for (ks, d) in logged.done.iter() {
+            let Some(env) = env_of(ks) else { continue };
+            d.count_into(env.counters());
+            env.versions().publish_visible(logged.last);
+            total.add(d);
+        }
+        total
+    }
+
+    /// A commit's log step. Under the `log` mutex: assigns consecutive LSNs, appends
+    /// large values to their keyspace's large log, then one small-log record per
+    /// `records` entry (the commit point; with `sync`, every older unsynced log and every
+    /// large log are made durable first). `held` must hold every keyspace the records
+    /// name. A failed log write or sync poisons every keyspace: the logs may hold part of
+    /// the group. Returns what goes into the memtables.
+    fn log_records<'r>(
+        &self,
+        held: &Held,
+        records: &[CommitRecord<'r>],
+        sync: bool,
+    ) -> Result<Logged<'r>> {
         // Everything that can refuse the records is checked before anything is appended:
         // an error after a large value reached the log would leave half a group behind.
         for rec in records {
@@ -793,7 +1011,8 @@ impl WritePath {
         let mut lsn = log.next_lsn;
         let mut done = PerKeyspace::default();
         let mut large_written = false;
-        let mut staged: SmallVec<[StagedOp<'_>; 2]> = SmallVec::new();
+        let mut staged: SmallVec<[StagedOp<'r>; 2]> = SmallVec::new();
+        let mut ordered = false;
         let mut encoded: SmallVec<[Encoded<'_>; 1]> = SmallVec::with_capacity(records.len());
         for rec in records {
             let first = lsn;
@@ -869,12 +1088,14 @@ impl WritePath {
                         if let Some(p) = payload.as_mut() {
                             encode_op(p, *op);
                         }
+                        ordered = true;
                         (k, Staged::Version(MemValue::Delta(d)))
                     }
                     BatchOp::DeleteRange(start, end) => {
                         if let Some(p) = payload.as_mut() {
                             encode_op(p, *op);
                         }
+                        ordered = true;
                         (start, Staged::Range(end))
                     }
                     // Refused above, before any append.
@@ -917,7 +1138,12 @@ impl WritePath {
             });
         }
         if staged.is_empty() {
-            return Ok(Committed::default());
+            return Ok(Logged {
+                staged,
+                done,
+                last: 0,
+                ordered,
+            });
         }
         // The large logs first: the small-log record is the commit point. A synced group
         // also syncs the large values of earlier unsynced groups: its fdatasync of the
@@ -956,47 +1182,12 @@ impl WritePath {
             return Err(e);
         }
         log.next_lsn = lsn;
-        // In the log: the memtables need only the slots, so commits into other keyspaces
-        // go on meanwhile.
-        drop(log);
-        let mut current: Option<(
-            u32,
-            &Arc<Memtable>,
-            Option<&dyn crate::delta::MergeOperator>,
-        )> = None;
-        for (ks, key, lsn, value) in staged {
-            if current.as_ref().is_none_or(|c| c.0 != ks) {
-                // Held (checked before anything was appended): the records are in the
-                // log now, so a failure here would leave them out of the memtable.
-                let (Some(mem), Ok(env)) = (held.mem(ks), env_of(ks)) else {
-                    let e = Error::Internal(format!("keyspace {ks} not held after its commit"));
-                    held.iter().for_each(|s| s.env.set_poison(&e));
-                    return Err(e);
-                };
-                current = Some((ks, mem, env.opts().merge_operator.as_deref()));
-            }
-            let Some((_, mem, op)) = current.as_ref() else {
-                continue;
-            };
-            match value {
-                Staged::Version(MemValue::Delta(d)) => mem.insert_delta(key, lsn, d, *op),
-                Staged::Version(v) => mem.insert(key, lsn, v),
-                Staged::Range(end) => mem.insert_range_tombstone(RangeTombstone {
-                    start: key.to_vec(),
-                    end: end.map(<[u8]>::to_vec),
-                    lsn,
-                }),
-            }
-        }
-        let mut total = Committed::default();
-        for (ks, d) in done.iter() {
-            // Every keyspace counted is held (checked above).
-            let Ok(env) = env_of(ks) else { continue };
-            d.count_into(env.counters());
-            env.versions().publish_visible(lsn - 1);
-            total.add(d);
-        }
-        Ok(total)
+        Ok(Logged {
+            staged,
+            done,
+            last: lsn - 1,
+            ordered,
+        })
     }
 
     /// Appends a large value to keyspace `env`'s large log, starting a new segment when
@@ -1135,6 +1326,9 @@ impl WritePath {
                 "a memtable switch of keyspace {id} without its slot"
             )));
         };
+        // Every group past the slot has inserted (so the memtable sealed below holds every
+        // write committed into it).
+        slot.state.pipe.drain();
         if slot.state.mem.is_empty() {
             return Ok(());
         }
