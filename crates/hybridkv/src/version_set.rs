@@ -329,9 +329,11 @@ impl VersionSet {
         r.sv = Arc::new(sv);
     }
 
-    /// Makes every write up to `lsn` visible to new snapshots.
+    /// Makes every write up to `lsn` visible to new snapshots (never lowers what is
+    /// visible).
     pub(crate) fn publish_visible(&self, lsn: u64) {
-        self.read.write().visible = lsn;
+        let mut r = self.read.write();
+        r.visible = r.visible.max(lsn);
     }
 
     /// A memtable switch: `sealed` becomes the newest immutable memtable, `fresh` the

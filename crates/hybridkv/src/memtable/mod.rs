@@ -76,8 +76,8 @@ pub(crate) struct Memtable {
     /// operation of its keyspace up to this LSN is in the levels (the manifest's flushed
     /// LSN; replay skips them).
     pub sealed_lsn: AtomicU64,
-    /// Range tombstones, in LSN order (inserted by a commit group's leader, one group at a
-    /// time; followers never insert them).
+    /// Range tombstones, in LSN order (a commit inserts them only once every older
+    /// commit into the keyspace is in).
     ranges: parking_lot::RwLock<Vec<RangeTombstone>>,
     /// Whether `ranges` is not empty (lookups skip its lock while it is).
     has_ranges: AtomicBool,

@@ -97,6 +97,34 @@ impl Lead<'_> {
     }
 }
 
+/// If a group's leader unwinds (a panic in its commit), fails the group's members (they
+/// would wait for their results forever) and gives the lead up (the queue goes on).
+struct GroupOnPanic<'a> {
+    queue: &'a CommitQueue,
+    others: &'a [Arc<Request>],
+    lead: &'a Lead<'a>,
+}
+
+impl Drop for GroupOnPanic<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for r in self.others {
+            let mut slot = r.result.lock();
+            if slot.is_none() {
+                *slot = Some(Err(Error::Poisoned(
+                    "the leader of this write's commit group panicked".into(),
+                )));
+            }
+            r.done.store(true, Ordering::Release);
+        }
+        self.lead.release();
+        let _st = self.queue.state.lock();
+        self.queue.cv.notify_all();
+    }
+}
+
 /// A copy of an error for the other members of a failed group (`Error` is not `Clone`).
 fn share(e: &Error) -> Error {
     match e {
@@ -131,7 +159,13 @@ impl CommitQueue {
             self.group_syncs.store(req.sync, Ordering::Release);
             drop(st);
             let lead = self.lead();
+            let on_panic = GroupOnPanic {
+                queue: self,
+                others: &[],
+                lead: &lead,
+            };
             let result = commit_group(&[&req], &lead);
+            drop(on_panic);
             // The request may have been failed alone.
             let result = req.result.lock().take().unwrap_or(result);
             lead.release();
@@ -172,9 +206,15 @@ impl CommitQueue {
         drop(st);
 
         let lead = self.lead();
+        let on_panic = GroupOnPanic {
+            queue: self,
+            others: &group,
+            lead: &lead,
+        };
         let members: smallvec::SmallVec<[&Request; 8]> = group.iter().map(|r| &**r).collect();
         let result = commit_group(&members, &lead);
         drop(members);
+        drop(on_panic);
         for other in group.iter().filter(|r| !Arc::ptr_eq(r, &req)) {
             let mut slot = other.result.lock();
             if slot.is_none() {
@@ -428,6 +468,63 @@ mod tests {
         a.join().unwrap().unwrap();
         assert!(!q.leader_busy.load(Ordering::SeqCst));
         assert!(q.state.lock().pending.is_empty());
+    }
+
+    #[test]
+    fn a_leader_that_panics_gives_the_lead_up() {
+        let q = CommitQueue::default();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = q.submit(Request::new(WriteBatch::new(), false, 0), |_, _| {
+                panic!("a merge operator's bug")
+            });
+        }));
+        assert!(panicked.is_err());
+        assert!(!q.leader_busy.load(Ordering::SeqCst));
+        assert!(!q.state.lock().leader_active);
+        // The queue goes on.
+        q.submit(Request::new(WriteBatch::new(), false, 0), |_, _| Ok(()))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_leader_that_panics_fails_its_members_instead_of_leaving_them_waiting() {
+        // A leads alone until B and C are both queued; then one of them leads both and
+        // panics: the other gets an error (not a wait without end), the lead is free.
+        let q = Arc::new(CommitQueue::default());
+        let a = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                let qq = Arc::clone(&q);
+                q.submit(Request::new(WriteBatch::new(), false, 0), move |_, _| {
+                    while qq.state.lock().pending.len() < 2 {
+                        std::thread::yield_now();
+                    }
+                    Ok(())
+                })
+            })
+        };
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = Arc::clone(&q);
+                std::thread::spawn(move || {
+                    q.submit(Request::new(WriteBatch::new(), false, 0), |g, _| {
+                        assert_eq!(g.len(), 2);
+                        panic!("a bug in the commit");
+                    })
+                })
+            })
+            .collect();
+        a.join().unwrap().unwrap();
+        let outcomes: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
+        assert_eq!(
+            outcomes.iter().filter(|o| o.is_err()).count(),
+            1,
+            "one leader panicked"
+        );
+        assert!(outcomes
+            .iter()
+            .any(|o| matches!(o, Ok(Err(Error::Poisoned(_))))));
+        assert!(!q.leader_busy.load(Ordering::SeqCst));
     }
 
     #[test]

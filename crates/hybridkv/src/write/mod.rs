@@ -87,12 +87,27 @@ pub(crate) struct SpaceLog {
 
 /// One keyspace's write state outside the `log` mutex: its active memtable, under a mutex
 /// of its own that a commit into the keyspace holds from before its LSNs are assigned
-/// until its inserts are visible (so commits into different keyspaces insert in
-/// parallel), and its group-commit queue.
+/// until its records are in the log (a commit group; then it inserts past the slot: see
+/// [`Pipeline`]) or until its inserts are visible (every other commit), so commits into
+/// different keyspaces insert in parallel; and its group-commit queue.
 pub(crate) struct Slot {
     env: EnvRef,
     state: Arc<Mutex<SlotState>>,
     queue: CommitQueue,
+}
+
+/// Poisons a keyspace if dropped while its thread panics (a commit's memtable step cut
+/// short: records in the log may be missing from the memtable).
+struct PoisonOnPanic<'e>(&'e Arc<dyn WriteEnv>);
+
+impl Drop for PoisonOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.set_poison(&Error::Poisoned(
+                "a commit panicked while inserting into the memtable".into(),
+            ));
+        }
+    }
 }
 
 /// What a keyspace's slot mutex guards.
@@ -146,18 +161,23 @@ impl Pipeline {
 }
 
 /// A commit group past its slot: counted in its keyspace's [`Pipeline`] until it
-/// publishes (or fails: its successors must not wait for it forever).
+/// publishes, or fails (an error or a panic in its inserts: it still takes its turn, so
+/// its successors neither wait for it forever nor publish before the group before it).
 struct InFlight {
     pipe: Arc<Pipeline>,
+    /// The last LSN of the group before it, and its own.
+    after: u64,
     last: u64,
 }
 
 impl InFlight {
-    /// Counts a group ending at `last` in (under the slot).
-    fn enter(pipe: &Arc<Pipeline>, last: u64) -> Self {
+    /// Counts a group ending at `last` in (under the slot), after the one ending at
+    /// `after`.
+    fn enter(pipe: &Arc<Pipeline>, after: u64, last: u64) -> Self {
         pipe.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight {
             pipe: Arc::clone(pipe),
+            after,
             last,
         }
     }
@@ -165,6 +185,8 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        // Its turn, in LSN order (a group that published has waited already).
+        self.pipe.wait_published(self.after);
         self.pipe.published.fetch_max(self.last, Ordering::AcqRel);
         self.pipe.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
@@ -588,13 +610,15 @@ impl WritePath {
         }))
     }
 
-    /// Keyspace `id`'s slot if no one holds it (`None` if busy or gone), once the groups
-    /// past it have published.
+    /// Keyspace `id`'s slot if no one holds it and no group past it is still inserting
+    /// (`None` if busy or gone): never waits.
     pub(crate) fn try_hold(&self, id: u32) -> Option<Held> {
         let slot = self.slots.read().get(&id).cloned()?;
         let env = slot.env.upgrade()?;
         let state = slot.state.try_lock_arc()?;
-        state.pipe.drain();
+        if state.pipe.in_flight.load(Ordering::Acquire) != 0 {
+            return None;
+        }
         Some(Held::one(HeldSlot { id, env, state }))
     }
 
@@ -849,11 +873,14 @@ impl WritePath {
                 return Err(Error::Internal(format!("keyspace {id} not held")));
             };
             let after = std::mem::replace(&mut state.last_end, logged.last);
-            let in_flight = InFlight::enter(&state.pipe, logged.last);
+            let in_flight = InFlight::enter(&state.pipe, after, logged.last);
             (Arc::clone(&state.mem), in_flight, after)
         };
         drop(held);
         lead.release();
+        // A panic from here on (a merge operator's, in an insert) leaves records in the
+        // log that the memtable may lack: the keyspace refuses writes from then on.
+        let _poison_on_panic = PoisonOnPanic(&env);
         let pipe = &in_flight.pipe;
         let merge_op = env.opts().merge_operator.as_deref();
         if logged.ordered {
