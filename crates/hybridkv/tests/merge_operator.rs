@@ -675,3 +675,55 @@ fn a_dropped_overflow_list_closed_over_a_large_value_counts_it_as_garbage() {
     );
     assert!(db.check().unwrap().is_ok());
 }
+
+/// Appends, but panics on the operand `boom` (a bug in a user's operator).
+struct PanicsOnBoom;
+
+impl MergeOperator for PanicsOnBoom {
+    fn name(&self) -> &str {
+        "panics-on-boom"
+    }
+
+    fn full_merge(
+        &self,
+        _key: &[u8],
+        base: Option<&[u8]>,
+        deltas: &[&[u8]],
+    ) -> Result<Vec<u8>, hybridkv::MergeError> {
+        let mut v = base.unwrap_or_default().to_vec();
+        for d in deltas {
+            assert!(*d != b"boom", "the operator's bug");
+            v.extend_from_slice(d);
+        }
+        Ok(v)
+    }
+}
+
+#[test]
+fn an_operator_that_panics_in_a_commit_poisons_the_keyspace_and_blocks_no_writer() {
+    // The merge folds onto the value in the memtable as its group inserts, after the
+    // group gave its slot and lead on: the panic must leave the keyspace refusing writes
+    // (its record is in the log, not in the memtable) and no later writer waiting.
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), opts(Arc::new(PanicsOnBoom))).unwrap());
+    db.put("k", "v").unwrap();
+    db.merge("k", "+1").unwrap();
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"v+1"[..]));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = db.merge("k", "boom");
+    }));
+    assert!(
+        panicked.is_err(),
+        "the operator panicked in the writer's thread"
+    );
+    // Writers from this thread and another get an error, not a wait without end.
+    let e = db.put("a", "1").unwrap_err();
+    assert!(e.to_string().contains("panicked"), "{e}");
+    let other = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || db.put("b", "2"))
+    };
+    assert!(other.join().unwrap().is_err());
+    // Reads go on and see what was acknowledged.
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"v+1"[..]));
+}
