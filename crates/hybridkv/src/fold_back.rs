@@ -49,6 +49,7 @@ impl Engine {
             relocation: false,
             cache_large: true,
             keyspace: self.keyspace,
+            hint: None,
         };
         match self.writes.commit(&mut held, &[record], false) {
             Ok(_) => true,

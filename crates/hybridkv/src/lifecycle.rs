@@ -70,10 +70,8 @@ impl Shared {
         {
             // Hand the acknowledged-but-buffered tail to the OS before letting go (a
             // write acknowledged has been handed over already; this is belt and braces).
-            let mut log = self.writes.lock();
-            // The log is then cut to its records (one appended to through a memory map
-            // gives back its reserved tail; the next open would cut it anyway).
-            let _ = log.writer.commit(false).and_then(|()| log.writer.finish());
+            // The logs are then cut to their records (`LogState::finish_all`).
+            self.writes.lock().finish_all();
             self.io.seal();
         }
         self.root.dir_lock.lock().take();

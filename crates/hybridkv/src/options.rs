@@ -59,19 +59,20 @@ pub struct Options {
     /// log tail it has mapped). Default `false`. `docs/PERFORMANCE.md` compares the three
     /// read modes.
     pub mmap_reads: bool,
-    /// Append to the small log (the write-ahead log) through a memory map: a commit's
-    /// record is copied into the page cache with no system call (a `pwrite` of a 60-byte
-    /// record costs about 0.75 us of kernel time on this project's machine, the copy
-    /// 0.05 us), and it reaches the operating system as a `pwrite` would, so a crash of
-    /// the process loses no acknowledged write; `sync` still ends in `fdatasync`. The log
-    /// reserves its space ahead (`fallocate`, 4 KiB first, doubling up to 1 MiB steps),
+    /// Append to the small log (the write-ahead log) and to the large log through memory
+    /// maps: a commit's record and its large values are copied into the page cache with
+    /// no system call (a `pwrite` of a 60-byte record costs about 0.75 us of kernel time
+    /// on this project's machine, the copy 0.05 us), and they reach the operating system
+    /// as a `pwrite` would, so a crash of the process loses no acknowledged write; `sync`
+    /// still ends in `fdatasync`. Each log file reserves its space ahead (`fallocate`,
+    /// 4 KiB first, doubling up to 1 MiB steps),
     /// so on a file system that allocates blocks there (ext4, xfs) a full disk is an
     /// `Error::Io` at that step, not a fault inside the mapping; on copy-on-write file
     /// systems (btrfs, ZFS, bcachefs), where a reservation is no such promise, and where
     /// `fallocate` or a writable shared mapping is not supported, the log is written with
-    /// buffered `pwrite`s instead. A memtable switch cuts the log it leaves to its
-    /// records, and a crash leaves a tail of zeros that the next open reads as the log's
-    /// end and cuts. The trade every memory-mapped store makes: a device error met when
+    /// buffered `pwrite`s instead. A memtable switch cuts the small log it leaves to its
+    /// records, a full large-log segment is cut before the next starts, and a crash
+    /// leaves a tail of zeros that the next open reads as the log's end and cuts. The trade every memory-mapped store makes: a device error met when
     /// the kernel must read a page of the log back in (the last, partly written page,
     /// after it was written back and evicted), or another process cutting the log file
     /// while it is open, stops the process (`SIGBUS`) instead of returning an error.

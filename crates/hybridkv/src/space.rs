@@ -164,7 +164,7 @@ impl Engine {
             SpaceComponent {
                 name: "large log: not yet known dead",
                 bytes: large_unknown,
-                reason: Some("old versions not yet met by a merge (or segment headers and the active segment's tail); compaction will count them"),
+                reason: Some("old versions not yet met by a merge (or segment headers, and the space the active segment reserved ahead: mmap_log_writes, up to 1 MiB); compaction will count them"),
             },
             SpaceComponent { name: "transient log: live values", bytes: transient_live, reason: None },
             SpaceComponent {

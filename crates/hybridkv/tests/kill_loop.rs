@@ -24,9 +24,9 @@
 //! keyspace must hold exactly the batches of the prefix the default keyspace holds (a part
 //! of a batch in one keyspace without the other is a *torn batch*, counted as a hole).
 //!
-//! Two rounds in three append to the small log through a memory map
-//! (`Options::mmap_log_writes`, the default: a kill leaves the log being appended to with
-//! a reserved tail of zeros), the third with a `pwrite` per commit.
+//! Two rounds in three append to the small log and the large log through memory maps
+//! (`Options::mmap_log_writes`, the default: a kill leaves the small log and the large
+//! segment being appended to with a reserved tail of zeros), the third with `pwrite`s.
 //!
 //! The loop runs twice, on two databases in temp dirs on the real file system: once with
 //! the default buffered I/O, once with `Options::direct_io` on (level files written, and
@@ -80,8 +80,8 @@ const SIGKILL: i32 = 9;
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Tiny memtables and segments: background work never stops. `direct` turns
-/// `direct_io` on; `mapped_log` appends to the small log through a memory map (the
-/// default) rather than with a `pwrite` per commit.
+/// `direct_io` on; `mapped_log` appends to the small and large logs through memory maps
+/// (the default) rather than with `pwrite`s.
 fn kill_opts(direct: bool, mapped_log: bool) -> Options {
     Options {
         direct_io: direct,

@@ -631,3 +631,94 @@ fn a_torn_large_log_tail_is_cut_and_mapped_reads_follow_the_new_end() {
     let db = Db::open(dir.path(), opts).unwrap();
     verify(&db, &model, "reopened");
 }
+
+/// Copies every file of `from` into `to` as it is now (a crash of the process leaves the
+/// files so: every write that reached the OS, nothing more), skipping the lock file.
+fn copy_as_crashed(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() && e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// The large log appended to through a memory map (`Options::mmap_log_writes`, the
+/// default), on the real file system: a full segment is cut to its records before the
+/// next starts; the one being appended to runs past its records with reserved zeros, and
+/// a crash leaves them; the next open reads every write, cuts that tail, and the
+/// database checks clean then and after more segments follow the cut one.
+#[test]
+fn mapped_large_segments_are_cut_when_full_and_a_crash_leaves_a_tail_the_open_cuts() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live");
+    let crashed = dir.path().join("crashed");
+    let vlogs = |dir: &Path| {
+        let mut v: Vec<(PathBuf, u64)> = files_with_ext(dir, "vlog")
+            .into_iter()
+            .map(|p| {
+                let len = std::fs::metadata(&p).unwrap().len();
+                (p, len)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    // Each ends in a byte other than zero, so a file that ends in zero ends in
+    // reserved space.
+    let big = |i: u32| {
+        let mut v = value(i, 7, 1500 + (i as usize % 5) * 700);
+        v.push(0xab);
+        v
+    };
+    let mut model = Model::new();
+    let db = Db::open(&live, wal_opts()).unwrap();
+    for i in 0..200u32 {
+        db.put(key(i), big(i)).unwrap();
+        model.insert(key(i), big(i));
+    }
+    let segs = vlogs(&live);
+    assert!(segs.len() >= 3, "{} large segments", segs.len());
+    let (newest, full) = segs.split_last().unwrap();
+    for (p, _) in full {
+        // Cut to its records: the last value's fill byte ends it, not a reserved zero.
+        let bytes = std::fs::read(p).unwrap();
+        assert_ne!(bytes.last(), Some(&0), "{} not cut", p.display());
+    }
+    let tail = std::fs::read(&newest.0).unwrap();
+    assert_eq!(
+        tail.len() % 4096,
+        0,
+        "the active segment is not reserved ahead"
+    );
+    assert_eq!(tail.last(), Some(&0), "no reserved tail to cut");
+    copy_as_crashed(&live, &crashed);
+    drop(db);
+
+    let db = Db::open(&crashed, wal_opts()).unwrap();
+    verify(&db, &model, "after the crash");
+    let cut = std::fs::read(crashed.join(newest.0.file_name().unwrap())).unwrap();
+    assert!(
+        cut.len() < tail.len() && cut.last() != Some(&0),
+        "tail not cut"
+    );
+    let report = db.check().unwrap();
+    assert!(report.is_ok(), "{report}");
+    // More segments after the cut one; a full pass of GC reads the old ones strictly.
+    for i in 0..200u32 {
+        db.put(key(i + 1000), big(i + 1000)).unwrap();
+        model.insert(key(i + 1000), big(i + 1000));
+    }
+    db.gc().unwrap();
+    db.close().unwrap();
+    let db = Db::open(&crashed, wal_opts()).unwrap();
+    verify(&db, &model, "after a close");
+    let report = db.check().unwrap();
+    assert!(report.is_ok(), "{report}");
+    for (p, len) in vlogs(&crashed) {
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(bytes.len() as u64, len);
+        assert_ne!(bytes.last(), Some(&0), "{} not cut at close", p.display());
+    }
+}

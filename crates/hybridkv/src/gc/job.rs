@@ -240,6 +240,7 @@ impl Engine {
             relocation: true,
             cache_large: false,
             keyspace: self.keyspace,
+            hint: None,
         };
         let done = self.writes.commit(&mut held, &[record], true)?;
         report.entries_relocated += done.large_values;

@@ -219,8 +219,8 @@ impl Io {
         self
     }
 
-    /// The same handle, appending to the small log through memory maps (`mapped`: see
-    /// [`FileSystem::create_mapped`]) or with buffered writes.
+    /// The same handle, appending to the small log and the large log through memory maps
+    /// (`mapped`: see [`FileSystem::create_mapped`]) or with buffered writes.
     pub fn with_mapped_log_writes(mut self, mapped: bool) -> Self {
         self.mapped_log = mapped;
         self
@@ -266,15 +266,17 @@ impl Io {
     }
 
     /// Creates a file whose writes are counted under `component`. Level files (flush and
-    /// compaction output) use direct I/O when it is on; logs never do; the small log
-    /// (`IoComponent::Wal`) is appended to through memory maps when that is on.
+    /// compaction output) use direct I/O when it is on; logs never do; the small log and
+    /// the large log (`IoComponent::Wal`, `IoComponent::LargeLog`: the logs a commit
+    /// appends to) are appended to through memory maps when that is on.
     pub fn create(&self, path: &Path, component: IoComponent) -> Result<Box<dyn WritableFile>> {
         let direct = self.direct && component.is_level_file();
-        let inner = if self.mapped_log && component == IoComponent::Wal {
-            self.fs.create_mapped(path)?
-        } else {
-            self.fs.create(path, direct)?
-        };
+        let inner =
+            if self.mapped_log && matches!(component, IoComponent::Wal | IoComponent::LargeLog) {
+                self.fs.create_mapped(path)?
+            } else {
+                self.fs.create(path, direct)?
+            };
         Ok(Box::new(counting::CountingWriter::new(
             inner,
             Arc::clone(&self.stats),

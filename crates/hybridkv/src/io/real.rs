@@ -1531,9 +1531,13 @@ mod tests {
         // Through a mapping: the file was reserved ahead.
         assert_eq!(std::fs::metadata(&p).unwrap().len(), MAPPED_FIRST_STEP);
         assert_eq!(io.stats().snapshot().written_by(IoComponent::Wal), 3000);
-        // Other components are never mapped.
-        let q = dir.path().join("000002.vlog");
-        let mut l = io.create(&q, IoComponent::LargeLog).unwrap();
+        // The large log too, but no other component.
+        let v = dir.path().join("000003.vlog");
+        let mut large = io.create(&v, IoComponent::LargeLog).unwrap();
+        large.append(&[2u8; 10]).unwrap();
+        assert_eq!(std::fs::metadata(&v).unwrap().len(), MAPPED_FIRST_STEP);
+        let q = dir.path().join("000002.tlog");
+        let mut l = io.create(&q, IoComponent::TransientLog).unwrap();
         l.append(&[1u8; 10]).unwrap();
         l.flush().unwrap();
         assert_eq!(std::fs::metadata(&q).unwrap().len(), 10);

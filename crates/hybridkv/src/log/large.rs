@@ -158,6 +158,23 @@ impl SegmentWriter {
         })
     }
 
+    /// Hands every record to the OS and cuts the file to them (a segment appended to
+    /// through a memory map reserved space past them), not durably: nothing is appended
+    /// after. A close's last step; a crash before the cut is written back leaves a tail
+    /// of zeros, which recovery cuts (only the newest segment can have one).
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        self.file.finish()
+    }
+
+    /// [`SegmentWriter::finish`], durably, length included: a full segment, before the
+    /// next one starts (so that only the newest segment can end in a reserved tail).
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.file.finish()?;
+        self.file.sync_data()?;
+        self.synced = self.file.len();
+        Ok(())
+    }
+
     /// Hands appended records to the OS; with `sync`, makes them durable.
     pub(crate) fn commit(&mut self, sync: bool) -> Result<()> {
         if sync {
@@ -647,6 +664,13 @@ pub(crate) fn scan_tail(data: &[u8]) -> SegmentTail {
     if data.len() < SEGMENT_HEADER as usize {
         return SegmentTail::Headerless;
     }
+    // A segment appended to through a memory map reserves its space before the header
+    // is copied in: a crash in between leaves zeros and no record.
+    if data.get(..SEGMENT_HEADER as usize) == Some(&[0u8; SEGMENT_HEADER as usize][..])
+        && !valid_record_after(data, 0)
+    {
+        return SegmentTail::Headerless;
+    }
     if data.get(..SEGMENT_HEADER as usize) != Some(segment_header().as_slice()) {
         return SegmentTail::Damaged {
             records: RecordIndex::new(),
@@ -674,8 +698,13 @@ pub(crate) fn scan_tail(data: &[u8]) -> SegmentTail {
     }
 }
 
-/// Whether a valid record starts anywhere after `pos`.
+/// Whether a valid record starts anywhere after `pos`. Zeros to the end (the space a
+/// memory-mapped segment reserved ahead) hold none: not searched byte by byte.
 fn valid_record_after(data: &[u8], pos: usize) -> bool {
+    let rest = data.get(pos + 1..).unwrap_or_default();
+    if rest.iter().all(|&b| b == 0) {
+        return false;
+    }
     (pos + 1..data.len()).any(|p| decode_record(data.get(p..).unwrap_or_default(), false).is_ok())
 }
 
@@ -733,6 +762,62 @@ pub(crate) fn parse_segment(
 mod tests {
     use super::*;
     use crate::io::RealFs;
+
+    #[test]
+    fn a_mapped_segment_reads_while_reserved_ahead_and_a_seal_cuts_it_durably() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false).with_mapped_log_writes(true);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 3).unwrap();
+        let mut ptrs = Vec::new();
+        for i in 0..300u64 {
+            let value = vec![i as u8; 1000 + (i as usize % 7) * 300];
+            ptrs.push((
+                w.append(format!("k{i}").as_bytes(), &value, i + 1).unwrap(),
+                value,
+            ));
+        }
+        w.commit(false).unwrap();
+        let end = w.len();
+        let path = dir.path().join(file_name(3));
+        // Every record reached the OS (a crash of the process keeps it); past them, the
+        // file holds the zeros reserved ahead, which recovery reads as the end.
+        let on_disk = std::fs::read(&path).unwrap();
+        assert!(on_disk.len() as u64 > end, "{} <= {end}", on_disk.len());
+        assert!(on_disk[end as usize..].iter().all(|&b| b == 0));
+        match scan_tail(&on_disk) {
+            SegmentTail::Valid { end: e, records } => {
+                assert_eq!(e, end);
+                assert_eq!(records.len(), 300);
+            }
+            _ => panic!("a reserved tail read as damage"),
+        }
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 3).unwrap();
+        for (i, (p, v)) in ptrs.iter().enumerate() {
+            assert_eq!(&seg.read(*p, format!("k{i}").as_bytes()).unwrap(), v);
+        }
+        // Sealed: exactly its records, read strictly (as GC reads a full segment).
+        w.seal().unwrap();
+        assert!(!w.has_unsynced());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
+        assert_eq!(scan_segment(&io, &path, 3, false).unwrap().len(), 300);
+    }
+
+    #[test]
+    fn a_segment_of_zeros_is_a_creation_cut_short_unless_a_record_follows() {
+        // Killed after the first step was reserved and before the header was copied in.
+        let zeros = vec![0u8; 4096];
+        assert!(matches!(scan_tail(&zeros), SegmentTail::Headerless));
+        // A header of zeros in front of a record is damage, not a creation cut short:
+        // the record stays (nothing is cut or removed).
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 5).unwrap();
+        w.append(b"key", b"value", 1).unwrap();
+        w.commit(true).unwrap();
+        let mut data = std::fs::read(dir.path().join(file_name(5))).unwrap();
+        data[..SEGMENT_HEADER as usize].fill(0);
+        assert!(matches!(scan_tail(&data), SegmentTail::Damaged { .. }));
+    }
 
     #[test]
     fn append_read_scan_and_detect_damage() {

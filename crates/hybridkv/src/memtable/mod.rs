@@ -17,6 +17,7 @@ use filter::KeyFilter;
 use skiplist::{Entry, Probe, Tag, VersionList};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 /// Per-entry bookkeeping added to key and value bytes when sizing the memtable. A version's
 /// skip-list node really takes 48 bytes of header, 8 per tower level (2 on average) and
@@ -84,6 +85,24 @@ pub(crate) struct Memtable {
     /// The keys of every version inserted (point reads skip a memtable without theirs).
     keys: KeyFilter,
 }
+
+/// Where a key's versions start in one memtable, found before the insert that uses it
+/// ([`Memtable::locate`]): a writer searches while it waits for its turn to commit, and
+/// its insert then only links. It keeps its memtable alive, so the nodes it names stay
+/// valid.
+pub(crate) struct InsertHint {
+    mem: Arc<Memtable>,
+    spot: skiplist::Spot,
+    /// The key's hash: a hint handed to another key's insert is ignored, not followed.
+    key_hash: u64,
+}
+
+// SAFETY: the spot's pointers name nodes of `mem`'s list, which are never freed or changed
+// while `mem` lives (the hint keeps it alive) and are only used to start an insert into
+// that same list (`insert_at` checks), which may run on any thread.
+unsafe impl Send for InsertHint {}
+// SAFETY: as above; a hint is only read.
+unsafe impl Sync for InsertHint {}
 
 /// A version found for a key.
 pub(crate) type Found = (u64, LevelValue);
@@ -162,23 +181,49 @@ impl Memtable {
     /// Inserts one version; threads may insert at once. Distinct LSNs make every insert a
     /// new entry.
     pub(crate) fn insert(&self, key: &[u8], lsn: u64, value: MemValue<'_>) {
+        self.insert_at(key, lsn, value, None);
+    }
+
+    /// Where `key` goes in this memtable, searched now for an insert later
+    /// ([`Memtable::insert_at`]).
+    pub(crate) fn locate(self: &Arc<Self>, key: &[u8]) -> InsertHint {
+        InsertHint {
+            spot: self.list.locate(key),
+            mem: Arc::clone(self),
+            key_hash: key_hash(key),
+        }
+    }
+
+    /// [`Memtable::insert`], starting from `hint` when it was located in this memtable
+    /// for this key (a hint of another memtable is ignored).
+    pub(crate) fn insert_at(
+        &self,
+        key: &[u8],
+        lsn: u64,
+        value: MemValue<'_>,
+        hint: Option<&InsertHint>,
+    ) {
+        let hash = key_hash(key);
+        let spot = hint
+            .filter(|h| std::ptr::eq(Arc::as_ptr(&h.mem), self) && h.key_hash == hash)
+            .map(|h| &h.spot);
         // The filter first: a reader that finds the version finds its key in the filter.
-        self.keys.add(key_hash(key));
+        self.keys.add(hash);
         let mut size = key.len() + ENTRY_OVERHEAD;
         match value {
             MemValue::Value(v) => {
                 size += v.len();
-                self.list.insert(key, lsn, TAG_VALUE, v);
+                self.list.insert(key, lsn, TAG_VALUE, v, spot);
             }
             MemValue::Delta(d) => {
                 size += d.len();
-                self.list.insert(key, lsn, TAG_DELTA, d);
+                self.list.insert(key, lsn, TAG_DELTA, d, spot);
             }
-            MemValue::Tombstone => self.list.insert(key, lsn, TAG_TOMBSTONE, &[]),
+            MemValue::Tombstone => self.list.insert(key, lsn, TAG_TOMBSTONE, &[], spot),
             MemValue::Large(p) => {
                 // `LogPtr::from_bytes` reads it back.
                 size += LOG_PTR_SIZE;
-                self.list.insert(key, lsn, TAG_LARGE, &p.to_bytes());
+                self.list.insert(key, lsn, TAG_LARGE, &p.to_bytes(), spot);
             }
         }
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
@@ -519,6 +564,53 @@ mod tests {
             assert_eq!(m.get(&key, u64::MAX), Some((lsn, LevelValue::Large(p))));
         }
         assert!(m.arena_bytes() > 70_000 * 6);
+    }
+
+    #[test]
+    fn an_insert_hint_is_followed_only_in_its_memtable_for_its_key() {
+        let a = Arc::new(Memtable::new());
+        let b = Arc::new(Memtable::new());
+        let v = |x: &'static [u8]| MemValue::Value(x);
+        for (i, k) in [&b"c"[..], b"e", b"g", b"i"].iter().enumerate() {
+            a.insert(k, i as u64 + 1, v(b"a"));
+            b.insert(k, i as u64 + 1, v(b"b"));
+        }
+        // `a`'s spot for "d", handed to `b`, and to another key of `a`: ignored (either
+        // would link the version where it does not belong).
+        let hint = a.locate(b"d");
+        b.insert_at(b"d", 10, v(b"bd"), Some(&hint));
+        a.insert_at(b"h", 11, v(b"ah"), Some(&hint));
+        a.insert_at(b"d", 12, v(b"ad"), Some(&hint));
+        let keys = |m: &Memtable| -> Vec<Vec<u8>> {
+            m.versions()
+                .map(|e| match e {
+                    MemVersion::Newest(n) => n.key().to_vec(),
+                    MemVersion::Shadowed(_) => b"(older)".to_vec(),
+                })
+                .collect()
+        };
+        let want: Vec<Vec<u8>> = ["c", "d", "e", "g", "h", "i"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        assert_eq!(keys(&a), want);
+        assert_eq!(
+            keys(&b),
+            ["c", "d", "e", "g", "i"]
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect::<Vec<_>>()
+        );
+        for (m, k, lsn, val) in [
+            (&a, &b"d"[..], 12, &b"ad"[..]),
+            (&a, b"h", 11, b"ah"),
+            (&b, b"d", 10, b"bd"),
+        ] {
+            assert_eq!(
+                m.get(k, u64::MAX),
+                Some((lsn, LevelValue::Inline(val.to_vec())))
+            );
+        }
     }
 
     #[test]

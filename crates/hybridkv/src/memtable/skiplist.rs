@@ -60,6 +60,15 @@ struct Node {
     tag: Tag,
 }
 
+/// The last node before a key's versions at each level, as a search saw it
+/// ([`VersionList::locate`]): an insert of a version of that key into the same list may
+/// start its links there. Nodes are never unlinked or moved, so these stay before the key
+/// for as long as the list lives; whoever holds a spot must keep its list alive and hand
+/// it to no other list (`Memtable`'s `InsertHint` holds both).
+pub(super) struct Spot {
+    prev: [*const Node; MAX_HEIGHT],
+}
+
 /// A version found in the list, valid while the list is borrowed. It holds a raw pointer
 /// (with the arena chunk's provenance: the tower and bytes lie past the `Node` header, out
 /// of reach of a `&Node`).
@@ -506,6 +515,15 @@ impl VersionList {
         at_or_after
     }
 
+    /// Where `key`'s versions start, found now for an insert later ([`Spot`]): the
+    /// search, the insert's costly part, runs before its LSN is known (while its writer
+    /// waits for its turn to commit).
+    pub(super) fn locate(&self, key: &[u8]) -> Spot {
+        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        self.find(&Probe::new(key, u64::MAX), &mut prev);
+        Spot { prev }
+    }
+
     /// Inserts a version; any number of threads may insert at once. Versions of one
     /// key differ in LSN (the commit path gives every operation its own), so every insert
     /// is new. Lengths fit in 32 bits: keys are at most `MAX_KEY_SIZE` (4 KiB), values at
@@ -516,17 +534,26 @@ impl VersionList {
     /// next pointer, from the bottom level up. A swap fails when another insert linked a
     /// node after the same predecessor meanwhile: the insert steps forward from there
     /// and tries again (nodes are never unlinked, so a predecessor stays valid).
-    pub(super) fn insert(&self, key: &[u8], lsn: u64, tag: Tag, tail: &[u8]) {
+    pub(super) fn insert(&self, key: &[u8], lsn: u64, tag: Tag, tail: &[u8], spot: Option<&Spot>) {
         debug_assert!(u32::try_from(key.len()).is_ok() && u32::try_from(tail.len()).is_ok());
-        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
         let probe = Probe::new(key, lsn);
-        let at_or_after = self.find(&probe, &mut prev);
-        debug_assert!(
-            // SAFETY: a non-null result is a linked node.
-            at_or_after.is_null() || unsafe { cmp_probe(at_or_after, &probe) } != Ordering::Equal,
-            "a version inserted twice"
-        );
-        let _ = at_or_after;
+        let prev = match spot {
+            // Every node before the key then is before the new version now; the links
+            // below step over what was inserted since.
+            Some(s) => s.prev,
+            None => {
+                let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+                let at_or_after = self.find(&probe, &mut prev);
+                debug_assert!(
+                    // SAFETY: a non-null result is a linked node.
+                    at_or_after.is_null()
+                        || unsafe { cmp_probe(at_or_after, &probe) } != Ordering::Equal,
+                    "a version inserted twice"
+                );
+                let _ = at_or_after;
+                prev
+            }
+        };
         let (node, height) = {
             let mut w = self.writer.lock();
             let height = Self::random_height(&mut w);
@@ -672,7 +699,7 @@ mod tests {
                     (rand(&mut seed) % 100) as usize
                 };
                 let tail = vec![(lsn % 251) as u8; tail_len];
-                list.insert(&key, lsn, (lsn % 4) as u8, &tail);
+                list.insert(&key, lsn, (lsn % 4) as u8, &tail, None);
                 model.insert((model_key(&key, lsn), tail_len));
             }
             assert_eq!(list.len(), model.len());
@@ -774,13 +801,63 @@ mod tests {
         for lsn in 1..=inserts {
             let key = (rand(&mut seed) % 5000).to_be_bytes();
             let tail = vec![lsn as u8; (lsn % 64) as usize];
-            list.insert(&key, lsn, 0, &tail);
+            list.insert(&key, lsn, 0, &tail, None);
         }
         done.store(true, AtomicOrdering::Release);
         for r in readers {
             assert!(r.join().unwrap() >= 1);
         }
         assert_eq!(list.len() as u64, inserts);
+    }
+
+    #[test]
+    fn an_insert_from_a_spot_located_earlier_lands_in_order() {
+        // Spots located, then many versions inserted (other keys, and newer and older
+        // versions of the located keys), then the located versions inserted from their
+        // spots: the list is in order and every version is found.
+        let list = VersionList::new(4 << 10);
+        let mut seed = 11u64;
+        let n = if cfg!(miri) { 40 } else { 2000u64 };
+        let mut model = std::collections::BTreeSet::new();
+        let mut lsn = 0u64;
+        let mut next_lsn = || {
+            lsn += 1;
+            lsn
+        };
+        for _ in 0..n {
+            let key = (rand(&mut seed) % 300).to_be_bytes();
+            let l = next_lsn();
+            list.insert(&key, l, 0, &[], None);
+            model.insert(model_key(&key, l));
+        }
+        let keys: Vec<[u8; 8]> = (0..n / 10)
+            .map(|_| (rand(&mut seed) % 300).to_be_bytes())
+            .collect();
+        let spots: Vec<Spot> = keys.iter().map(|k| list.locate(k)).collect();
+        // LSNs for the located versions, taken now; newer versions of every key land
+        // before them.
+        let theirs: Vec<u64> = keys.iter().map(|_| next_lsn()).collect();
+        for _ in 0..n {
+            let key = (rand(&mut seed) % 300).to_be_bytes();
+            let l = next_lsn();
+            list.insert(&key, l, 0, &[], None);
+            model.insert(model_key(&key, l));
+        }
+        for ((key, spot), l) in keys.iter().zip(&spots).zip(&theirs) {
+            list.insert(key, *l, 1, &[], Some(spot));
+            model.insert(model_key(key, *l));
+        }
+        let mut got = Vec::new();
+        let mut e = list.first();
+        while let Some(x) = e {
+            got.push(model_key(x.key(), x.lsn()));
+            e = x.next();
+        }
+        assert_eq!(got, model.into_iter().collect::<Vec<_>>());
+        for (key, l) in keys.iter().zip(&theirs) {
+            let e = list.seek(&Probe::new(key, *l)).expect("inserted");
+            assert_eq!((e.key(), e.lsn(), e.tag()), (&key[..], *l, 1));
+        }
     }
 
     #[test]
@@ -818,10 +895,20 @@ mod tests {
             .map(|t| {
                 let list = Arc::clone(&list);
                 std::thread::spawn(move || {
-                    for i in 0..per {
+                    // Writers 0 and 1 insert from a spot located one insert earlier
+                    // (the other threads insert meanwhile); writer 2 searches.
+                    let mut located: Option<(u64, Spot)> = None;
+                    for i in 0..=per {
                         let lsn = 1 + i * writers + t;
-                        let tail = vec![lsn as u8; (lsn % 40) as usize];
-                        list.insert(&key_of(lsn), lsn, 0, &tail);
+                        let next = (t < 2 && i < per).then(|| (lsn, list.locate(&key_of(lsn))));
+                        if let Some((l, spot)) = located.take() {
+                            let tail = vec![l as u8; (l % 40) as usize];
+                            list.insert(&key_of(l), l, 0, &tail, Some(&spot));
+                        } else if t == 2 && i < per {
+                            let tail = vec![lsn as u8; (lsn % 40) as usize];
+                            list.insert(&key_of(lsn), lsn, 0, &tail, None);
+                        }
+                        located = next;
                     }
                 })
             })
@@ -891,7 +978,7 @@ mod tests {
             })
         };
         for lsn in 1..=inserts {
-            list.insert(&key_of(lsn), lsn, 0, &[]);
+            list.insert(&key_of(lsn), lsn, 0, &[], None);
             acked.store(lsn, AtomicOrdering::Release);
         }
         assert!(reader.join().unwrap() >= 1);

@@ -12,9 +12,10 @@
 
 use super::batch::WriteBatch;
 use crate::error::{Error, Result};
+use crate::memtable::InsertHint;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Spins a follower makes before it sleeps on the queue's condition variable (a group
 /// commits in a few microseconds; a futex sleep and wake-up cost about as much). Measured
@@ -39,6 +40,10 @@ pub(crate) struct Request {
     /// Set when a leader takes it into its group (under the queue's lock): from then on
     /// its writer waits for its result, not for the lead.
     taken: AtomicBool,
+    /// Where its one version goes in the memtable, searched by its writer while it
+    /// waited for the lead (set once; a leader that took the request before then
+    /// inserts without it).
+    hint: OnceLock<InsertHint>,
 }
 
 impl Request {
@@ -56,7 +61,19 @@ impl Request {
             result: Mutex::new(None),
             done: AtomicBool::new(false),
             taken: AtomicBool::new(false),
+            hint: OnceLock::new(),
         }
+    }
+
+    /// Records where its one version goes in the memtable (once; later calls do
+    /// nothing).
+    pub(crate) fn set_hint(&self, hint: InsertHint) {
+        let _ = self.hint.set(hint);
+    }
+
+    /// Where its one version goes in the memtable, if its writer searched already.
+    pub(crate) fn hint(&self) -> Option<&InsertHint> {
+        self.hint.get()
     }
 }
 
@@ -143,11 +160,14 @@ fn share(e: &Error) -> Error {
 impl CommitQueue {
     /// Queues `req` and returns once it is committed (by this thread as leader, or by
     /// another leader). `commit_group` receives every batch of a group, in queue order,
-    /// and the group's lead (which it may release before it returns).
-    pub(crate) fn submit(
+    /// and the group's lead (which it may release before it returns). A writer that
+    /// must wait for a leader first runs `while_waiting` on its request (work that would
+    /// otherwise follow the commit), outside the queue's lock.
+    pub(crate) fn submit_waiting(
         &self,
         req: Request,
         commit_group: impl FnOnce(&[&Request], &Lead<'_>) -> Result<()>,
+        while_waiting: impl FnOnce(&Request),
     ) -> Result<()> {
         let mut st = self.state.lock();
         if !st.leader_active && st.pending.is_empty() {
@@ -174,6 +194,7 @@ impl CommitQueue {
         }
         let req = Arc::new(req);
         st.pending.push(Arc::clone(&req));
+        parking_lot::MutexGuard::unlocked(&mut st, || while_waiting(&req));
         let mut waited = false;
         loop {
             if let Some(r) = req.result.lock().take() {
@@ -240,6 +261,16 @@ impl CommitQueue {
             self.cv.notify_all();
         }
         result
+    }
+
+    /// [`CommitQueue::submit_waiting`] with nothing to do while waiting.
+    #[cfg(test)]
+    pub(crate) fn submit(
+        &self,
+        req: Request,
+        commit_group: impl FnOnce(&[&Request], &Lead<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.submit_waiting(req, commit_group, |_| {})
     }
 
     fn lead(&self) -> Lead<'_> {

@@ -33,7 +33,7 @@ use crate::io::Io;
 use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
 use crate::log::ptr::LogPtr;
 use crate::log::small::{self, SmallLogWriter};
-use crate::memtable::{MemValue, Memtable};
+use crate::memtable::{InsertHint, MemValue, Memtable};
 use crate::options::Options;
 use crate::placement::Category;
 use crate::range_delete::RangeTombstone;
@@ -256,6 +256,32 @@ impl LogState {
         self.spaces.get(&id).ok_or(Error::Closed)
     }
 
+    /// A close's last step on the logs: the small log's buffered tail handed to the OS,
+    /// and every log being appended to cut to its records (one appended to through a
+    /// memory map gives its reserved tail back; the next open would cut it anyway). Not
+    /// durable: nothing is synced. Appending after it is an error. A second close finds
+    /// the handle sealed (`Error::Closed`) and does nothing.
+    pub(crate) fn finish_all(&mut self) {
+        match self
+            .writer
+            .commit(false)
+            .and_then(|()| self.writer.finish())
+        {
+            Ok(()) | Err(Error::Closed) => {}
+            Err(e) => log::warn!("cutting the small log at close: {e}"),
+        }
+        for (id, space) in &mut self.spaces {
+            if let Some(w) = space.large.as_mut() {
+                match w.finish() {
+                    Ok(()) | Err(Error::Closed) => {}
+                    Err(e) => {
+                        log::warn!("cutting the large-log segment of keyspace {id} at close: {e}")
+                    }
+                }
+            }
+        }
+    }
+
     /// Makes the large-log tail of every keyspace durable.
     fn sync_large(&mut self) -> Result<()> {
         for space in self.spaces.values_mut() {
@@ -286,8 +312,8 @@ enum Staged<'a> {
 }
 
 /// A committed operation on its way into its keyspace's memtable: the keyspace, the key,
-/// the LSN and what goes in.
-type StagedOp<'a> = (u32, &'a [u8], u64, Staged<'a>);
+/// the LSN, what goes in, and where its writer found the key's place before committing.
+type StagedOp<'a> = (u32, &'a [u8], u64, Staged<'a>, Option<&'a InsertHint>);
 
 /// One small-log record to commit: operations that become visible together.
 pub(crate) struct CommitRecord<'a> {
@@ -305,6 +331,9 @@ pub(crate) struct CommitRecord<'a> {
     pub cache_large: bool,
     /// The keyspace of the operations before the first switch.
     pub keyspace: u32,
+    /// Where the record's one operation goes in the memtable, searched before the commit
+    /// ([`Memtable::locate`]; ignored for a record of several operations).
+    pub hint: Option<&'a InsertHint>,
 }
 
 /// One small-log record as the commit writes it.
@@ -505,11 +534,14 @@ impl WritePath {
 
     /// Removes keyspace `id` (dropped, or the database closing): commits that name it
     /// fail from now on, and it no longer holds small-log files back. Its large-log tail
-    /// is handed to the OS first.
+    /// is handed to the OS first, and the segment cut to its records (a failure there
+    /// leaves a tail that the next open cuts).
     pub(crate) fn unregister(&self, log: &mut LogState, id: u32) {
         if let Some(mut space) = log.spaces.remove(&id) {
             if let Some(w) = space.large.as_mut() {
-                let _ = w.commit(false);
+                if let Err(e) = w.finish() {
+                    log::warn!("cutting the large-log segment of keyspace {id}: {e}");
+                }
             }
         }
         self.slots.write().remove(&id);
@@ -782,12 +814,26 @@ impl WritePath {
         let base = env.keyspace();
         if named.iter().all(|&id| id == base) {
             // One keyspace: through its commit queue (group commit), which decodes again.
+            let batch_has_keyspaces = ops.is_some();
             drop(ops);
             let slot = self.slot(base)?;
             let req = Request::new(batch, sync, base);
-            return slot.queue.submit(req, |group, lead| {
-                self.commit_group(&slot, base, group, lead)
-            });
+            return slot.queue.submit_waiting(
+                req,
+                |group, lead| self.commit_group(&slot, base, group, lead),
+                // Behind another group: a batch of one version finds its place in the
+                // memtable meanwhile, so that its insert, once committed, only links.
+                |req| {
+                    if req.batch.count() != 1 || batch_has_keyspaces {
+                        return;
+                    }
+                    let key = match decode_ops(req.batch.payload(), 1).as_deref() {
+                        Some([BatchOp::Put(k, _) | BatchOp::Delete(k)]) => *k,
+                        _ => return,
+                    };
+                    req.set_hint(env.versions().snapshot().0.mem.locate(key));
+                },
+            );
         }
         let mut ids = named;
         ids.push(base);
@@ -811,6 +857,7 @@ impl WritePath {
             relocation: false,
             cache_large: false,
             keyspace: base,
+            hint: None,
         };
         self.commit(&mut held, &[record], sync)?;
         let c = env.counters();
@@ -851,6 +898,7 @@ impl WritePath {
                 relocation: false,
                 cache_large: false,
                 keyspace: r.keyspace,
+                hint: r.hint(),
             });
         }
         if records.is_empty() {
@@ -940,7 +988,7 @@ impl WritePath {
             &Arc<Memtable>,
             Option<&dyn crate::delta::MergeOperator>,
         )> = None;
-        for &(ks, key, lsn, ref value) in staged {
+        for &(ks, key, lsn, ref value, hint) in staged {
             if current.as_ref().is_none_or(|c| c.0 != ks) {
                 let Some((mem, op)) = mem_of(ks) else {
                     return Err(Error::Internal(format!(
@@ -954,7 +1002,7 @@ impl WritePath {
             };
             match *value {
                 Staged::Version(MemValue::Delta(d)) => mem.insert_delta(key, lsn, d, *op),
-                Staged::Version(v) => mem.insert(key, lsn, v),
+                Staged::Version(v) => mem.insert_at(key, lsn, v, hint),
                 Staged::Range(end) => mem.insert_range_tombstone(RangeTombstone {
                     start: key.to_vec(),
                     end: end.map(<[u8]>::to_vec),
@@ -1147,7 +1195,8 @@ impl WritePath {
                     }
                     BatchOp::PutLarge(..) | BatchOp::Keyspace(_) => {}
                 }
-                staged.push((ks, key, lsn, value));
+                let hint = rec.hint.filter(|_| rec.ops.len() == 1);
+                staged.push((ks, key, lsn, value, hint));
                 lsn += 1;
             }
             done.add(ks, &here);
@@ -1235,7 +1284,7 @@ impl WritePath {
             .is_none_or(|w| w.len() >= env.opts().large_segment_size as u64);
         if full {
             if let Some(old) = space.large.as_mut() {
-                old.commit(true)?;
+                old.seal()?;
             }
             space.large = Some(new_large_segment(env)?);
         }
@@ -1581,6 +1630,7 @@ mod tests {
                 relocation: false,
                 cache_large: false,
                 keyspace: 0,
+                hint: None,
             },
             CommitRecord {
                 ops: smallvec::smallvec![BatchOp::Delete(b"a")],
@@ -1588,6 +1638,7 @@ mod tests {
                 relocation: false,
                 cache_large: false,
                 keyspace: 0,
+                hint: None,
             },
         ];
         let mut held = writes.hold(&[0]).unwrap();
@@ -1625,6 +1676,7 @@ mod tests {
             relocation: true,
             cache_large: false,
             keyspace: 0,
+            hint: None,
         };
         let mut held = writes.hold(&[0]).unwrap();
         let done = writes.commit(&mut held, &[record], true).unwrap();
@@ -1658,6 +1710,7 @@ mod tests {
             relocation: false,
             cache_large: false,
             keyspace: 0,
+            hint: None,
         };
         let mut held = writes.hold(&[0]).unwrap();
         let r = writes.commit(&mut held, &[record], false);
@@ -1687,6 +1740,7 @@ mod tests {
             relocation: false,
             cache_large: false,
             keyspace: 0,
+            hint: None,
         };
         let mut held = writes.hold(&[0]).unwrap();
         assert!(writes.commit(&mut held, &[record], true).is_err());
