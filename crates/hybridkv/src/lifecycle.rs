@@ -70,9 +70,13 @@ impl Shared {
         {
             // Hand the acknowledged-but-buffered tail to the OS before letting go (a
             // write acknowledged has been handed over already; this is belt and braces).
-            // The logs are then cut to their records (`LogState::finish_all`).
-            self.writes.lock().finish_all();
+            // The logs are then cut to their records (`LogState::finish_all`), and the handle
+            // sealed before `log` is let go: a commit waiting for it then meets a sealed
+            // handle (`Error::Closed`), not a finished writer.
+            let mut log = self.writes.lock();
+            log.finish_all();
             self.io.seal();
+            drop(log);
         }
         self.root.dir_lock.lock().take();
     }

@@ -115,8 +115,8 @@ pub trait FileSystem: Send + Sync + Debug {
     /// system has them: an append is a copy into the page cache, no system call. The file
     /// is reserved ahead (`fallocate`), so its length may run past the bytes appended,
     /// zeros, until [`WritableFile::finish`]; a crash leaves that tail. Only for files
-    /// whose readers tell such a tail from data (the small log). The default creates it
-    /// as [`FileSystem::create`] without `O_DIRECT`.
+    /// whose readers tell such a tail from data (the small log, large-log segments). The
+    /// default creates it as [`FileSystem::create`] without `O_DIRECT`.
     fn create_mapped(&self, path: &Path) -> Result<Box<dyn WritableFile>> {
         self.create(path, false)
     }
@@ -124,7 +124,10 @@ pub trait FileSystem: Send + Sync + Debug {
     fn open(&self, path: &Path, direct: bool) -> Result<Arc<dyn ReadableFile>>;
     /// Opens an existing file for positional reads through a memory map, where the file
     /// system has them (the default opens it as [`FileSystem::open`] without `O_DIRECT`).
-    /// Only for files that are never cut shorter while open (level files, log segments).
+    /// Only for files that are never cut shorter while open (level files, sealed log
+    /// segments), or whose readers read only below every cut (the large-log segment being
+    /// appended to: a cut only gives back the zeros reserved past its records, and a
+    /// reader reads records; a whole-file read goes through [`Io::read_all`]).
     fn open_mapped(&self, path: &Path) -> Result<Arc<dyn ReadableFile>> {
         self.open(path, false)
     }
@@ -336,13 +339,20 @@ impl Io {
             .collect()
     }
 
-    /// Reads a whole (small) file, counted under `component`. A file that got shorter
-    /// between the open and the read (a writer in another process cut the reserved tail of
-    /// the small log it appends to through a memory map) is read again, up to 3 times.
+    /// Reads a whole (small) file, counted under `component`, with `pread`s (direct with
+    /// direct I/O), never through a memory map: the file may be a log being appended to
+    /// through one, whose reserved tail its writer cuts at any moment (a copy out of a
+    /// mapping past the new end would stop the process). A file that got shorter between
+    /// the open and the read is read again, up to 3 times.
     pub fn read_all(&self, path: &Path, component: IoComponent) -> Result<Vec<u8>> {
         let mut attempts = 0;
         loop {
-            let file = self.open(path, component)?;
+            let file: Arc<dyn ReadableFile> = Arc::new(counting::CountingReader::new(
+                self.fs
+                    .open(path, self.direct && component.reads_direct())?,
+                Arc::clone(&self.stats),
+                component,
+            ));
             let len = usize::try_from(file.len()).map_err(|_| {
                 crate::Error::corruption(path, 0, "file too large to read into memory")
             })?;

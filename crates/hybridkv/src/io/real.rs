@@ -566,8 +566,10 @@ impl ReadableFile for RealReader {
 /// are read together. The file is mapped at its first read, whole; a read past the mapped length (a log
 /// segment that grew since) maps it again at its current length, and past that is an
 /// `UnexpectedEof` error as with `pread`. Files opened so are never cut shorter while open
-/// (recovery cuts a torn tail before anything reads the file), so no read touches a page
-/// past the end of the file.
+/// (recovery cuts a torn tail before anything reads the file) below what is read: the
+/// one exception, the large-log segment being appended to through a memory map, is cut
+/// when full or at close only past its records (the zeros it reserved), and its readers
+/// read records. So no read touches a page past the end of the file.
 struct MappedReader {
     file: File,
     path: PathBuf,
@@ -623,8 +625,9 @@ impl ReadableFile for MappedReader {
         if map.as_ref().is_none_or(|m| (m.len() as u64) < end) {
             // SAFETY: the engine never changes bytes of a file it reads (level files are
             // immutable; log segments only grow, by appends past what any pointer names)
-            // and never cuts one shorter while it is open, so the mapped bytes stay what
-            // they are while the mapping lives; they are only copied out.
+            // and never cuts one shorter below what a reader reads while it is open (see
+            // above), so the mapped bytes read stay what they are while the mapping lives;
+            // they are only copied out.
             let fresh = unsafe { memmap2::Mmap::map(&self.file) }
                 .map_err(|e| Error::io("mmap", &self.path, e))?;
             // No read-around on a fault: the kernel's default reads up to 128 KiB around
@@ -910,7 +913,12 @@ impl FileSystem for RealFs {
                 drop(writer);
                 self.create(path, false)
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                // Its space may be reserved (the map failed after `fallocate`): give it
+                // back, so the file holds no zeros that would read as a torn header.
+                let _ = writer.file.set_len(0);
+                Err(e)
+            }
         }
     }
 

@@ -86,11 +86,19 @@ impl SegmentWriter {
     /// Creates segment `id` in `dir`, durably. The header is synced before the directory:
     /// once the file's name survives a power loss, so does its header (a torn header
     /// would make the whole segment unreadable).
+    /// A failure after the file exists cuts it to what was appended (best effort): a
+    /// mapped file reserved space past its header, and a segment that is not the newest
+    /// is read strictly.
     pub(crate) fn create(io: &Io, dir: &Path, kind: SegmentKind, id: u64) -> Result<Self> {
         let mut file = io.create(&dir.join(kind.file_name(id)), kind.component())?;
-        file.append(&segment_header())?;
-        file.sync_data()?;
-        io.fs().sync_dir(dir)?;
+        let started = file
+            .append(&segment_header())
+            .and_then(|()| file.sync_data())
+            .and_then(|()| io.fs().sync_dir(dir));
+        if let Err(e) = started {
+            let _ = file.finish();
+            return Err(e);
+        }
         Ok(SegmentWriter {
             id,
             file,
@@ -729,7 +737,13 @@ pub(crate) fn parse_segment(
                 });
             }
         }
-        if tolerate_tail && data.len() < SEGMENT_HEADER as usize {
+        // Shorter than its header, or a header of zeros with no record after it: a
+        // creation cut short (a mapped segment reserves space before its header is in).
+        if tolerate_tail
+            && (data.len() < SEGMENT_HEADER as usize
+                || (header == Some(&[0u8; SEGMENT_HEADER as usize][..])
+                    && !valid_record_after(data, 0)))
+        {
             return Ok(Vec::new());
         }
         return Err(Error::corruption(path, 0, "bad large-log segment header"));
@@ -807,6 +821,12 @@ mod tests {
         // Killed after the first step was reserved and before the header was copied in.
         let zeros = vec![0u8; 4096];
         assert!(matches!(scan_tail(&zeros), SegmentTail::Headerless));
+        // So reads `check` of the newest segment (tolerant), and only of the newest.
+        let at = Path::new("00000005.vlog");
+        assert!(parse_segment(&zeros, at, 5, true).unwrap().is_empty());
+        assert!(parse_segment(&zeros, at, 5, false)
+            .unwrap_err()
+            .is_corruption());
         // A header of zeros in front of a record is damage, not a creation cut short:
         // the record stays (nothing is cut or removed).
         let dir = tempfile::tempdir().unwrap();

@@ -1473,11 +1473,16 @@ impl Drop for SmallLogHold {
 fn new_large_segment(env: &dyn WriteEnv) -> Result<SegmentWriter> {
     let versions = env.versions();
     let id = versions.register_segment(SegmentKind::Large, 0);
-    let writer = SegmentWriter::create(env.io(), env.dir(), SegmentKind::Large, id)?;
-    let reader = Arc::new(
-        SegmentFile::open(env.io(), env.dir(), SegmentKind::Large, id)?
-            .with_cache(Arc::clone(env.cache())),
-    );
+    let mut writer = SegmentWriter::create(env.io(), env.dir(), SegmentKind::Large, id)?;
+    let reader = match SegmentFile::open(env.io(), env.dir(), SegmentKind::Large, id) {
+        Ok(r) => Arc::new(r.with_cache(Arc::clone(env.cache()))),
+        Err(e) => {
+            // Not used: cut to its header, so that it reads cleanly once it is not the
+            // newest segment.
+            let _ = writer.finish();
+            return Err(e);
+        }
+    };
     versions.publish_segment(id, reader);
     Ok(writer)
 }
