@@ -291,7 +291,18 @@ impl Io {
     /// segments (see [`IoComponent::reads_direct`]) are read through a memory map with
     /// mapped reads on, else with `O_DIRECT` when direct I/O is on.
     pub fn open(&self, path: &Path, component: IoComponent) -> Result<Arc<dyn ReadableFile>> {
-        let inner = if self.mapped && component.reads_direct() {
+        self.open_with(path, component, self.mapped)
+    }
+
+    /// [`Io::open`], through a memory map only if `mapped` (and the component's reads go
+    /// direct or mapped at all).
+    fn open_with(
+        &self,
+        path: &Path,
+        component: IoComponent,
+        mapped: bool,
+    ) -> Result<Arc<dyn ReadableFile>> {
+        let inner = if mapped && component.reads_direct() {
             self.fs.open_mapped(path)?
         } else {
             self.fs
@@ -347,12 +358,7 @@ impl Io {
     pub fn read_all(&self, path: &Path, component: IoComponent) -> Result<Vec<u8>> {
         let mut attempts = 0;
         loop {
-            let file: Arc<dyn ReadableFile> = Arc::new(counting::CountingReader::new(
-                self.fs
-                    .open(path, self.direct && component.reads_direct())?,
-                Arc::clone(&self.stats),
-                component,
-            ));
+            let file = self.open_with(path, component, false)?;
             let len = usize::try_from(file.len()).map_err(|_| {
                 crate::Error::corruption(path, 0, "file too large to read into memory")
             })?;

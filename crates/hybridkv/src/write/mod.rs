@@ -85,6 +85,18 @@ pub(crate) struct SpaceLog {
     pub large: Option<SegmentWriter>,
 }
 
+impl SpaceLog {
+    /// Hands keyspace `id`'s large-log tail to the OS and cuts the segment to its records
+    /// (a close, or the keyspace dropped). A failure is logged: the next open cuts a tail
+    /// left behind; a handle already sealed (a second close) has nothing to do.
+    fn finish_large(&mut self, id: u32) {
+        match self.large.as_mut().map(SegmentWriter::finish) {
+            None | Some(Ok(()) | Err(Error::Closed)) => {}
+            Some(Err(e)) => log::warn!("cutting the large-log segment of keyspace {id}: {e}"),
+        }
+    }
+}
+
 /// One keyspace's write state outside the `log` mutex: its active memtable, under a mutex
 /// of its own that a commit into the keyspace holds from before its LSNs are assigned
 /// until its records are in the log (a commit group; then it inserts past the slot: see
@@ -270,15 +282,8 @@ impl LogState {
             Ok(()) | Err(Error::Closed) => {}
             Err(e) => log::warn!("cutting the small log at close: {e}"),
         }
-        for (id, space) in &mut self.spaces {
-            if let Some(w) = space.large.as_mut() {
-                match w.finish() {
-                    Ok(()) | Err(Error::Closed) => {}
-                    Err(e) => {
-                        log::warn!("cutting the large-log segment of keyspace {id} at close: {e}")
-                    }
-                }
-            }
+        for (&id, space) in &mut self.spaces {
+            space.finish_large(id);
         }
     }
 
@@ -538,11 +543,7 @@ impl WritePath {
     /// leaves a tail that the next open cuts).
     pub(crate) fn unregister(&self, log: &mut LogState, id: u32) {
         if let Some(mut space) = log.spaces.remove(&id) {
-            if let Some(w) = space.large.as_mut() {
-                if let Err(e) = w.finish() {
-                    log::warn!("cutting the large-log segment of keyspace {id}: {e}");
-                }
-            }
+            space.finish_large(id);
         }
         self.slots.write().remove(&id);
         let mut mins = self.log_mins.lock();
