@@ -163,6 +163,36 @@ pub trait FileSystem: Send + Sync + Debug {
     fn lock(&self, path: &Path) -> Result<Box<dyn DirLock>>;
 }
 
+/// Reads a whole file that another process may cut shorter at any moment (a log whose
+/// reserved tail its writer cuts): `open` opens it (never through a memory map), and a
+/// read that meets the end early because `len_now` says the file got shorter since the
+/// open is tried again, up to 3 times. Shared by [`Io::read_all`] and the read-only
+/// overlay's first copy of a file.
+fn read_whole(
+    path: &Path,
+    open: impl Fn() -> Result<Arc<dyn ReadableFile>>,
+    len_now: impl Fn() -> Result<u64>,
+) -> Result<Vec<u8>> {
+    let mut attempts = 0;
+    loop {
+        let file = open()?;
+        let len = usize::try_from(file.len())
+            .map_err(|_| crate::Error::corruption(path, 0, "file too large to read into memory"))?;
+        let mut buf = vec![0u8; len];
+        match file.read_exact_at(0, &mut buf) {
+            Ok(()) => return Ok(buf),
+            Err(crate::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::UnexpectedEof
+                    && attempts < 3
+                    && len_now().is_ok_and(|now| now < len as u64) =>
+            {
+                attempts += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Fills `buf` from the bytes at `offset` of `data` (an in-memory file or a bounce
 /// buffer); past the end is an `UnexpectedEof` I/O error naming `path`.
 pub(crate) fn read_from(data: &[u8], offset: u64, buf: &mut [u8], path: &Path) -> Result<()> {
@@ -356,25 +386,11 @@ impl Io {
     /// mapping past the new end would stop the process). A file that got shorter between
     /// the open and the read is read again, up to 3 times.
     pub fn read_all(&self, path: &Path, component: IoComponent) -> Result<Vec<u8>> {
-        let mut attempts = 0;
-        loop {
-            let file = self.open_with(path, component, false)?;
-            let len = usize::try_from(file.len()).map_err(|_| {
-                crate::Error::corruption(path, 0, "file too large to read into memory")
-            })?;
-            let mut buf = vec![0u8; len];
-            match file.read_exact_at(0, &mut buf) {
-                Ok(()) => return Ok(buf),
-                Err(crate::Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::UnexpectedEof
-                        && attempts < 3
-                        && self.fs.file_len(path).is_ok_and(|now| now < len as u64) =>
-                {
-                    attempts += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        read_whole(
+            path,
+            || self.open_with(path, component, false),
+            || self.fs.file_len(path),
+        )
     }
 
     /// Writes `data` to `path` durably and atomically: temp file, fsync, rename, fsync dir.
@@ -495,5 +511,29 @@ mod tests {
             .read_all(Path::new("/d/1.wal"), IoComponent::Wal)
             .unwrap();
         assert_eq!(got, b"records");
+    }
+
+    #[test]
+    fn read_only_overlay_copies_a_file_cut_between_its_open_and_its_read() {
+        // A read-only open cuts the newest large segment's torn tail in its overlay, which
+        // first copies the file; the writer may cut its reserved tail during that copy
+        // (found by CI: "failed to fill whole buffer" on a read-only open).
+        let fs = SimFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let mut w = fs.create(Path::new("/d/1.vlog"), false).unwrap();
+        w.append(b"large records").unwrap();
+        w.flush().unwrap();
+        let cut = CutOnce {
+            fs: fs.clone(),
+            done: AtomicBool::new(false),
+        };
+        let overlay = overlay::ReadOnlyOverlay::new(Arc::new(cut));
+        overlay.truncate(Path::new("/d/1.vlog"), 5).unwrap();
+        let r = overlay.open(Path::new("/d/1.vlog"), false).unwrap();
+        let mut got = vec![0u8; 5];
+        r.read_exact_at(0, &mut got).unwrap();
+        assert_eq!((r.len(), &got[..]), (5, &b"large"[..]));
+        // The file below was not touched by the overlay.
+        assert_eq!(fs.file_len(Path::new("/d/1.vlog")).unwrap(), 13);
     }
 }

@@ -71,11 +71,12 @@ impl ReadOnlyOverlay {
                 return Err(not_found(op, path));
             }
         }
-        let file = self.inner.open(path, false)?;
-        let len = usize::try_from(file.len())
-            .map_err(|_| Error::InvalidArgument(format!("{} is too large", path.display())))?;
-        let mut data = vec![0u8; len];
-        file.read_exact_at(0, &mut data)?;
+        // The writing process may cut the file (a log's reserved tail) while it is read.
+        let data = super::read_whole(
+            path,
+            || self.inner.open(path, false),
+            || self.inner.file_len(path),
+        )?;
         let bytes: Bytes = Arc::new(Mutex::new(data));
         let mut c = self.changes.lock();
         // Another thread may have copied it meanwhile: keep the first copy.
