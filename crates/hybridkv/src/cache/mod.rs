@@ -162,6 +162,27 @@ impl BlockCache {
         &self.shared.pins
     }
 
+    /// Whether the cache holds anything at all (a budget of 0 disables it).
+    pub(crate) fn enabled(&self) -> bool {
+        self.shared.cache.is_some()
+    }
+
+    /// Whether the node at `offset` of `file` is cached, without counting a hit or a miss
+    /// or marking it used.
+    pub(crate) fn contains(&self, file: u64, offset: u64) -> bool {
+        self.shared
+            .cache
+            .as_ref()
+            .is_some_and(|c| c.contains_key(&(self.keyspace, file, offset)))
+    }
+
+    /// Inserts a node read ahead of the lookup that wants it (a prefetch): counted as
+    /// that lookup's miss, since the device was read for it; the lookup then counts a hit.
+    pub(crate) fn insert_fetched(&self, file: u64, offset: u64, node: BlockBytes) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        self.insert(file, offset, node);
+    }
+
     pub(crate) fn insert(&self, file: u64, offset: u64, node: BlockBytes) {
         if let Some(c) = &self.shared.cache {
             c.insert((self.keyspace, file, offset), node);

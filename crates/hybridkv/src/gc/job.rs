@@ -14,6 +14,8 @@ use crate::write::CommitRecord;
 
 /// Records relocated per hold of the keyspace's slot (keeps writer pauses short).
 const RELOCATE_CHUNK: usize = 512;
+/// Records whose liveness is checked together (their leaf reads batched, one per run).
+const CHECK_BATCH: usize = 64;
 /// Segments collected per pass at most.
 const MAX_SEGMENTS_PER_PASS: usize = 64;
 
@@ -133,12 +135,6 @@ impl Engine {
         Ok(report)
     }
 
-    /// Whether the value of `key` is the record at `ptr` (see `read::value_is_at`).
-    fn still_points_at(&self, key: &[u8], ptr: LogPtr) -> Result<bool> {
-        let (sv, _) = self.snapshot();
-        crate::read::value_is_at(&sv, key, ptr)
-    }
-
     /// When the value of `key` is the record at `ptr`: the deltas above it (none, or
     /// their operand list); `None` when the record is dead.
     fn deltas_over(&self, key: &[u8], ptr: LogPtr) -> Result<Option<Option<Vec<u8>>>> {
@@ -164,11 +160,23 @@ impl Engine {
         // segment anyway would drop the live records after it (or the damaged one).
         let records = large::scan_segment(&self.io, &path, id, false)?;
         report.entries_checked += records.len() as u64;
-        // First pass without the slot: most dead records are filtered here.
+        // First pass without the slot: most dead records are filtered here, the leaves
+        // of a batch of keys read together.
         let mut live: Vec<(LogPtr, LargeRecord)> = Vec::new();
-        for (ptr, rec) in records {
-            if self.still_points_at(&rec.key, ptr)? {
-                live.push((ptr, rec));
+        let mut records = records.into_iter().peekable();
+        while records.peek().is_some() {
+            let batch: Vec<(LogPtr, LargeRecord)> = records.by_ref().take(CHECK_BATCH).collect();
+            let asked: Vec<(&[u8], LogPtr)> = batch
+                .iter()
+                .map(|(ptr, rec)| (rec.key.as_slice(), *ptr))
+                .collect();
+            let (sv, _) = self.snapshot();
+            let answers = crate::read::values_are_at(&sv, &asked);
+            drop(sv);
+            for ((ptr, rec), is_live) in batch.into_iter().zip(answers) {
+                if is_live? {
+                    live.push((ptr, rec));
+                }
             }
         }
         for chunk in live.chunks(RELOCATE_CHUNK) {

@@ -37,6 +37,51 @@ impl From<ValueRef<'_>> for LevelValue {
     }
 }
 
+/// Reads into the node cache, as one batch (`Io::read_batch`: one submission and one
+/// device notification for all of them where the system allows), every leaf that
+/// [`LevelFile::get`] of each `(file, key)` would read and the cache lacks, so that those
+/// gets then find their leaves cached. The leaves are the ones the gets would read, no
+/// more. Best effort: a leaf that fails to read or to verify is left out, and the get
+/// that wants it reads it again and reports what it finds.
+pub(crate) fn prefetch_leaves(wanted: &[(&LevelFile, &[u8])]) {
+    let mut leaves: Vec<(&LevelFile, u64)> = wanted
+        .iter()
+        .filter_map(|&(f, key)| f.leaf_to_fetch(key).map(|offset| (f, offset)))
+        .collect();
+    leaves.sort_unstable_by_key(|&(f, offset)| (f.id, offset));
+    leaves.dedup_by_key(|&mut (f, offset)| (f.id, offset));
+    // One read gains nothing from a batch.
+    if leaves.len() < 2 {
+        return;
+    }
+    let mut bufs: Vec<(&LevelFile, u64, Vec<u8>)> = leaves
+        .into_iter()
+        .filter(|&(f, offset)| {
+            offset.is_multiple_of(IO_ALIGN as u64)
+                && offset.saturating_add(u64::from(f.footer.leaf_size)) <= f.data_end
+        })
+        .map(|(f, offset)| (f, offset, vec![0u8; f.footer.leaf_size as usize]))
+        .collect();
+    let Some(io) = bufs.first().map(|(f, _, _)| f.io.clone()) else {
+        return;
+    };
+    let mut reqs: Vec<crate::io::BatchRead<'_>> = bufs
+        .iter_mut()
+        .map(|(f, offset, buf)| crate::io::BatchRead {
+            file: f.file.as_ref(),
+            offset: *offset,
+            buf: buf.as_mut_slice(),
+        })
+        .collect();
+    let results = io.read_batch(&mut reqs);
+    drop(reqs);
+    for ((f, offset, buf), result) in bufs.into_iter().zip(results) {
+        if result.is_ok() && NodeView::verify(&buf, NODE_LEAF).is_ok() {
+            f.cache.insert_fetched(f.id, offset, BlockBytes::from(buf));
+        }
+    }
+}
+
 /// An entry read from a level: key, LSN, value.
 pub type LevelEntry = (Vec<u8>, u64, LevelValue);
 
@@ -340,6 +385,19 @@ impl LevelFile {
             height -= 1;
         }
         self.search_leaf(offset, key)
+    }
+
+    /// The offset of the leaf [`LevelFile::get`] of `key` would read from the device: the
+    /// leaf whose range holds `key`, located through the pinned fences, when the filter
+    /// admits the key and the cache lacks that leaf. `None` when `get` would read nothing,
+    /// or the fences are not pinned (locating the leaf would itself read index nodes).
+    fn leaf_to_fetch(&self, key: &[u8]) -> Option<u64> {
+        if self.footer.height == 0 || !self.cache.enabled() || !self.filter_admits(key) {
+            return None;
+        }
+        let fences = self.pinned.as_ref()?.fences();
+        let offset = fences.leaf_offset(fences.leaf_for(key)?)?;
+        (!self.cache.contains(self.id, offset)).then_some(offset)
     }
 
     /// The entry for `key` in the leaf at `offset`, if it holds one.

@@ -117,41 +117,107 @@ pub(crate) fn range_tombstones(sv: &SuperVersion, snapshot: u64) -> RangeTombsto
 /// a delta every older one down to the first that is not a delta. A version older than a
 /// range tombstone covering the key counts as a tombstone (and ends the search).
 pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Lookup> {
-    let mut found = Lookup::default();
-    let cut = range_cut(sv, snapshot, key);
-    for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
-        let mut more = true;
-        let mut failed = None;
-        mem.versions_of(key, snapshot, |(lsn, v)| {
-            let v = if lsn < cut { LevelValue::Tombstone } else { v };
-            more = match found.take(v, None, &sv.version.buckets) {
-                Ok(m) => m,
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            };
-            more
-        });
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        if !more {
-            return Ok(found);
-        }
-    }
+    let mut pending = KeySearch::start(sv, snapshot, key)?;
     for file in sv.version.all_runs() {
-        if let Some((lsn, v)) = file.get(key)? {
-            if lsn < cut {
-                found.take(LevelValue::Tombstone, None, &sv.version.buckets)?;
-                return Ok(found);
-            }
-            if !found.take(v, Some(file), &sv.version.buckets)? {
-                return Ok(found);
+        if !pending.more || !pending.step(sv, file, key)? {
+            break;
+        }
+    }
+    Ok(pending.found)
+}
+
+/// [`lookup`] of each of `keys` (at the newest snapshot), the reads of each level run
+/// batched: before the keys still searching step into a run, the leaves their gets
+/// there will read are read together (`level::reader::prefetch_leaves`). The same
+/// versions, reads and errors as one `lookup` per key, with one device notification per
+/// run instead of one per leaf. Results in the order of `keys`.
+pub(crate) fn lookup_many(sv: &SuperVersion, keys: &[&[u8]]) -> Vec<Result<Lookup>> {
+    let mut states: Vec<Result<KeySearch>> = keys
+        .iter()
+        .map(|key| KeySearch::start(sv, u64::MAX, key))
+        .collect();
+    for file in sv.version.all_runs() {
+        let searching: Vec<(&LevelFile, &[u8])> = states
+            .iter()
+            .zip(keys)
+            .filter(|(s, _)| s.as_ref().is_ok_and(|p| p.more))
+            .map(|(_, key)| (file.as_ref(), *key))
+            .collect();
+        if searching.is_empty() {
+            break;
+        }
+        crate::level::reader::prefetch_leaves(&searching);
+        for (state, key) in states.iter_mut().zip(keys) {
+            if let Ok(p) = state {
+                if p.more {
+                    if let Err(e) = p.step(sv, file, key) {
+                        *state = Err(e);
+                    }
+                }
             }
         }
     }
-    Ok(found)
+    states.into_iter().map(|s| s.map(|p| p.found)).collect()
+}
+
+/// A lookup under way: what it found so far, and whether it must look further down.
+struct KeySearch {
+    found: Lookup,
+    /// The range tombstones' cut for the key (see [`range_cut`]).
+    cut: u64,
+    more: bool,
+}
+
+impl KeySearch {
+    /// Searches the memtables for `key`: `more` is false when they settle the lookup.
+    fn start(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<KeySearch> {
+        let mut found = Lookup::default();
+        let cut = range_cut(sv, snapshot, key);
+        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            let mut more = true;
+            let mut failed = None;
+            mem.versions_of(key, snapshot, |(lsn, v)| {
+                let v = if lsn < cut { LevelValue::Tombstone } else { v };
+                more = match found.take(v, None, &sv.version.buckets) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
+                };
+                more
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if !more {
+                return Ok(KeySearch {
+                    found,
+                    cut,
+                    more: false,
+                });
+            }
+        }
+        Ok(KeySearch {
+            found,
+            cut,
+            more: true,
+        })
+    }
+
+    /// Looks for `key` in level run `file`; returns whether the lookup must look further.
+    fn step(&mut self, sv: &SuperVersion, file: &Arc<LevelFile>, key: &[u8]) -> Result<bool> {
+        if let Some((lsn, v)) = file.get(key)? {
+            self.more = if lsn < self.cut {
+                self.found
+                    .take(LevelValue::Tombstone, None, &sv.version.buckets)?;
+                false
+            } else {
+                self.found.take(v, Some(file), &sv.version.buckets)?
+            };
+        }
+        Ok(self.more)
+    }
 }
 
 /// The LSN ranges of every bucket list of `key` in `version`'s runs, newest first: the
@@ -277,6 +343,24 @@ pub(crate) fn value_is_at(
     ))
 }
 
+/// [`value_is_at`] of each `(key, pointer)`, the level reads batched ([`lookup_many`]).
+pub(crate) fn values_are_at(
+    sv: &SuperVersion,
+    records: &[(&[u8], crate::log::ptr::LogPtr)],
+) -> Vec<Result<bool>> {
+    let keys: Vec<&[u8]> = records.iter().map(|&(k, _)| k).collect();
+    lookup_many(sv, &keys)
+        .into_iter()
+        .zip(records)
+        .map(|(found, &(_, p))| {
+            Ok(matches!(
+                found?.base,
+                Some((LevelValue::Large(q) | LevelValue::Medium(q), _)) if q == p
+            ))
+        })
+        .collect()
+}
+
 /// The LSN of the newest write to `key` in `sv` (any kind, a range tombstone covering it
 /// included; `None` if it has none).
 pub(crate) fn newest_lsn(sv: &SuperVersion, key: &[u8]) -> Result<Option<u64>> {
@@ -317,6 +401,150 @@ mod tests {
         b.add(key, lsn, v).unwrap();
         b.finish().unwrap();
         Arc::new(LevelFile::open(&io, dir, id, Arc::new(BlockCache::new(1 << 20))).unwrap())
+    }
+
+    /// A level file of `entries` (sorted) in `dir`, read through `cache`.
+    fn run_of(
+        io: &Io,
+        dir: &std::path::Path,
+        id: u64,
+        entries: &[(String, u64, Option<Vec<u8>>)],
+        cache: &Arc<BlockCache>,
+    ) -> Arc<LevelFile> {
+        let path = dir.join(crate::level::reader::file_name(id));
+        let mut b = LevelBuilder::new(io.create(&path, IoComponent::Flush).unwrap(), 8192, 12288);
+        for (k, lsn, v) in entries {
+            let v = v
+                .as_deref()
+                .map_or(EntryValue::Tombstone, EntryValue::Bytes);
+            b.add(k.as_bytes(), *lsn, v).unwrap();
+        }
+        b.finish().unwrap();
+        Arc::new(LevelFile::open(io, dir, id, Arc::clone(cache)).unwrap())
+    }
+
+    fn key(i: usize) -> String {
+        format!("k{i:05}")
+    }
+
+    /// Three level runs and a memtable over 3,000 keys: L1 holds every third key (every
+    /// seventh of those a tombstone), L2 every key, L3 every other key with older values;
+    /// the memtable every eleventh key.
+    fn three_runs(dir: &std::path::Path, cache: &Arc<BlockCache>) -> (Io, SuperVersion) {
+        let io = Io::new(Arc::new(RealFs), true);
+        let val = |tag: &str, i: usize| Some(format!("{tag}-{i}-{}", "v".repeat(180)).into_bytes());
+        let l1: Vec<_> = (0..3000)
+            .step_by(3)
+            .map(|i| (key(i), 30, if i % 7 == 0 { None } else { val("one", i) }))
+            .collect();
+        let l2: Vec<_> = (0..3000).map(|i| (key(i), 20, val("two", i))).collect();
+        let l3: Vec<_> = (0..3000)
+            .step_by(2)
+            .map(|i| (key(i), 10, val("three", i)))
+            .collect();
+        let mut version = Version::empty(3);
+        version.levels[0].push(run_of(&io, dir, 1, &l1, cache));
+        version.levels[1].push(run_of(&io, dir, 2, &l2, cache));
+        version.levels[2].push(run_of(&io, dir, 3, &l3, cache));
+        let mem = crate::memtable::Memtable::new();
+        for i in (0..3000).step_by(11) {
+            let v = format!("mem-{i}");
+            mem.insert(
+                key(i).as_bytes(),
+                40,
+                crate::memtable::MemValue::Value(v.as_bytes()),
+            );
+        }
+        let sv = SuperVersion {
+            mem: Arc::new(mem),
+            imms: Vec::new(),
+            version: Arc::new(version),
+            segments: Arc::new(SegmentSet::new()),
+        };
+        (io, sv)
+    }
+
+    #[test]
+    fn a_batched_lookup_finds_what_one_lookup_per_key_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(BlockCache::with_pinning(64 << 20, 1 << 20));
+        let (_io, sv) = three_runs(dir.path(), &cache);
+        // Every key, keys between them and past the last, and one below the first.
+        let mut keys: Vec<String> = (0..3000).map(key).collect();
+        keys.extend(["k00010x".into(), "k99999".into(), "a".into()]);
+        let asked: Vec<&[u8]> = keys.iter().map(String::as_bytes).collect();
+        let shown = |l: Lookup| format!("{:?} {:?}", l.base.map(|(v, _)| v), l.deltas.len());
+        for batch in asked.chunks(64) {
+            let many = lookup_many(&sv, batch);
+            assert_eq!(many.len(), batch.len());
+            for (got, k) in many.into_iter().zip(batch) {
+                let one = lookup(&sv, u64::MAX, k).unwrap();
+                assert_eq!(
+                    shown(got.unwrap()),
+                    shown(one),
+                    "key {:?}",
+                    String::from_utf8_lossy(k)
+                );
+            }
+        }
+        // Spot checks against what was written.
+        let base = |i: usize| {
+            lookup(&sv, u64::MAX, key(i).as_bytes())
+                .unwrap()
+                .base
+                .map(|(v, _)| v)
+        };
+        assert_eq!(base(22), Some(LevelValue::Inline(b"mem-22".to_vec())));
+        assert_eq!(base(21), Some(LevelValue::Tombstone));
+        assert!(matches!(base(1), Some(LevelValue::Inline(v)) if v.starts_with(b"two-1-")));
+    }
+
+    #[test]
+    fn a_prefetch_reads_the_leaves_the_gets_then_find_cached_and_no_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(BlockCache::with_pinning(64 << 20, 1 << 20));
+        let (io, sv) = three_runs(dir.path(), &cache);
+        let l2 = &sv.version.levels[1][0];
+        let keys: Vec<String> = (0..3000).step_by(97).map(key).collect();
+        let wanted: Vec<(&LevelFile, &[u8])> =
+            keys.iter().map(|k| (l2.as_ref(), k.as_bytes())).collect();
+        let reads = |io: &Io| io.stats().snapshot().read_ops_by(IoComponent::LevelRead);
+        let before = reads(&io);
+        crate::level::reader::prefetch_leaves(&wanted);
+        let fetched = reads(&io) - before;
+        // 31 keys 97 apart, each leaf holding about 40 of these 200-byte pairs: at least
+        // one leaf per two keys, and never more than one per key.
+        assert!((16..=31).contains(&fetched), "{fetched} leaves read");
+        // The gets find every leaf cached: no read more.
+        for k in &keys {
+            assert!(l2.get(k.as_bytes()).unwrap().is_some());
+        }
+        assert_eq!(reads(&io) - before, fetched);
+        // Fetched again: everything is cached, nothing is read.
+        crate::level::reader::prefetch_leaves(&wanted);
+        assert_eq!(reads(&io) - before, fetched);
+    }
+
+    #[test]
+    fn without_a_cache_a_prefetch_reads_nothing() {
+        // With nowhere to keep them the leaves would be read twice.
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(BlockCache::with_pinning(0, 1 << 20));
+        let (io, sv) = three_runs(dir.path(), &cache);
+        let keys: Vec<String> = (0..3000).step_by(97).map(key).collect();
+        let wanted: Vec<(&LevelFile, &[u8])> = keys
+            .iter()
+            .map(|k| (sv.version.levels[1][0].as_ref(), k.as_bytes()))
+            .collect();
+        let before = io.stats().snapshot().read_ops_by(IoComponent::LevelRead);
+        crate::level::reader::prefetch_leaves(&wanted);
+        assert_eq!(
+            io.stats().snapshot().read_ops_by(IoComponent::LevelRead),
+            before
+        );
+        // Lookups still answer.
+        let many = lookup_many(&sv, &[b"k00001".as_slice(), b"k00022".as_slice()]);
+        assert!(many.iter().all(Result::is_ok));
     }
 
     #[test]
