@@ -41,11 +41,12 @@ pub(crate) const FOLD_BYTES: usize = 4096;
 type Pending = (Vec<u8>, u64, u64, Vec<u8>);
 /// One record read: LSN range, open operand list.
 type Found = (u64, u64, Vec<u8>);
-/// The LSN ranges of a key's bucket lists in the current version.
-pub(crate) type LiveRanges<'a> = &'a mut dyn FnMut(&[u8]) -> Result<Vec<(u64, u64)>>;
+/// The LSN ranges of each key's bucket lists in the current version, in the keys' order.
+pub(crate) type LiveRanges<'a> = &'a mut dyn FnMut(&[&[u8]]) -> Result<Vec<Vec<(u64, u64)>>>;
 
-/// Collects bucket `slot` of `table` (see the module comment). `live(key)` gives the LSN
-/// ranges of the key's bucket lists in the current version (any order; empty when no
+/// Collects bucket `slot` of `table` (see the module comment). `live(keys)` gives, for
+/// each key the bucket holds (asked all at once, so that the walk can batch its reads),
+/// the LSN ranges of its bucket lists in the current version (any order; empty when no
 /// list stands for the key's records any more). Returns the table with the bucket
 /// replaced, ready for an install.
 /// Also returns the keys whose deltas grew past [`FOLD_OPERANDS`] or [`FOLD_BYTES`].
@@ -75,9 +76,18 @@ pub(crate) fn collect(
             Ok(())
         })?;
     }
+    let keys: Vec<&[u8]> = by_key.keys().map(Vec::as_slice).collect();
+    let live_ranges = live(&keys)?;
+    drop(keys);
+    if live_ranges.len() != by_key.len() {
+        return Err(crate::error::Error::Internal(format!(
+            "bucket liveness answered {} of {} keys",
+            live_ranges.len(),
+            by_key.len()
+        )));
+    }
     let mut out: Vec<Pending> = Vec::new();
-    for (key, mut records) in by_key {
-        let ranges = live(&key)?;
+    for ((key, mut records), ranges) in by_key.into_iter().zip(live_ranges) {
         if ranges.is_empty() {
             continue;
         }

@@ -303,7 +303,7 @@ impl Engine {
                 ids.borrow_mut().push(id);
                 id
             };
-            let mut live = |key: &[u8]| crate::read::bucket_ranges(&version, key);
+            let mut live = |keys: &[&[u8]]| crate::read::bucket_ranges_many(&version, keys);
             let op = self.opts.merge_operator.as_deref();
             let result = (|| {
                 let (table, done, grown) = crate::bucket::gc::collect(
