@@ -145,7 +145,7 @@ impl Engine for HybridEngine {
         m.insert(
             "log_appends".into(),
             if o.mmap_log_writes {
-                "small log memory-mapped (a copy into the page cache per commit group), large log buffered"
+                "small and large logs memory-mapped (a copy into the page cache per commit group)"
             } else {
                 "buffered (a pwrite per commit group)"
             }
