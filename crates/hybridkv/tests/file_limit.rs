@@ -18,7 +18,9 @@
 
 use hybridkv::{Db, Error, Options};
 use std::collections::BTreeMap;
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const CHILD_DIR: &str = "HYBRIDKV_FILE_LIMIT_DIR";
 /// `mapped` or `pwrite`: how the child's logs are appended.
@@ -58,6 +60,11 @@ fn child(dir: &str, mapped: bool) {
             rlim_max: 0,
         };
         assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim), 0);
+        assert!(
+            lim.rlim_max >= LIMIT,
+            "the hard file-size limit ({}) is below the test's {LIMIT}",
+            lim.rlim_max
+        );
         lim.rlim_cur = LIMIT;
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
     }
@@ -102,12 +109,43 @@ fn a_file_the_kernel_will_not_let_grow_fails_writes_and_loses_no_acknowledged_on
 fn run(mapped: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
-    let out = Command::new(std::env::current_exe().unwrap())
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, &dir)
         .env(CHILD_MODE, if mapped { "mapped" } else { "pwrite" })
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // The child's output is read while it runs (a full pipe would block it). A child that
+    // hangs, the failure this test rules out, is killed after a deadline far above the
+    // fraction of a second it needs, and the test fails saying so.
+    let (pipe_out, pipe_err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).unwrap();
+            bytes
+        })
+    };
+    let (out_reader, err_reader) = (drain(Box::new(pipe_out)), drain(Box::new(pipe_err)));
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child (mapped logs: {mapped}) still ran after 300 s: a write hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = std::process::Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
