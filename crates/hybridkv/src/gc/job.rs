@@ -14,8 +14,6 @@ use crate::write::CommitRecord;
 
 /// Records relocated per hold of the keyspace's slot (keeps writer pauses short).
 const RELOCATE_CHUNK: usize = 512;
-/// Records whose liveness is checked together (their leaf reads batched, one per run).
-const CHECK_BATCH: usize = 64;
 /// Segments collected per pass at most.
 const MAX_SEGMENTS_PER_PASS: usize = 64;
 
@@ -160,23 +158,20 @@ impl Engine {
         // segment anyway would drop the live records after it (or the damaged one).
         let records = large::scan_segment(&self.io, &path, id, false)?;
         report.entries_checked += records.len() as u64;
-        // First pass without the slot: most dead records are filtered here, the leaves
-        // of a batch of keys read together.
-        let mut live: Vec<(LogPtr, LargeRecord)> = Vec::new();
-        let mut records = records.into_iter().peekable();
-        while records.peek().is_some() {
-            let batch: Vec<(LogPtr, LargeRecord)> = records.by_ref().take(CHECK_BATCH).collect();
-            let asked: Vec<(&[u8], LogPtr)> = batch
+        // First pass without the slot: most dead records are filtered here (the level
+        // reads of many records' lookups batched, `read::lookup_many`).
+        let answers = {
+            let asked: Vec<(&[u8], LogPtr)> = records
                 .iter()
                 .map(|(ptr, rec)| (rec.key.as_slice(), *ptr))
                 .collect();
             let (sv, _) = self.snapshot();
-            let answers = crate::read::values_are_at(&sv, &asked);
-            drop(sv);
-            for ((ptr, rec), is_live) in batch.into_iter().zip(answers) {
-                if is_live? {
-                    live.push((ptr, rec));
-                }
+            crate::read::values_are_at(&sv, &asked)
+        };
+        let mut live: Vec<(LogPtr, LargeRecord)> = Vec::new();
+        for ((ptr, rec), is_live) in records.into_iter().zip(answers) {
+            if is_live? {
+                live.push((ptr, rec));
             }
         }
         for chunk in live.chunks(RELOCATE_CHUNK) {

@@ -493,19 +493,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn read_all_reads_again_a_file_cut_between_its_open_and_its_read() {
-        // A reader in another process (a read-only open, `check`) may open the small log
-        // just before the writer cuts its reserved tail at a memtable switch.
+    /// A simulated file system holding `data` at `path` (in `/d`), and a view of it whose
+    /// first open of a file reports that file 4096 bytes longer than it is (a writer cut
+    /// it between the reader's open and its read).
+    fn cut_once_over(path: &str, data: &[u8]) -> (SimFs, CutOnce) {
         let fs = SimFs::new();
         fs.create_dir_all(Path::new("/d")).unwrap();
-        let mut w = fs.create(Path::new("/d/1.wal"), false).unwrap();
-        w.append(b"records").unwrap();
+        let mut w = fs.create(Path::new(path), false).unwrap();
+        w.append(data).unwrap();
         w.flush().unwrap();
         let cut = CutOnce {
             fs: fs.clone(),
             done: AtomicBool::new(false),
         };
+        (fs, cut)
+    }
+
+    #[test]
+    fn read_all_reads_again_a_file_cut_between_its_open_and_its_read() {
+        // A reader in another process (a read-only open, `check`) may open the small log
+        // just before the writer cuts its reserved tail at a memtable switch.
+        let (_fs, cut) = cut_once_over("/d/1.wal", b"records");
         let io = Io::new(Arc::new(cut), false);
         let got = io
             .read_all(Path::new("/d/1.wal"), IoComponent::Wal)
@@ -518,15 +526,7 @@ mod tests {
         // A read-only open cuts the newest large segment's torn tail in its overlay, which
         // first copies the file; the writer may cut its reserved tail during that copy
         // (found by CI: "failed to fill whole buffer" on a read-only open).
-        let fs = SimFs::new();
-        fs.create_dir_all(Path::new("/d")).unwrap();
-        let mut w = fs.create(Path::new("/d/1.vlog"), false).unwrap();
-        w.append(b"large records").unwrap();
-        w.flush().unwrap();
-        let cut = CutOnce {
-            fs: fs.clone(),
-            done: AtomicBool::new(false),
-        };
+        let (fs, cut) = cut_once_over("/d/1.vlog", b"large records");
         let overlay = overlay::ReadOnlyOverlay::new(Arc::new(cut));
         overlay.truncate(Path::new("/d/1.vlog"), 5).unwrap();
         let r = overlay.open(Path::new("/d/1.vlog"), false).unwrap();

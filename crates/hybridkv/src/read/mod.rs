@@ -130,11 +130,19 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
 const PREFETCH_BATCH: usize = 64;
 
 /// [`lookup`] of each of `keys` (at the newest snapshot), the reads of each level run
-/// batched: before the keys still searching step into a run, the leaves their gets
-/// there will read are read together (`level::reader::prefetch_leaves`). The same
-/// versions, reads and errors as one `lookup` per key, with one device notification per
-/// run instead of one per leaf. Results in the order of `keys`.
+/// batched for [`PREFETCH_BATCH`] keys at a time: before those keys still searching step
+/// into a run, the leaves their gets there will read are read together
+/// (`level::reader::prefetch_leaves`). The same versions, reads and errors as one
+/// `lookup` per key, with one device notification per run instead of one per leaf.
+/// Results in the order of `keys`.
 pub(crate) fn lookup_many(sv: &SuperVersion, keys: &[&[u8]]) -> Vec<Result<Lookup>> {
+    keys.chunks(PREFETCH_BATCH)
+        .flat_map(|chunk| lookup_batch(sv, chunk))
+        .collect()
+}
+
+/// [`lookup_many`] of at most [`PREFETCH_BATCH`] keys.
+fn lookup_batch(sv: &SuperVersion, keys: &[&[u8]]) -> Vec<Result<Lookup>> {
     let mut states: Vec<Result<KeySearch>> = keys
         .iter()
         .map(|key| KeySearch::start(sv, u64::MAX, key))
@@ -570,6 +578,40 @@ mod tests {
         // Fetched again: everything is cached, nothing is read.
         crate::level::reader::prefetch_leaves(&wanted);
         assert_eq!(reads(&io) - before, fetched);
+    }
+
+    #[test]
+    fn a_damaged_leaf_is_not_cached_by_a_prefetch_and_its_gets_report_it() {
+        // The prefetch verifies what it reads and drops what fails; the get that wants the
+        // leaf then reads it itself and reports the damage, as without batching.
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(BlockCache::with_pinning(64 << 20, 1 << 20));
+        let (_io, sv) = three_runs(dir.path(), &cache);
+        // A byte of L2's third leaf flipped (leaves come first in a level file, 8 KiB each).
+        let path = dir.path().join(crate::level::reader::file_name(2));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[2 * 8192 + 300] ^= 0x5A;
+        std::fs::write(&path, &bytes).unwrap();
+        let keys: Vec<String> = (0..3000).map(key).collect();
+        let asked: Vec<&[u8]> = keys.iter().map(String::as_bytes).collect();
+        let many = lookup_many(&sv, &asked);
+        let mut damaged = 0;
+        for (got, k) in many.iter().zip(&asked) {
+            let one = lookup(&sv, u64::MAX, k);
+            assert_eq!(
+                got.is_err(),
+                one.is_err(),
+                "key {}",
+                String::from_utf8_lossy(k)
+            );
+            if let Err(e) = got {
+                assert!(e.is_corruption(), "{e}");
+                damaged += 1;
+            }
+        }
+        // The keys of that leaf that neither the memtable nor L1 answers.
+        assert!(damaged > 0);
+        assert!(damaged < 3000);
     }
 
     #[test]
