@@ -86,7 +86,7 @@ impl Engine {
         let (sv, _) = self.snapshot();
         for run in sv.version.all_runs() {
             report.runs_checked += 1;
-            let mut scanner = run.scanner(IoComponent::LevelRead)?;
+            let mut scanner = run.scanner(IoComponent::LevelRead)?.checking_search_keys();
             loop {
                 let entry = match scanner.next_entry() {
                     Ok(Some(e)) => e,

@@ -260,11 +260,19 @@ pub fn decode_leaf(buf: &[u8], verify: bool) -> Result<Vec<LevelEntry>> {
         }
         out.push((e.key.to_vec(), e.lsn, LevelValue::from(e.value)));
     }
-    for (key, _, _) in &out {
-        v.lower_bound(key, false)
+    // A leaf the builder could have written (keys ascending, search keys true to them)
+    // must find each key where it is; any other leaf only must not panic.
+    let well_formed = out.windows(2).all(|w| w[0].0 < w[1].0) && v.check_search_keys().is_ok();
+    for (i, (key, _, _)) in out.iter().enumerate() {
+        let at = v
+            .lower_bound(key, false)
             .ok_or_else(|| corrupt("undecodable leaf key"))?;
-        v.lower_bound(key, true)
+        let past = v
+            .lower_bound(key, true)
             .ok_or_else(|| corrupt("undecodable leaf key"))?;
+        if well_formed && (at, past) != (i, i + 1) {
+            return Err(corrupt("a lookup in a well-formed leaf misses its key"));
+        }
     }
     Ok(out)
 }

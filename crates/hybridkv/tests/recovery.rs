@@ -722,3 +722,43 @@ fn mapped_large_segments_are_cut_when_full_and_a_crash_leaves_a_tail_the_open_cu
         assert_ne!(bytes.last(), Some(&0), "{} not cut at close", p.display());
     }
 }
+
+/// A leaf whose checksum holds but whose search key (the 4 key bytes a lookup compares
+/// in its slot array) does not match its key misdirects gets: `check` must name it.
+#[test]
+fn check_reports_a_leaf_whose_search_key_lies() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        bloom_bits_per_key: 0,
+        ..wal_opts()
+    };
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for i in 0..2000u32 {
+            db.put(key(i), b"small value").unwrap();
+        }
+        db.flush().unwrap();
+        assert!(db.check().unwrap().is_ok());
+    }
+    let lvl = files_with_ext(dir.path(), "lvl").remove(0);
+    let mut data = std::fs::read(&lvl).unwrap();
+    let leaf = 8192usize;
+    let node = &mut data[leaf..2 * leaf];
+    assert_eq!((node[0], node[1]), (1, 2), "a version 2 leaf");
+    let skip = usize::from(u16::from_le_bytes([node[2], node[3]]));
+    // Slots of 4 bytes (a 2-byte cell, then the 2-byte search key) after the prefix.
+    let slots = 16 + skip.next_multiple_of(4);
+    node[slots + 4 * 3 + 2] ^= 0x20; // the fourth entry's search key
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&node[..12]), &node[16..]);
+    node[12..16].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&lvl, &data).unwrap();
+
+    let db = Db::open(dir.path(), opts).unwrap();
+    let report = db.check().unwrap();
+    assert_eq!(report.error_count, 1, "{report}");
+    let what = &report.errors[0];
+    assert!(
+        what.contains("search key does not match") && what.contains(&lvl.display().to_string()),
+        "{what}"
+    );
+}

@@ -1,10 +1,18 @@
 //! Leaf and index node layouts (FORMAT.md, "Level file").
 //!
-//! Both node kinds share a 16-byte header `[kind u8][version u8][reserved u16][count u32]
-//! [data_start u32][crc u32]`, a slot array of 4-byte cells growing from the front and a
-//! data area growing from the back (Parallax §3.2). A cell's top three bits hold the entry
-//! kind (the pair's category), the low 29 bits its offset inside the node. The CRC32C covers
-//! the whole node except the crc field itself.
+//! Both node kinds share a 16-byte header `[kind u8][version u8][skip u16][count u32]
+//! [data_start u32][crc u32]`, a slot array growing from the front and a data area growing
+//! from the back (Parallax §3.2). A cell's top three bits hold the entry kind (the pair's
+//! category), the low 29 bits its offset inside the node. The CRC32C covers the whole node
+//! except the crc field itself.
+//!
+//! Leaves of up to 8 KiB (version 2) keep a search key in every slot, beside a 2-byte cell:
+//! the 2 key bytes after the prefix all the leaf's keys share (`skip` bytes, stored once
+//! after the header). A lookup's binary
+//! search compares those in the contiguous slot array and reads an entry only to settle a
+//! tie or to confirm the match, so a search of a leaf that is not in the CPU cache misses
+//! a few slot lines instead of two lines per probe. Index nodes and version 1 leaves have
+//! bare 4-byte cells.
 
 use crate::format::{crc32c, crc32c_append, put_u32_at, u32_at, Decoder};
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
@@ -13,7 +21,18 @@ pub(crate) const NODE_HEADER: usize = 16;
 pub(crate) const NODE_LEAF: u8 = 1;
 pub(crate) const NODE_INDEX: u8 = 2;
 pub(crate) const NODE_BLOB: u8 = 3;
+/// Version of index nodes and overflow blobs, and of leaves with bare cells (still read).
 pub(crate) const NODE_VERSION: u8 = 1;
+/// Version of leaves whose slots carry a search key (written since 2026-11).
+pub(crate) const LEAF_VERSION: u8 = 2;
+/// Bytes per slot: a 4-byte cell, or in a version 2 leaf a 2-byte cell and a 2-byte
+/// search key.
+const SLOT: usize = 4;
+/// Leaves up to this size are written as version 2 (a 2-byte cell addresses 8 KiB);
+/// larger ones keep bare cells.
+pub(crate) const KEYED_LEAF_MAX: usize = 8192;
+/// A version 2 cell: `kind << 13 | offset`.
+const SHORT_OFFSET_MASK: u16 = (1 << 13) - 1;
 
 /// Entry kinds stored in a slot's top three bits.
 pub(crate) const KIND_INLINE: u8 = 0;
@@ -70,6 +89,10 @@ pub(crate) struct NodeBuf {
     kind: u8,
     count: u32,
     data_start: usize,
+    /// Whether [`Self::finish`] writes a version 2 leaf (search keys in the slots).
+    keyed: bool,
+    /// Set by [`Self::finish`] (which moves a leaf's slots), cleared by the next entry.
+    finished: bool,
 }
 
 impl NodeBuf {
@@ -79,6 +102,18 @@ impl NodeBuf {
             kind,
             count: 0,
             data_start: size,
+            keyed: kind == NODE_LEAF && size <= KEYED_LEAF_MAX,
+            finished: false,
+        }
+    }
+
+    /// A leaf in the version 1 layout (bare cells), as builds before version 2 leaves
+    /// wrote it: for the tests that old leaves are still read.
+    #[cfg(test)]
+    pub(crate) fn version1_leaf(size: usize) -> Self {
+        NodeBuf {
+            keyed: false,
+            ..NodeBuf::new(size, NODE_LEAF)
         }
     }
 
@@ -88,7 +123,7 @@ impl NodeBuf {
 
     /// Whether an entry of `len` data bytes (plus its slot) still fits.
     pub(crate) fn fits(&self, len: usize) -> bool {
-        NODE_HEADER + 4 * (self.count as usize + 1) + len <= self.data_start
+        NODE_HEADER + SLOT * (self.count as usize + 1) + len <= self.data_start
     }
 
     /// Bytes an empty node offers for entries and their slots.
@@ -101,9 +136,15 @@ impl NodeBuf {
     /// `self.fits(len)`.
     fn reserve(&mut self, kind: u8, len: usize) -> &mut [u8] {
         debug_assert!(self.fits(len));
+        debug_assert!(!self.finished, "an entry pushed into a finished node");
+        self.finished = false;
         self.data_start -= len;
         let cell = (u32::from(kind) << 29) | (self.data_start as u32 & OFFSET_MASK);
-        put_u32_at(&mut self.buf, NODE_HEADER + 4 * self.count as usize, cell);
+        put_u32_at(
+            &mut self.buf,
+            NODE_HEADER + SLOT * self.count as usize,
+            cell,
+        );
         self.count += 1;
         let start = self.data_start;
         self.buf.get_mut(start..start + len).unwrap_or_default()
@@ -171,15 +212,28 @@ impl NodeBuf {
 
     /// Writes the header, zeros the gap between the slots and the data (a reset leaves
     /// the last node's bytes there) and the checksum; returns the finished node bytes.
+    /// A leaf's slots get their search keys here, and move past the shared key prefix.
+    /// Calling it again returns the same bytes.
     pub(crate) fn finish(&mut self) -> &[u8] {
-        let slots_end = NODE_HEADER + 4 * self.count as usize;
+        if self.finished {
+            return &self.buf;
+        }
+        self.finished = true;
+        let (version, skip, slots) = if self.keyed {
+            let (skip, slots) = self.key_slots();
+            (LEAF_VERSION, skip, slots)
+        } else {
+            (NODE_VERSION, 0, NODE_HEADER)
+        };
+        let slots_end = slots + SLOT * self.count as usize;
         if let Some(gap) = self.buf.get_mut(slots_end..self.data_start) {
             gap.fill(0);
         }
         if let Some(h) = self.buf.get_mut(..NODE_HEADER) {
             h.fill(0);
             h[0] = self.kind;
-            h[1] = NODE_VERSION;
+            h[1] = version;
+            h[2..4].copy_from_slice(&(skip as u16).to_le_bytes());
             h[4..8].copy_from_slice(&self.count.to_le_bytes());
             h[8..12].copy_from_slice(&(self.data_start as u32).to_le_bytes());
         }
@@ -188,11 +242,58 @@ impl NodeBuf {
         &self.buf
     }
 
+    /// A leaf's search keys: finds the prefix every key shares (as much of it as the free
+    /// space holds), rewrites each slot as its 2-byte cell and search key, moves the slots
+    /// past that prefix and stores it after the header. Returns the prefix length and
+    /// where the slots start.
+    fn key_slots(&mut self) -> (usize, usize) {
+        let n = self.count as usize;
+        let key_range = |buf: &[u8], i: usize| -> Option<(usize, usize)> {
+            let cell = u32_at(buf, NODE_HEADER + SLOT * i)?;
+            let (start, len) = entry_key_span(buf, NODE_LEAF, cell)?;
+            Some((start, start + len))
+        };
+        let (first, last) = match (key_range(&self.buf, 0), n.checked_sub(1)) {
+            (Some(f), Some(l)) => (f, key_range(&self.buf, l).unwrap_or(f)),
+            _ => return (0, NODE_HEADER),
+        };
+        let common = {
+            let a = self.buf.get(first.0..first.1).unwrap_or_default();
+            let b = self.buf.get(last.0..last.1).unwrap_or_default();
+            a.iter().zip(b).take_while(|(x, y)| x == y).count()
+        };
+        // The prefix and its padding must fit between the slots and the data.
+        let room = self.data_start.saturating_sub(NODE_HEADER + SLOT * n);
+        let skip = common.min(room & !(SLOT - 1));
+        let shift = skip.next_multiple_of(SLOT);
+        for i in 0..n {
+            let at = NODE_HEADER + SLOT * i;
+            let cell = u32_at(&self.buf, at).unwrap_or_default();
+            let search = key_range(&self.buf, i)
+                .and_then(|(s, e)| self.buf.get(s..e))
+                .map_or(0, |k| search_key(k, skip));
+            // The offset is below the node size (at most 8 KiB): it fits 13 bits.
+            let short = (((cell >> 29) as u16) << 13) | (cell as u16 & SHORT_OFFSET_MASK);
+            if let Some(dst) = self.buf.get_mut(at..at + SLOT) {
+                dst[..2].copy_from_slice(&short.to_le_bytes());
+                dst[2..].copy_from_slice(&search.to_be_bytes());
+            }
+        }
+        self.buf
+            .copy_within(NODE_HEADER..NODE_HEADER + SLOT * n, NODE_HEADER + shift);
+        self.buf.copy_within(first.0..first.0 + skip, NODE_HEADER);
+        if let Some(pad) = self.buf.get_mut(NODE_HEADER + skip..NODE_HEADER + shift) {
+            pad.fill(0);
+        }
+        (skip, NODE_HEADER + shift)
+    }
+
     /// Empties the node for the next one. The old bytes stay: every entry overwrites all
     /// of its slot and data, the header is written and the gap zeroed in [`Self::finish`].
     pub(crate) fn reset(&mut self) {
         self.count = 0;
         self.data_start = self.buf.len();
+        self.finished = false;
     }
 }
 
@@ -213,6 +314,39 @@ pub(crate) fn node_crc(node: &[u8]) -> u32 {
     crc32c_append(crc32c(head), tail)
 }
 
+/// Where the key of the entry `cell` points at starts inside `buf`, and its length.
+/// `None` if the cell's kind is unknown or the entry runs past the buffer.
+fn entry_key_span(buf: &[u8], node_kind: u8, cell: u32) -> Option<(usize, usize)> {
+    let off = (cell & OFFSET_MASK) as usize;
+    let kind = (cell >> 29) as u8;
+    let klen = usize::from(u16::from_le_bytes(
+        buf.get(off..off.checked_add(2)?)?.try_into().ok()?,
+    ));
+    let skip = match (node_kind, kind) {
+        (NODE_INDEX, _) => 8,
+        (_, KIND_INLINE | KIND_DELTAS) => 12,
+        (_, KIND_OVERFLOW | KIND_DELTAS_OVERFLOW) => 24,
+        (_, KIND_TOMBSTONE) => 8,
+        (_, KIND_MEDIUM | KIND_LARGE) => 8 + LOG_PTR_SIZE,
+        _ => return None,
+    };
+    let start = off.checked_add(2 + skip)?;
+    (start.checked_add(klen)? <= buf.len()).then_some((start, klen))
+}
+
+/// The search key of `key` in a leaf whose keys share `skip` bytes: the next 2 bytes,
+/// zero-padded, as a big-endian number. Search keys order like the keys they come from,
+/// except that keys equal in those bytes (or one a zero-padded extension of the other)
+/// tie.
+fn search_key(key: &[u8], skip: usize) -> u16 {
+    let mut b = [0u8; 2];
+    if let Some(rest) = key.get(skip..) {
+        let n = rest.len().min(2);
+        b[..n].copy_from_slice(&rest[..n]);
+    }
+    u16::from_be_bytes(b)
+}
+
 /// A validated, read-only view of a node. Every accessor re-checks offsets, so a view
 /// over damaged bytes yields `None`, never a panic.
 #[derive(Debug, Clone, Copy)]
@@ -221,6 +355,12 @@ pub(crate) struct NodeView<'a> {
     kind: u8,
     count: usize,
     data_start: usize,
+    /// Where the slot array starts.
+    slots: usize,
+    /// A version 2 leaf: 2-byte cells and search keys in the slots.
+    keyed: bool,
+    /// Length of the key prefix every key of a version 2 leaf shares (0 otherwise).
+    skip: usize,
 }
 
 impl<'a> NodeView<'a> {
@@ -237,18 +377,24 @@ impl<'a> NodeView<'a> {
         let mut d = Decoder::new(buf);
         let kind = d.u8().ok_or("node shorter than its header")?;
         let version = d.u8().ok_or("node shorter than its header")?;
-        let _reserved = d.u16();
+        let skip = d.u16().ok_or("node shorter than its header")? as usize;
         let count = d.u32().ok_or("node shorter than its header")? as usize;
         let data_start = d.u32().ok_or("node shorter than its header")? as usize;
         if kind != expected_kind {
             return Err("unexpected node kind");
         }
-        if version != NODE_VERSION {
-            return Err("unknown node version");
-        }
+        let (slots, keyed) = match (kind, version) {
+            (NODE_LEAF, LEAF_VERSION) if buf.len() <= KEYED_LEAF_MAX => {
+                (NODE_HEADER + skip.next_multiple_of(SLOT), true)
+            }
+            (NODE_LEAF, LEAF_VERSION) => return Err("version 2 leaf larger than 8 KiB"),
+            (_, NODE_VERSION) if skip == 0 => (NODE_HEADER, false),
+            (_, NODE_VERSION) => return Err("reserved header field is not zero"),
+            _ => return Err("unknown node version"),
+        };
         let slots_end = count
-            .checked_mul(4)
-            .and_then(|s| s.checked_add(NODE_HEADER))
+            .checked_mul(SLOT)
+            .and_then(|s| s.checked_add(slots))
             .ok_or("slot count overflows")?;
         if slots_end > data_start || data_start > buf.len() {
             return Err("slot array overlaps data area");
@@ -258,6 +404,9 @@ impl<'a> NodeView<'a> {
             kind,
             count,
             data_start,
+            slots,
+            keyed,
+            skip,
         })
     }
 
@@ -269,29 +418,38 @@ impl<'a> NodeView<'a> {
         if i >= self.count {
             return None;
         }
-        let cell = u32_at(self.buf, NODE_HEADER + 4 * i)?;
-        let off = (cell & OFFSET_MASK) as usize;
+        let at = self.slots + SLOT * i;
+        let (kind, off) = if self.keyed {
+            let cell = u16::from_le_bytes(self.buf.get(at..at + 2)?.try_into().ok()?);
+            ((cell >> 13) as u8, usize::from(cell & SHORT_OFFSET_MASK))
+        } else {
+            let cell = u32_at(self.buf, at)?;
+            ((cell >> 29) as u8, (cell & OFFSET_MASK) as usize)
+        };
         if off < self.data_start || off >= self.buf.len() {
             return None;
         }
-        Some(((cell >> 29) as u8, off))
+        Some((kind, off))
     }
 
     /// Key of entry `i` (leaf or index).
     pub(crate) fn key(&self, i: usize) -> Option<&'a [u8]> {
         let (kind, off) = self.slot(i)?;
-        let mut d = Decoder::new(self.buf.get(off..)?);
-        let klen = d.u16()? as usize;
-        let skip = match (self.kind, kind) {
-            (NODE_INDEX, _) => 8,
-            (_, KIND_INLINE | KIND_DELTAS) => 12,
-            (_, KIND_OVERFLOW | KIND_DELTAS_OVERFLOW) => 24,
-            (_, KIND_TOMBSTONE) => 8,
-            (_, KIND_MEDIUM | KIND_LARGE) => 8 + LOG_PTR_SIZE,
-            _ => return None,
-        };
-        d.bytes(skip)?;
-        d.bytes(klen)
+        let cell = (u32::from(kind) << 29) | off as u32;
+        let (start, len) = entry_key_span(self.buf, self.kind, cell)?;
+        self.buf.get(start..start + len)
+    }
+
+    /// The search key in slot `i` of a version 2 leaf.
+    fn slot_search_key(&self, i: usize) -> Option<u16> {
+        let at = self.slots + SLOT * i + 2;
+        let b = self.buf.get(at..at + 2)?;
+        Some(u16::from_be_bytes(b.try_into().ok()?))
+    }
+
+    /// The key prefix every key of a version 2 leaf shares (empty otherwise).
+    fn shared_prefix(&self) -> Option<&'a [u8]> {
+        self.buf.get(NODE_HEADER..NODE_HEADER + self.skip)
     }
 
     /// Leaf entry `i`.
@@ -358,9 +516,76 @@ impl<'a> NodeView<'a> {
     }
 
     /// First entry whose key is >= `key` (or > `key` when `strict`); `count()` if none.
-    /// `None` if a key could not be decoded.
+    /// `None` if a key the search needed could not be decoded.
     pub(crate) fn lower_bound(&self, key: &[u8], strict: bool) -> Option<usize> {
+        if !self.keyed {
+            return self.lower_bound_by_keys(key, strict, 0, self.count);
+        }
+        // Every key starts with the shared prefix: a key that does not sorts before or
+        // after all of them.
+        let shared = self.shared_prefix()?;
+        let head = key.get(..shared.len()).unwrap_or(key);
+        match head.cmp(shared.get(..head.len())?) {
+            std::cmp::Ordering::Less => return Some(0),
+            std::cmp::Ordering::Greater => return Some(self.count),
+            // A proper prefix of the shared prefix sorts before every key.
+            std::cmp::Ordering::Equal if head.len() < shared.len() => return Some(0),
+            std::cmp::Ordering::Equal => {}
+        }
+        // The entries whose search key ties with `key`'s: only those need their keys.
+        let probe = search_key(key, self.skip);
         let (mut lo, mut hi) = (0usize, self.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.slot_search_key(mid)? < probe {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let mut end = lo;
+        hi = self.count;
+        while end < hi {
+            let mid = end + (hi - end) / 2;
+            if self.slot_search_key(mid)? <= probe {
+                end = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.lower_bound_by_keys(key, strict, lo, end)
+    }
+
+    /// Checks that every key of a version 2 leaf starts with the shared prefix and that
+    /// its slot's search key is the one its key gives (searches trust both).
+    pub(crate) fn check_search_keys(&self) -> Result<(), &'static str> {
+        if !self.keyed {
+            return Ok(());
+        }
+        let shared = self
+            .shared_prefix()
+            .ok_or("shared key prefix out of range")?;
+        for i in 0..self.count {
+            let key = self.key(i).ok_or("undecodable leaf key")?;
+            if !key.starts_with(shared) {
+                return Err("leaf key without the leaf's shared prefix");
+            }
+            if self.slot_search_key(i) != Some(search_key(key, self.skip)) {
+                return Err("leaf search key does not match its key");
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::lower_bound`] by comparing whole keys, within entries `lo..hi` (the answer
+    /// is known to lie in `lo..=hi`).
+    fn lower_bound_by_keys(
+        &self,
+        key: &[u8],
+        strict: bool,
+        mut lo: usize,
+        mut hi: usize,
+    ) -> Option<usize> {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let k = self.key(mid)?;
@@ -481,5 +706,220 @@ mod tests {
         assert!(v.leaf_entry(0).is_none());
         assert!(v.key(2).is_none());
         assert_eq!(v.lower_bound(b"x", false), None);
+    }
+
+    /// Lower bound by a linear walk over the keys: the reference for the searches.
+    fn linear_lower_bound(keys: &[Vec<u8>], key: &[u8], strict: bool) -> usize {
+        keys.iter()
+            .position(|k| {
+                if strict {
+                    k.as_slice() > key
+                } else {
+                    k.as_slice() >= key
+                }
+            })
+            .unwrap_or(keys.len())
+    }
+
+    fn leaf_of(keys: &[Vec<u8>], mut n: NodeBuf) -> Vec<u8> {
+        for (i, k) in keys.iter().enumerate() {
+            match i % 3 {
+                0 => n.push_inline(k, i as u64, b"v"),
+                1 => n.push_tombstone(k, i as u64),
+                _ => n.push_pointer(
+                    KIND_LARGE,
+                    k,
+                    i as u64,
+                    LogPtr {
+                        segment: 1,
+                        offset: 0,
+                        len: 64,
+                    },
+                ),
+            }
+        }
+        n.finish().to_vec()
+    }
+
+    /// Probes around every key: the key, its neighbours by one byte, its prefixes and
+    /// extensions (zero bytes included, which tie with a shorter key's padded search key).
+    fn probes(keys: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut out = vec![Vec::new(), vec![0u8], vec![0xff; 12]];
+        for k in keys {
+            out.push(k.clone());
+            for cut in 0..k.len() {
+                out.push(k[..cut].to_vec());
+            }
+            for tail in [&[0u8][..], &[0, 0], &[1], &[0xff]] {
+                let mut e = k.clone();
+                e.extend_from_slice(tail);
+                out.push(e);
+            }
+            if let Some(&last) = k.last() {
+                let mut d = k.clone();
+                *d.last_mut().unwrap() = last.wrapping_sub(1);
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_keyed_leaf_searches_like_a_walk_over_its_keys() {
+        // Deterministic pseudo-random key sets: shared prefixes of several lengths, keys
+        // that are prefixes of others, zero bytes, ties in the 4 search-key bytes.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..60 {
+            let shared: Vec<u8> = (0..round % 13).map(|i| b"user0123456789"[i]).collect();
+            let mut keys: Vec<Vec<u8>> = (0..(next() % 90 + 1))
+                .map(|_| {
+                    let mut k = shared.clone();
+                    let len = (next() % 9) as usize;
+                    let alphabet = if round % 2 == 0 { 3 } else { 256 };
+                    k.extend((0..len).map(|_| (next() % alphabet) as u8));
+                    k
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            let bytes = leaf_of(&keys, NodeBuf::new(8192, NODE_LEAF));
+            let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
+            assert_eq!(bytes[1], LEAF_VERSION);
+            let (first, last) = (&keys[0], &keys[keys.len() - 1]);
+            let common = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+            assert_eq!(v.skip, common, "round {round}: the prefix all keys share");
+            for (i, k) in keys.iter().enumerate() {
+                assert_eq!(v.key(i).unwrap(), k.as_slice(), "round {round}");
+            }
+            for p in probes(&keys) {
+                for strict in [false, true] {
+                    assert_eq!(
+                        v.lower_bound(&p, strict),
+                        Some(linear_lower_bound(&keys, &p, strict)),
+                        "round {round}, probe {p:?}, strict {strict}, keys {keys:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_shared_prefix_is_stored_once_and_shortened_to_the_free_space() {
+        let keys: Vec<Vec<u8>> = (0..5u8)
+            .map(|i| {
+                let mut k = b"tenant-0042/orders/".to_vec();
+                k.push(b'a' + i);
+                k
+            })
+            .collect();
+        let bytes = leaf_of(&keys, NodeBuf::new(4096, NODE_LEAF));
+        let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
+        assert_eq!(v.skip, b"tenant-0042/orders/".len());
+        assert_eq!(v.shared_prefix().unwrap(), b"tenant-0042/orders/");
+        assert_eq!(v.slot_search_key(2), Some(u16::from_be_bytes([b'c', 0])));
+        // A leaf filled to its last byte has no room for the prefix: it searches with
+        // search keys taken from the start of each key, and still finds every key.
+        let mut full = NodeBuf::new(4096, NODE_LEAF);
+        let mut stored = Vec::new();
+        let mut i = 0u32;
+        loop {
+            // 20-byte keys: 120 tombstones and their slots fill 4080 bytes exactly.
+            let k = [b"shared-prefix-".as_slice(), &i.to_be_bytes(), b"!!"].concat();
+            if !full.fits(TOMBSTONE_FIXED + k.len()) {
+                break;
+            }
+            full.push_tombstone(&k, 1);
+            stored.push(k);
+            i += 1;
+        }
+        let bytes = full.finish().to_vec();
+        let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
+        assert_eq!((stored.len(), v.skip), (120, 0));
+        for p in probes(&stored) {
+            assert_eq!(
+                v.lower_bound(&p, false),
+                Some(linear_lower_bound(&stored, &p, false))
+            );
+        }
+    }
+
+    #[test]
+    fn version_1_leaves_are_still_read() {
+        let keys: Vec<Vec<u8>> = ["ant", "bee", "cat", "dog"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        let bytes = leaf_of(&keys, NodeBuf::version1_leaf(4096));
+        assert_eq!(bytes[1], NODE_VERSION);
+        assert_eq!(
+            u32_at(&bytes, NODE_HEADER).map(|c| c & OFFSET_MASK),
+            Some(4096 - (INLINE_FIXED + 3 + 1) as u32)
+        );
+        let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
+        for p in probes(&keys) {
+            assert_eq!(
+                v.lower_bound(&p, true),
+                Some(linear_lower_bound(&keys, &p, true))
+            );
+        }
+        assert_eq!(v.leaf_entry(2).unwrap().key, b"cat");
+        // A version 1 header must keep its reserved field zero.
+        let mut bad = bytes.clone();
+        bad[2] = 1;
+        let crc = node_crc(&bad);
+        put_u32_at(&mut bad, 12, crc);
+        assert!(NodeView::verify(&bad, NODE_LEAF).is_err());
+    }
+
+    #[test]
+    fn lying_search_keys_and_prefixes_are_caught_by_the_check() {
+        let keys: Vec<Vec<u8>> = ["row-a1", "row-b2", "row-c3"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        let good = leaf_of(&keys, NodeBuf::new(4096, NODE_LEAF));
+        let v = NodeView::verify(&good, NODE_LEAF).unwrap();
+        assert_eq!(v.check_search_keys(), Ok(()));
+        let slots = v.slots;
+        let resealed = |mut b: Vec<u8>| {
+            let crc = node_crc(&b);
+            put_u32_at(&mut b, 12, crc);
+            b
+        };
+        let mut lying_slot = good.clone();
+        lying_slot[slots + SLOT + 2] ^= 0x40;
+        let lying_slot = resealed(lying_slot);
+        let v = NodeView::verify(&lying_slot, NODE_LEAF).unwrap();
+        assert_eq!(
+            v.check_search_keys(),
+            Err("leaf search key does not match its key")
+        );
+        let mut lying_prefix = good.clone();
+        lying_prefix[NODE_HEADER] = b'x';
+        let lying_prefix = resealed(lying_prefix);
+        let v = NodeView::verify(&lying_prefix, NODE_LEAF).unwrap();
+        assert_eq!(
+            v.check_search_keys(),
+            Err("leaf key without the leaf's shared prefix")
+        );
+    }
+
+    #[test]
+    fn a_keyed_leaf_header_claiming_a_long_prefix_is_refused_not_read_past() {
+        let keys: Vec<Vec<u8>> = ["k1", "k2"].iter().map(|k| k.as_bytes().to_vec()).collect();
+        let mut bytes = leaf_of(&keys, NodeBuf::new(4096, NODE_LEAF));
+        bytes[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
+        let crc = node_crc(&bytes);
+        put_u32_at(&mut bytes, 12, crc);
+        assert_eq!(
+            NodeView::verify(&bytes, NODE_LEAF).err(),
+            Some("slot array overlaps data area")
+        );
     }
 }

@@ -486,6 +486,7 @@ impl LevelFile {
             win_start: 0,
             leaf: None,
             spare_value: Vec::new(),
+            check_search_keys: false,
         })
     }
 }
@@ -811,9 +812,19 @@ pub(crate) struct LevelScanner {
     /// A value buffer kept while the merge's entry holds a value that is not in place
     /// (a pointer), for the next in-place value [`LevelScanner::next_into`] copies.
     spare_value: Vec<u8>,
+    /// Whether each leaf's search keys are checked against its keys (`check` does;
+    /// a compaction does not pay for it).
+    check_search_keys: bool,
 }
 
 impl LevelScanner {
+    /// Also checks, leaf by leaf, that the search keys a lookup compares agree with the
+    /// keys (a leaf whose checksum holds but whose search keys lie would misdirect gets).
+    pub(crate) fn checking_search_keys(mut self) -> Self {
+        self.check_search_keys = true;
+        self
+    }
+
     /// Entries of the file being scanned.
     pub(crate) fn file_entries(&self) -> u64 {
         self.file.entries()
@@ -874,8 +885,14 @@ impl LevelScanner {
             let head = self.ensure(pos, BLOB_HEADER)?;
             match head.first().copied() {
                 Some(NODE_LEAF) => {
+                    let check_search_keys = self.check_search_keys;
                     let checked = NodeView::verify(self.ensure(pos, leaf_size)?, NODE_LEAF)
-                        .map(|v| v.count());
+                        .and_then(|v| {
+                            if check_search_keys {
+                                v.check_search_keys()?;
+                            }
+                            Ok(v.count())
+                        });
                     let count = checked.map_err(|w| self.file.corrupt(pos, w))?;
                     let start = usize::try_from(pos - self.win_start)
                         .map_or(usize::MAX, |d| self.win_off.saturating_add(d));
