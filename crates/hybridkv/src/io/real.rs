@@ -1555,4 +1555,93 @@ mod tests {
         assert!(matches!(w.finish(), Err(Error::Closed)));
         assert_eq!(std::fs::metadata(&p).unwrap().len(), MAPPED_FIRST_STEP);
     }
+
+    /// Set in the child process of
+    /// [`a_mapping_refused_after_the_reservation_gives_the_reservation_back`].
+    const MAP_REFUSED_CHILD: &str = "HYBRIDKV_MAP_REFUSED_FILE";
+
+    /// The kernel refuses the mapping after `fallocate` reserved the file's first step:
+    /// `create_mapped` must fail with the `mmap` error naming the file and leave the file
+    /// empty (a reserved tail of zeros would read as a torn segment header). The refusal is
+    /// the kernel's own: the test runs itself again as a child process whose address-space
+    /// limit (`RLIMIT_AS`) is set to what it already maps, so no new mapping fits, while
+    /// `fallocate` needs no address space.
+    #[test]
+    fn a_mapping_refused_after_the_reservation_gives_the_reservation_back() {
+        if let Ok(path) = std::env::var(MAP_REFUSED_CHILD) {
+            map_refused_child(Path::new(&path));
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000001.vlog");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "io::real::tests::a_mapping_refused_after_the_reservation_gives_the_reservation_back",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(MAP_REFUSED_CHILD, &path)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "child failed: {said}");
+        assert!(
+            said.contains("CHILD-CHECKED"),
+            "the child's checks did not run: {said}"
+        );
+    }
+
+    fn map_refused_child(path: &Path) {
+        // Whether this file system gets mapped appends at all (a copy-on-write one gets
+        // buffered appends, and never maps).
+        let probe = File::create(path.with_extension("probe")).unwrap();
+        let maps = reserves_blocks(&probe);
+        drop(probe);
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let vm_kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmSize:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: plain libc calls on this process's own limits.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_AS, &mut old), 0);
+            let tight = libc::rlimit {
+                rlim_cur: vm_kib * 1024,
+                rlim_max: old.rlim_max,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_AS, &tight), 0);
+        }
+        let created = RealFs.create_mapped(path);
+        // SAFETY: as above; the soft limit goes back below the unchanged hard one.
+        unsafe {
+            assert_eq!(libc::setrlimit(libc::RLIMIT_AS, &old), 0);
+        }
+        if maps {
+            let err = created
+                .err()
+                .expect("no mapping fits: the create must fail");
+            let text = err.to_string();
+            assert!(
+                text.contains("mmap") && text.contains(&path.display().to_string()),
+                "{text}"
+            );
+            assert_eq!(
+                std::fs::metadata(path).unwrap().len(),
+                0,
+                "the reserved step must be given back"
+            );
+        } else {
+            // Buffered appends need no new mapping: the file is created and empty.
+            assert!(created.is_ok());
+            assert_eq!(std::fs::metadata(path).unwrap().len(), 0);
+        }
+        println!("CHILD-CHECKED");
+    }
 }
