@@ -723,7 +723,7 @@ fn mapped_large_segments_are_cut_when_full_and_a_crash_leaves_a_tail_the_open_cu
     }
 }
 
-/// A leaf whose checksum holds but whose search key (the 4 key bytes a lookup compares
+/// A leaf whose checksum holds but whose search key (the 2 key bytes a lookup compares
 /// in its slot array) does not match its key misdirects gets: `check` must name it.
 #[test]
 fn check_reports_a_leaf_whose_search_key_lies() {

@@ -217,8 +217,10 @@ impl LevelBuilder {
         }
         let offset = self.file.len();
         let bytes = self.leaf.finish();
-        self.file.append(bytes)?;
+        let appended = self.file.append(bytes);
+        // Reset even on failure: a finished leaf must not take more entries.
         self.leaf.reset();
+        appended?;
         self.leaves += 1;
         let first = std::mem::take(&mut self.leaf_first_key);
         self.push_pivot(0, &first, offset)?;

@@ -7,7 +7,10 @@ pub const FOOTER_SIZE: usize = 128;
 const MAGIC: &[u8; 8] = b"HKVLEVEL";
 /// Format version of level files written now (2: a Bloom filter unit may precede the
 /// footer). Version 1 files (no filter) are still read.
-pub(crate) const LEVEL_VERSION: u32 = 2;
+/// Version 3: leaves may be version 2 (search keys in their slots); the footer is
+/// version 2's. A build that knows only versions 1 and 2 refuses such a file as
+/// unsupported instead of meeting leaves it cannot read.
+pub(crate) const LEVEL_VERSION: u32 = 3;
 
 /// What the footer records about a level file.
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
@@ -82,7 +85,7 @@ impl Footer {
             return Err(FooterError::Corrupt("footer checksum mismatch"));
         }
         let version = d.u32().unwrap_or(0);
-        if version != 1 && version != LEVEL_VERSION {
+        if !(1..=LEVEL_VERSION).contains(&version) {
             return Err(FooterError::Version(version));
         }
         let bad = FooterError::Corrupt("footer too short");

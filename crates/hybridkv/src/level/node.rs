@@ -3,7 +3,8 @@
 //! Both node kinds share a 16-byte header `[kind u8][version u8][skip u16][count u32]
 //! [data_start u32][crc u32]`, a slot array growing from the front and a data area growing
 //! from the back (Parallax §3.2). A cell's top three bits hold the entry kind (the pair's
-//! category), the low 29 bits its offset inside the node. The CRC32C covers the whole node
+//! category), the other bits its offset inside the node (29 of a 4-byte cell, 13 of a
+//! version 2 leaf's 2-byte cell). The CRC32C covers the whole node
 //! except the crc field itself.
 //!
 //! Leaves of up to 8 KiB (version 2) keep a search key in every slot, beside a 2-byte cell:
@@ -91,7 +92,8 @@ pub(crate) struct NodeBuf {
     data_start: usize,
     /// Whether [`Self::finish`] writes a version 2 leaf (search keys in the slots).
     keyed: bool,
-    /// Set by [`Self::finish`] (which moves a leaf's slots), cleared by the next entry.
+    /// Set by [`Self::finish`] (which moves a leaf's slots), cleared by [`Self::reset`];
+    /// no entry may be pushed in between.
     finished: bool,
 }
 
@@ -219,11 +221,9 @@ impl NodeBuf {
             return &self.buf;
         }
         self.finished = true;
-        let (version, skip, slots) = if self.keyed {
-            let (skip, slots) = self.key_slots();
-            (LEAF_VERSION, skip, slots)
-        } else {
-            (NODE_VERSION, 0, NODE_HEADER)
+        let (version, skip, slots) = match self.keyed.then(|| self.key_slots()).flatten() {
+            Some((skip, slots)) => (LEAF_VERSION, skip, slots),
+            None => (NODE_VERSION, 0, NODE_HEADER),
         };
         let slots_end = slots + SLOT * self.count as usize;
         if let Some(gap) = self.buf.get_mut(slots_end..self.data_start) {
@@ -245,18 +245,19 @@ impl NodeBuf {
     /// A leaf's search keys: finds the prefix every key shares (as much of it as the free
     /// space holds), rewrites each slot as its 2-byte cell and search key, moves the slots
     /// past that prefix and stores it after the header. Returns the prefix length and
-    /// where the slots start.
-    fn key_slots(&mut self) -> (usize, usize) {
+    /// where the slots start; `None` (the node stays version 1, bare cells) if the first
+    /// or last key cannot be decoded, which the push methods never write.
+    fn key_slots(&mut self) -> Option<(usize, usize)> {
         let n = self.count as usize;
         let key_range = |buf: &[u8], i: usize| -> Option<(usize, usize)> {
             let cell = u32_at(buf, NODE_HEADER + SLOT * i)?;
             let (start, len) = entry_key_span(buf, NODE_LEAF, cell)?;
             Some((start, start + len))
         };
-        let (first, last) = match (key_range(&self.buf, 0), n.checked_sub(1)) {
-            (Some(f), Some(l)) => (f, key_range(&self.buf, l).unwrap_or(f)),
-            _ => return (0, NODE_HEADER),
+        let Some(last) = n.checked_sub(1) else {
+            return Some((0, NODE_HEADER));
         };
+        let (first, last) = (key_range(&self.buf, 0)?, key_range(&self.buf, last)?);
         let common = {
             let a = self.buf.get(first.0..first.1).unwrap_or_default();
             let b = self.buf.get(last.0..last.1).unwrap_or_default();
@@ -285,7 +286,7 @@ impl NodeBuf {
         if let Some(pad) = self.buf.get_mut(NODE_HEADER + skip..NODE_HEADER + shift) {
             pad.fill(0);
         }
-        (skip, NODE_HEADER + shift)
+        Some((skip, NODE_HEADER + shift))
     }
 
     /// Empties the node for the next one. The old bytes stay: every entry overwrites all
@@ -767,7 +768,7 @@ mod tests {
     #[test]
     fn a_keyed_leaf_searches_like_a_walk_over_its_keys() {
         // Deterministic pseudo-random key sets: shared prefixes of several lengths, keys
-        // that are prefixes of others, zero bytes, ties in the 4 search-key bytes.
+        // that are prefixes of others, zero bytes, ties in the 2 search-key bytes.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
             x ^= x << 13;
