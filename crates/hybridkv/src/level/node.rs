@@ -251,7 +251,8 @@ impl NodeBuf {
         let n = self.count as usize;
         let key_range = |buf: &[u8], i: usize| -> Option<(usize, usize)> {
             let cell = u32_at(buf, NODE_HEADER + SLOT * i)?;
-            let (start, len) = entry_key_span(buf, NODE_LEAF, cell)?;
+            let (kind, off) = ((cell >> 29) as u8, (cell & OFFSET_MASK) as usize);
+            let (start, len) = entry_key_span(buf, NODE_LEAF, kind, off)?;
             Some((start, start + len))
         };
         let Some(last) = n.checked_sub(1) else {
@@ -315,11 +316,9 @@ pub(crate) fn node_crc(node: &[u8]) -> u32 {
     crc32c_append(crc32c(head), tail)
 }
 
-/// Where the key of the entry `cell` points at starts inside `buf`, and its length.
-/// `None` if the cell's kind is unknown or the entry runs past the buffer.
-fn entry_key_span(buf: &[u8], node_kind: u8, cell: u32) -> Option<(usize, usize)> {
-    let off = (cell & OFFSET_MASK) as usize;
-    let kind = (cell >> 29) as u8;
+/// Where the key of the entry of `kind` at `off` starts inside `buf`, and its length.
+/// `None` if the kind is unknown or the entry runs past the buffer.
+fn entry_key_span(buf: &[u8], node_kind: u8, kind: u8, off: usize) -> Option<(usize, usize)> {
     let klen = usize::from(u16::from_le_bytes(
         buf.get(off..off.checked_add(2)?)?.try_into().ok()?,
     ));
@@ -436,8 +435,7 @@ impl<'a> NodeView<'a> {
     /// Key of entry `i` (leaf or index).
     pub(crate) fn key(&self, i: usize) -> Option<&'a [u8]> {
         let (kind, off) = self.slot(i)?;
-        let cell = (u32::from(kind) << 29) | off as u32;
-        let (start, len) = entry_key_span(self.buf, self.kind, cell)?;
+        let (start, len) = entry_key_span(self.buf, self.kind, kind, off)?;
         self.buf.get(start..start + len)
     }
 
