@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 17's "the same with Bloom filters on": the paper's configuration (direct I/O, the
 # cache a fifth of the data up to 2 GiB) with Bloom filters on for every engine, at the
-# paper's depth: Load A, Run A and Run C (OPS operations each) and Run E (OPS / 10), one
-# engine after the other on the same host, each database deleted after its runs.
+# paper's depth: Load A, Run A, Run B and Run C (OPS operations each) and Run E (OPS / 10),
+# one engine after the other on the same host, each database deleted after its runs.
 #
 # usage: scripts/bench-bloom-depth.sh [MIX=SD] [RECORDS=40000000] [OPS=2000000]
 #        [ENGINES="hybridkv rocksdb"] [RESULTS=docs/bench/bloom-40m-<mix>.jsonl]
 # BENCH_BLOOM=off runs the same with Bloom filters off (the paper's own configuration;
-# results default to docs/bench/depth-40m-<mix>.jsonl).
+# results default to docs/bench/depth-40m-<mix>.jsonl). BENCH_EXTRA adds flags to every
+# bench command (e.g. BENCH_EXTRA="--medium-merge-level second-to-last").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mix=${1:-SD}
@@ -33,10 +34,12 @@ for engine in $engines; do
   rm -rf "$db"
   common=(--config paper "${bloom_flag[@]}" --records "$records" --mix "$mix" --engines "$engine"
     --db "$db" --results "$results" --label "$label")
+  # shellcheck disable=SC2206 # BENCH_EXTRA is a list of flags
+  common+=(${BENCH_EXTRA:-})
   t0=$(date +%s)
   "$bin" bench --phase load --workload a "${common[@]}"
   echo "# load $engine: $(($(date +%s) - t0)) s"
-  for w in a c e; do
+  for w in a b c e; do
     n=$ops
     if [ "$w" = e ]; then n=$((ops / 10)); fi
     t0=$(date +%s)

@@ -126,6 +126,8 @@ pub struct BenchOptions {
     pub rmw_as_merge: bool,
     /// hybridkv reads through memory maps (`Options::mmap_reads`).
     pub mmap_reads: bool,
+    /// Where hybridkv writes medium pairs in place (`None`: its default).
+    pub medium_merge_level: Option<hybridkv::MediumMergeLevel>,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -189,6 +191,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         background_threads: opts.background_threads,
         rmw_as_merge: opts.rmw_as_merge,
         mmap_reads: opts.mmap_reads,
+        medium_merge_level: opts.medium_merge_level,
     }
 }
 

@@ -24,6 +24,7 @@ fn config() -> EngineConfig {
         background_threads: 2,
         rmw_as_merge: false,
         mmap_reads: false,
+        medium_merge_level: None,
     }
 }
 
@@ -419,6 +420,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         progress: false,
         rmw_as_merge: false,
         mmap_reads: false,
+        medium_merge_level: None,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

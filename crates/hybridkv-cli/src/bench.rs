@@ -158,6 +158,11 @@ pub struct RunArgs {
     /// (`Options::mmap_reads`; writes as --direct-io says). The peers are unchanged.
     #[arg(long)]
     pub mmap_reads: bool,
+    /// Where hybridkv writes medium pairs in place (`Options::medium_merge_level`):
+    /// the last level or the one above it. Default: the engine's default. The peers are
+    /// unchanged.
+    #[arg(long, value_parser = ["last", "second-to-last"])]
+    pub medium_merge_level: Option<String>,
     /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
     /// in the current one, deleted afterwards (only with --phase all).
     #[arg(long)]
@@ -348,6 +353,10 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         progress: !a.no_progress,
         rmw_as_merge: a.rmw == "merge",
         mmap_reads: a.mmap_reads,
+        medium_merge_level: a.medium_merge_level.as_deref().map(|l| match l {
+            "second-to-last" => hybridkv::MediumMergeLevel::SecondToLast,
+            _ => hybridkv::MediumMergeLevel::Last,
+        }),
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -64,6 +64,54 @@ impl<'a> Decoder<'a> {
     pub fn u64(&mut self) -> Option<u64> {
         self.array().map(u64::from_le_bytes)
     }
+    /// Reads an unsigned LEB128 varint (7 bits per byte, low bits first; see
+    /// [`put_varint`]). `None` if the input ends inside it, it runs past 10 bytes, or its
+    /// value does not fit 64 bits.
+    #[inline]
+    pub fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for i in 0..VARINT_MAX {
+            let b = *self.buf.get(self.pos)?;
+            self.pos += 1;
+            let bits = u64::from(b & 0x7f);
+            // The tenth byte may only carry the top bit of a u64.
+            if i == VARINT_MAX - 1 && bits > 1 {
+                return None;
+            }
+            value |= bits << (7 * i);
+            if b & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+}
+
+/// Longest varint: 10 bytes hold 64 bits at 7 bits per byte.
+pub const VARINT_MAX: usize = 10;
+
+/// Bytes [`put_varint`] writes for `v`.
+#[inline]
+pub fn varint_len(v: u64) -> usize {
+    // 1 byte per started group of 7 significant bits (at least one byte).
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+/// Writes `v` as an unsigned LEB128 varint at the start of `out`; returns the bytes
+/// written ([`varint_len`]), or 0 (writing nothing) if `out` is too short.
+#[inline]
+pub fn put_varint(out: &mut [u8], mut v: u64) -> usize {
+    let n = varint_len(v);
+    let Some(dst) = out.get_mut(..n) else {
+        return 0;
+    };
+    for (i, b) in dst.iter_mut().enumerate() {
+        let more = if i + 1 < n { 0x80 } else { 0 };
+        *b = (v & 0x7f) as u8 | more;
+        v >>= 7;
+    }
+    n
 }
 
 /// Reads a little-endian u32 at `offset` of `buf`, if in bounds.
@@ -98,6 +146,42 @@ mod tests {
         assert_eq!(d.u8(), None);
         assert_eq!(d.bytes(usize::MAX), None);
         assert_eq!(d.remaining(), 0);
+    }
+
+    #[test]
+    fn varints_round_trip_and_refuse_what_is_not_one() {
+        let values = [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX >> 1,
+            u64::MAX,
+        ];
+        for v in values {
+            let mut buf = [0u8; VARINT_MAX];
+            let n = put_varint(&mut buf, v);
+            assert_eq!(n, varint_len(v), "{v}");
+            let mut d = Decoder::new(&buf[..n]);
+            assert_eq!(d.varint(), Some(v), "{v}");
+            assert_eq!(d.remaining(), 0);
+            // Cut short: refused.
+            assert_eq!(Decoder::new(&buf[..n - 1]).varint(), None, "{v}");
+        }
+        assert_eq!(varint_len(127), 1);
+        assert_eq!(varint_len(128), 2);
+        assert_eq!(varint_len(u64::MAX), 10);
+        // Too short an output: nothing written.
+        assert_eq!(put_varint(&mut [0u8; 1], 300), 0);
+        // Eleven continuation bytes, or a tenth byte above the 64th bit: refused.
+        assert_eq!(Decoder::new(&[0x80; 11]).varint(), None);
+        let mut over = [0xffu8; 10];
+        over[9] = 0x02;
+        assert_eq!(Decoder::new(&over).varint(), None);
     }
 
     #[test]

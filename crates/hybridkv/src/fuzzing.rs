@@ -302,12 +302,12 @@ pub fn encode_leaf(size: usize, entries: &[LevelEntry]) -> Option<Vec<u8>> {
     let mut n = NodeBuf::new(size, NODE_LEAF);
     for (k, lsn, value) in entries {
         let need = match value {
-            LevelValue::Inline(v) | LevelValue::Deltas(v) => node::INLINE_FIXED + k.len() + v.len(),
-            LevelValue::Overflow { .. } | LevelValue::DeltasOverflow { .. } => {
-                node::OVERFLOW_FIXED + k.len()
+            LevelValue::Inline(v) | LevelValue::Deltas(v) => n.inline_len(k.len(), *lsn, v.len()),
+            LevelValue::Overflow { len, .. } | LevelValue::DeltasOverflow { len, .. } => {
+                n.overflow_len(k.len(), *lsn, *len)
             }
-            LevelValue::Medium(_) | LevelValue::Large(_) => node::POINTER_FIXED + k.len(),
-            LevelValue::Tombstone => node::TOMBSTONE_FIXED + k.len(),
+            LevelValue::Medium(p) | LevelValue::Large(p) => n.pointer_len(k.len(), *lsn, *p),
+            LevelValue::Tombstone => n.tombstone_len(k.len(), *lsn),
         };
         if k.len() > usize::from(u16::MAX) || !n.fits(need) {
             return None;

@@ -33,6 +33,9 @@ impl HybridEngine {
             merge_operator: Some(std::sync::Arc::new(super::patch::FieldPatch)),
             ..Options::default()
         };
+        if let Some(level) = config.medium_merge_level {
+            o.medium_merge_level = level;
+        }
         match kind {
             EngineKind::HybridkvInPlace => o.placement = Placement::InPlace,
             EngineKind::HybridkvAllLog => o.placement = Placement::AllLog,
@@ -121,6 +124,7 @@ impl Engine for HybridEngine {
             background_threads: o.background_threads,
             rmw_as_merge: self.rmw_as_merge,
             mmap_reads: o.mmap_reads,
+            medium_merge_level: Some(o.medium_merge_level),
         });
         m.insert(
             "engine".into(),

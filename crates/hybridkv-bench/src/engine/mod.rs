@@ -94,6 +94,9 @@ pub struct EngineConfig {
     /// hybridkv reads level files and log segments through memory maps
     /// (`Options::mmap_reads`); the peers ignore it.
     pub mmap_reads: bool,
+    /// Where hybridkv writes medium pairs in place (`Options::medium_merge_level`);
+    /// `None`: the engine's default. The peers ignore it.
+    pub medium_merge_level: Option<hybridkv::MediumMergeLevel>,
 }
 
 impl Default for EngineConfig {
@@ -107,6 +110,7 @@ impl Default for EngineConfig {
             background_threads: 2,
             rmw_as_merge: false,
             mmap_reads: false,
+            medium_merge_level: None,
         }
     }
 }

@@ -6,8 +6,7 @@ use super::filter::BloomBuilder;
 use super::footer::Footer;
 use super::node::{
     NodeBuf, INDEX_FIXED, INLINE_FIXED, KIND_DELTAS, KIND_DELTAS_OVERFLOW, KIND_LARGE, KIND_MEDIUM,
-    KIND_OVERFLOW, NODE_BLOB, NODE_INDEX, NODE_LEAF, OVERFLOW_FIXED, POINTER_FIXED,
-    TOMBSTONE_FIXED,
+    KIND_OVERFLOW, NODE_BLOB, NODE_INDEX, NODE_LEAF,
 };
 use crate::error::Result;
 use crate::format::crc32c;
@@ -121,13 +120,16 @@ impl LevelBuilder {
         );
         let max_inline = self.max_inline;
         let inline = |v: &[u8]| INLINE_FIXED + key.len() + v.len() + 4 <= max_inline;
+        let leaf = &self.leaf;
         let entry_len = match value {
-            EntryValue::Tombstone => TOMBSTONE_FIXED + key.len(),
+            EntryValue::Tombstone => leaf.tombstone_len(key.len(), lsn),
             EntryValue::Bytes(v) | EntryValue::Deltas(v) if inline(v) => {
-                INLINE_FIXED + key.len() + v.len()
+                leaf.inline_len(key.len(), lsn, v.len())
             }
-            EntryValue::Bytes(_) | EntryValue::Deltas(_) => OVERFLOW_FIXED + key.len(),
-            EntryValue::Medium(_) | EntryValue::Large(_) => POINTER_FIXED + key.len(),
+            EntryValue::Bytes(v) | EntryValue::Deltas(v) => {
+                leaf.overflow_len(key.len(), lsn, v.len() as u32)
+            }
+            EntryValue::Medium(p) | EntryValue::Large(p) => leaf.pointer_len(key.len(), lsn, p),
         };
         if !self.leaf.fits(entry_len) {
             self.emit_leaf()?;

@@ -10,7 +10,8 @@ const MAGIC: &[u8; 8] = b"HKVLEVEL";
 /// Version 3: leaves may be version 2 (search keys in their slots); the footer is
 /// version 2's. A build that knows only versions 1 and 2 refuses such a file as
 /// unsupported instead of meeting leaves it cannot read.
-pub(crate) const LEVEL_VERSION: u32 = 3;
+/// Version 4: leaves may be version 3 (compact entries); the footer is unchanged.
+pub(crate) const LEVEL_VERSION: u32 = 4;
 
 /// What the footer records about a level file.
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).

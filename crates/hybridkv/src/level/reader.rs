@@ -278,6 +278,15 @@ impl LevelFile {
         self.data_end + IO_ALIGN as u64
     }
 
+    /// Bytes of the file's nodes and blobs: its length less the filter unit and the
+    /// footer block, which do not grow with its entries as its nodes do.
+    pub(crate) fn node_bytes(&self) -> u64 {
+        match self.footer.filter_offset {
+            0 => self.data_end,
+            at => at.min(self.data_end),
+        }
+    }
+
     /// Entries (including tombstones).
     pub(crate) fn entries(&self) -> u64 {
         self.footer.entries
