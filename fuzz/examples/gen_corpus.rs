@@ -143,6 +143,7 @@ fn main() {
         ),
         (b"date".to_vec(), 10, LevelValue::Large(p(3, 16, 1044))),
         (b"elder".to_vec(), 11, LevelValue::Medium(p(4, 16, 300))),
+        (b"fig".to_vec(), 1 << 40, LevelValue::Deltas(b"+1+2".to_vec())),
     ];
     for size in [256, 512] {
         for k in [1, 3, leaf.len()] {

@@ -209,8 +209,9 @@ impl Engine {
                         .lock()
                         .version()
                         .is_merge_level(2, self.opts.medium_merge_level);
-                    // Nodes only: a small run's filter and footer would inflate the
-                    // bytes per entry the scaling multiplies.
+                    // Node bytes, as the picker counts a level's (`level_bytes`): a
+                    // small run's footer block and filter unit, near-fixed costs, would
+                    // inflate the bytes per entry the scaling multiplies.
                     let bytes = f.node_bytes() + if medium_counted { f.medium_bytes() } else { 0 };
                     crate::compaction::picker::full_run_bytes(
                         bytes,

@@ -59,9 +59,11 @@ impl Version {
         self.levels.iter().flatten()
     }
 
-    /// Bytes on disk of level `level`.
+    /// Bytes of level `level`'s nodes and blobs (its files less their filters and footer
+    /// blocks): what the picker compares with the level's target, counted as the run
+    /// estimates the targets come from count a flush's run.
     pub(crate) fn level_bytes(&self, level: usize) -> u64 {
-        self.runs(level).iter().map(|f| f.file_len()).sum()
+        self.runs(level).iter().map(|f| f.node_bytes()).sum()
     }
 
     /// Value bytes of the medium pairs level `level` holds by pointer.
