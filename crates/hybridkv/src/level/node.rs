@@ -991,6 +991,20 @@ mod tests {
         out
     }
 
+    /// Every probe around `keys` (`probes`), strict and not, finds in `v` what a walk over
+    /// the keys finds.
+    fn assert_searches_like_a_walk(v: &NodeView<'_>, keys: &[Vec<u8>], what: &str) {
+        for p in probes(keys) {
+            for strict in [false, true] {
+                assert_eq!(
+                    v.lower_bound(&p, strict),
+                    Some(linear_lower_bound(keys, &p, strict)),
+                    "{what}: probe {p:?}, strict {strict}, keys {keys:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_keyed_leaf_searches_like_a_walk_over_its_keys() {
         // Deterministic pseudo-random key sets: shared prefixes of several lengths, keys
@@ -1024,15 +1038,7 @@ mod tests {
             for (i, k) in keys.iter().enumerate() {
                 assert_eq!(v.key(i).unwrap(), k.as_slice(), "round {round}");
             }
-            for p in probes(&keys) {
-                for strict in [false, true] {
-                    assert_eq!(
-                        v.lower_bound(&p, strict),
-                        Some(linear_lower_bound(&keys, &p, strict)),
-                        "round {round}, probe {p:?}, strict {strict}, keys {keys:?}"
-                    );
-                }
-            }
+            assert_searches_like_a_walk(&v, &keys, &format!("round {round}"));
         }
     }
 
@@ -1074,12 +1080,7 @@ mod tests {
         let bytes = full.finish().to_vec();
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
         assert_eq!((stored.len(), v.skip), (120, 0));
-        for p in probes(&stored) {
-            assert_eq!(
-                v.lower_bound(&p, false),
-                Some(linear_lower_bound(&stored, &p, false))
-            );
-        }
+        assert_searches_like_a_walk(&v, &stored, "a full leaf");
     }
 
     #[test]
@@ -1097,12 +1098,7 @@ mod tests {
             let e = v.leaf_entry(i).unwrap();
             assert_eq!((e.key, e.lsn), (k.as_slice(), i as u64));
         }
-        for p in probes(&keys) {
-            assert_eq!(
-                v.lower_bound(&p, false),
-                Some(linear_lower_bound(&keys, &p, false))
-            );
-        }
+        assert_searches_like_a_walk(&v, &keys, "a version 2 leaf");
     }
 
     #[test]
@@ -1256,12 +1252,7 @@ mod tests {
             Some(4096 - (INLINE_FIXED + 3 + 1) as u32)
         );
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
-        for p in probes(&keys) {
-            assert_eq!(
-                v.lower_bound(&p, true),
-                Some(linear_lower_bound(&keys, &p, true))
-            );
-        }
+        assert_searches_like_a_walk(&v, &keys, "a version 1 leaf");
         assert_eq!(v.leaf_entry(2).unwrap().key, b"cat");
         // A version 1 header must keep its reserved field zero.
         let mut bad = bytes.clone();
