@@ -128,6 +128,8 @@ pub struct BenchOptions {
     pub mmap_reads: bool,
     /// Where hybridkv writes medium pairs in place (`None`: its default).
     pub medium_merge_level: Option<hybridkv::MediumMergeLevel>,
+    /// Whether hybridkv prepopulates its cache (`None`: its default).
+    pub prepopulate_cache: Option<bool>,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -192,6 +194,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         rmw_as_merge: opts.rmw_as_merge,
         mmap_reads: opts.mmap_reads,
         medium_merge_level: opts.medium_merge_level,
+        prepopulate_cache: opts.prepopulate_cache,
     }
 }
 

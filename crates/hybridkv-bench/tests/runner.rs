@@ -25,6 +25,7 @@ fn config() -> EngineConfig {
         rmw_as_merge: false,
         mmap_reads: false,
         medium_merge_level: None,
+        prepopulate_cache: None,
     }
 }
 
@@ -421,6 +422,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         rmw_as_merge: false,
         mmap_reads: false,
         medium_merge_level: None,
+        prepopulate_cache: None,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

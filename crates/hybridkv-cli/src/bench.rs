@@ -163,6 +163,10 @@ pub struct RunArgs {
     /// unchanged.
     #[arg(long, value_parser = ["last", "second-to-last"])]
     pub medium_merge_level: Option<String>,
+    /// Whether hybridkv puts what its flushes and merges write into its cache
+    /// (`Options::prepopulate_cache`). Default: the engine's default (on).
+    #[arg(long, value_parser = ["on", "off"])]
+    pub prepopulate_cache: Option<String>,
     /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
     /// in the current one, deleted afterwards (only with --phase all).
     #[arg(long)]
@@ -357,6 +361,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             "second-to-last" => hybridkv::MediumMergeLevel::SecondToLast,
             _ => hybridkv::MediumMergeLevel::Last,
         }),
+        prepopulate_cache: a.prepopulate_cache.as_deref().map(|v| v == "on"),
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

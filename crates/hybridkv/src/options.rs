@@ -42,6 +42,15 @@ pub struct Options {
     /// serves every keyspace of a database: the options `Db::open` is given decide it (a
     /// keyspace's own setting is replaced by the database's, as is `pinned_index_bytes`).
     pub cache_bytes: usize,
+    /// Put what flushes and merges write into the node cache as they write it, so that
+    /// the gets after one do not read from the device what they found cached before it
+    /// (RocksDB's `prepopulate_block_cache`, extended to merges): a flush caches every
+    /// leaf of its run and every medium record it logs (just written: the keys likeliest
+    /// to be read); a merge caches each leaf that holds a key it read from a leaf the
+    /// cache held in a run below L1 (a region gets were reading). Flushed leaves do not
+    /// count as read, so a merge of L1 does not cache everything it writes. Default
+    /// `true`.
+    pub prepopulate_cache: bool,
     /// Read level files and log segments (unless `mmap_reads`), and write
     /// flush/compaction output, with `O_DIRECT`, bypassing the page cache so that device traffic can be measured (log
     /// appends stay buffered and are made durable by fsync). Default `false` (some file
@@ -184,6 +193,7 @@ impl Default for Options {
             gc_threshold: 0.10,
             gc_interval: Duration::from_secs(1),
             medium_merge_level: MediumMergeLevel::Last,
+            prepopulate_cache: true,
             space_amp_limit: None,
             bloom_bits_per_key: 10,
             pinned_index_bytes: 256 << 20,

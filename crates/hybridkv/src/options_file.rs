@@ -58,6 +58,7 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ("leaf_size", o.leaf_size.to_string()),
         ("index_node_size", o.index_node_size.to_string()),
         ("cache_bytes", o.cache_bytes.to_string()),
+        ("prepopulate_cache", o.prepopulate_cache.to_string()),
         ("direct_io", o.direct_io.to_string()),
         ("mmap_reads", o.mmap_reads.to_string()),
         ("mmap_log_writes", o.mmap_log_writes.to_string()),
@@ -235,6 +236,7 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         "bloom_bits_per_key" => o.bloom_bits_per_key = num(value)?,
         "pinned_index_bytes" => o.pinned_index_bytes = num(value)?,
         "fold_on_read" => o.fold_on_read = flag(value)?,
+        "prepopulate_cache" => o.prepopulate_cache = flag(value)?,
         "delta_separation" => o.delta_separation = flag(value)?,
         "delta_bucket_size" => o.delta_bucket_size = num(value)?,
         // Informative: an operator is code, set by whoever opens the database.
@@ -313,6 +315,7 @@ mod tests {
             leaf_size: 16384,
             index_node_size: 16384,
             cache_bytes: 12345,
+            prepopulate_cache: false,
             direct_io: true,
             mmap_reads: true,
             mmap_log_writes: false,

@@ -358,3 +358,148 @@ fn a_scan_batch_with_records_too_large_to_cache_returns_them_whole() {
     let want: Vec<Vec<u8>> = (0..30).map(value).collect();
     assert!(got == want, "after reopen");
 }
+
+/// Device reads of level leaves `f` makes (reads of the level files by gets).
+fn leaf_reads(db: &Db, f: impl FnOnce()) -> u64 {
+    let before = db.stats().unwrap().io.read_ops_by(IoComponent::LevelRead);
+    f();
+    db.stats().unwrap().io.read_ops_by(IoComponent::LevelRead) - before
+}
+
+fn fill_opts(prepopulate: bool) -> Options {
+    Options {
+        memtable_size: 256 << 10,
+        cache_bytes: 64 << 20,
+        bloom_bits_per_key: 0,
+        placement: Placement::InPlace,
+        prepopulate_cache: prepopulate,
+        ..Options::default()
+    }
+}
+
+fn seq_key(i: u32) -> Vec<u8> {
+    format!("k{i:08}").into_bytes()
+}
+
+#[test]
+fn a_flush_caches_the_leaves_it_writes_unless_told_not_to() {
+    for prepopulate in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), fill_opts(prepopulate)).unwrap();
+        for i in 0..2_000 {
+            db.put(seq_key(i), vec![(i % 251) as u8; 60]).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        assert_eq!(runs(&db), 1);
+        let reads = leaf_reads(&db, || {
+            for i in (0..2_000).step_by(7) {
+                assert_eq!(db.get(seq_key(i)).unwrap(), Some(vec![(i % 251) as u8; 60]));
+            }
+        });
+        if prepopulate {
+            assert_eq!(reads, 0, "a get read a leaf its flush had just written");
+        } else {
+            assert!(reads > 10, "{reads} leaf reads without prepopulation");
+        }
+    }
+}
+
+/// A merge caches the leaves of the regions gets were reading (the keys of cached leaves
+/// in the run it rewrites), and only those: after the bottom run is rewritten, the keys
+/// read before are read again from the cache, the others from the files.
+#[test]
+fn a_merge_caches_the_leaves_of_the_regions_that_were_read() {
+    let n = 40_000;
+    for prepopulate in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), fill_opts(prepopulate)).unwrap();
+        for i in 0..n {
+            db.put(seq_key(i), vec![(i % 251) as u8; 60]).unwrap();
+        }
+        db.compact_all().unwrap();
+        assert_eq!(runs(&db), 1);
+        // Merged from flushed runs only: nothing of the bottom run was read, nothing is
+        // cached (flushed leaves do not count as read).
+        let cold = leaf_reads(&db, || {
+            for i in (0..n).step_by(1_000) {
+                db.get(seq_key(i)).unwrap().unwrap();
+            }
+        });
+        assert!(cold >= u64::from(n / 1_000) / 2, "{cold} leaf reads");
+        // Read the first quarter of the keys: their leaves are now cached.
+        for i in 0..n / 4 {
+            db.get(seq_key(i)).unwrap().unwrap();
+        }
+        // Overwrite a few keys in the last quarter and merge everything again.
+        for i in (n - 100)..n {
+            db.put(seq_key(i), b"new").unwrap();
+        }
+        db.compact_all().unwrap();
+        assert_eq!(runs(&db), 1);
+        let warm = leaf_reads(&db, || {
+            for i in (0..n / 4 - 200).step_by(13) {
+                assert_eq!(db.get(seq_key(i)).unwrap(), Some(vec![(i % 251) as u8; 60]));
+            }
+        });
+        let untouched = leaf_reads(&db, || {
+            // Half way between the probes above (a leaf holds about a hundred pairs).
+            for i in (n / 2 + 500..n / 2 + 10_500).step_by(1_000) {
+                db.get(seq_key(i)).unwrap().unwrap();
+            }
+        });
+        assert!(untouched >= 8, "{untouched} leaf reads of keys never read");
+        if prepopulate {
+            assert_eq!(
+                warm, 0,
+                "keys read before the merge were read from the files"
+            );
+        } else {
+            assert!(warm > 10, "{warm} leaf reads without prepopulation");
+        }
+        assert_eq!(db.get(seq_key(n - 1)).unwrap(), Some(b"new".to_vec()));
+    }
+}
+
+#[test]
+fn a_flush_caches_the_medium_records_it_logs_unless_told_not_to() {
+    for prepopulate in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            placement: Placement::Hybrid,
+            ..fill_opts(prepopulate)
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        let medium = |i: u32| vec![(i % 251) as u8; 400];
+        for i in 0..2_000 {
+            db.put(seq_key(i), medium(i)).unwrap();
+        }
+        // A level below L1: the next flush logs its medium values (L1 is not the merge
+        // level).
+        db.compact_all().unwrap();
+        for i in 2_000..2_300 {
+            db.put(seq_key(i), medium(i)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        let before = db.stats().unwrap();
+        assert!(before.medium_values_logged >= 300, "{before}");
+        for i in 2_000..2_300 {
+            assert_eq!(db.get(seq_key(i)).unwrap(), Some(medium(i)));
+        }
+        let after = db.stats().unwrap();
+        let reads = after.io.read_ops_by(IoComponent::TransientLog)
+            - before.io.read_ops_by(IoComponent::TransientLog);
+        if prepopulate {
+            assert_eq!(
+                reads, 0,
+                "a get read a medium record its flush had just logged"
+            );
+        } else {
+            assert!(
+                reads >= 300,
+                "{reads} transient-log reads without prepopulation"
+            );
+        }
+    }
+}

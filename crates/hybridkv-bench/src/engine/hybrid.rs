@@ -36,6 +36,9 @@ impl HybridEngine {
         if let Some(level) = config.medium_merge_level {
             o.medium_merge_level = level;
         }
+        if let Some(fill) = config.prepopulate_cache {
+            o.prepopulate_cache = fill;
+        }
         match kind {
             EngineKind::HybridkvInPlace => o.placement = Placement::InPlace,
             EngineKind::HybridkvAllLog => o.placement = Placement::AllLog,
@@ -125,6 +128,7 @@ impl Engine for HybridEngine {
             rmw_as_merge: self.rmw_as_merge,
             mmap_reads: o.mmap_reads,
             medium_merge_level: Some(o.medium_merge_level),
+            prepopulate_cache: Some(o.prepopulate_cache),
         });
         m.insert(
             "engine".into(),
@@ -201,6 +205,15 @@ impl Engine for HybridEngine {
         m.insert(
             "medium_merge_level".into(),
             format!("{:?}", o.medium_merge_level),
+        );
+        m.insert(
+            "prepopulate_cache".into(),
+            if o.prepopulate_cache {
+                "on: flushed leaves and medium records, merged leaves of cached regions"
+            } else {
+                "off"
+            }
+            .into(),
         );
         m
     }

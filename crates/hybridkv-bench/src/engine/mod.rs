@@ -97,6 +97,9 @@ pub struct EngineConfig {
     /// Where hybridkv writes medium pairs in place (`Options::medium_merge_level`);
     /// `None`: the engine's default. The peers ignore it.
     pub medium_merge_level: Option<hybridkv::MediumMergeLevel>,
+    /// Whether hybridkv puts what flushes and merges write into its cache
+    /// (`Options::prepopulate_cache`; `None`: its default).
+    pub prepopulate_cache: Option<bool>,
 }
 
 impl Default for EngineConfig {
@@ -111,6 +114,7 @@ impl Default for EngineConfig {
             rmw_as_merge: false,
             mmap_reads: false,
             medium_merge_level: None,
+            prepopulate_cache: None,
         }
     }
 }

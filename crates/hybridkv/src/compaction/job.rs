@@ -14,6 +14,7 @@
 
 use super::transient::{TransientReader, TransientSink};
 use crate::bucket::{BucketFlush, BucketTable};
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::io::{Io, IoComponent};
 use crate::level::reader::file_name;
@@ -27,6 +28,7 @@ use crate::range_delete::RangeTombstones;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// A sorted stream of (key, LSN, value) with at most one version per key, as the merge
 /// reads it (`merge::Source`), plus what a compaction needs besides.
@@ -38,6 +40,11 @@ pub(crate) trait MergeSource: Source {
     /// Versions this source dropped itself (older versions inside a memtable).
     fn take_dropped(&mut self) -> Vec<LevelValue> {
         Vec::new()
+    }
+    /// Whether the entry the merge is writing from this source came from a leaf the node
+    /// cache held (recently read: its keys are likely read again).
+    fn entry_was_cached(&self) -> bool {
+        false
     }
 }
 
@@ -124,6 +131,9 @@ impl MergeSource for crate::level::reader::LevelScanner {
     }
     fn entries_hint(&self) -> u64 {
         self.file_entries()
+    }
+    fn entry_was_cached(&self) -> bool {
+        crate::level::reader::LevelScanner::entry_was_cached(self)
     }
 }
 
@@ -219,6 +229,21 @@ pub(crate) struct MergeJob<'a> {
     pub buckets: &'a BucketTable,
     /// A flush with delta separation on: where the deltas it cannot fold go.
     pub bucket_flush: Option<&'a RefCell<BucketFlush<'a>>>,
+    /// Which leaves of the output go into the node cache as they are written.
+    pub cache_fill: CacheFill,
+    pub cache: &'a Arc<BlockCache>,
+}
+
+/// Which leaves a merge puts into the node cache as it writes them, so that the gets
+/// after a flush or a merge do not read from the device what was cached before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CacheFill {
+    /// None.
+    Off,
+    /// Every leaf (a flush: its keys were just written, the likeliest to be read).
+    All,
+    /// A leaf that holds an entry read from a cached leaf of an input.
+    Inherit,
 }
 
 impl MergeJob<'_> {
@@ -235,6 +260,14 @@ impl MergeJob<'_> {
         let expected = sources.iter().map(|s| s.entries_hint()).sum();
         let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size)
             .with_bloom(self.opts.bloom_bits_per_key, expected);
+        if self.cache_fill != CacheFill::Off {
+            builder = builder.with_cache_fill(
+                Arc::clone(self.cache),
+                self.file_id,
+                self.cache_fill == CacheFill::All,
+            );
+        }
+        let inherit = self.cache_fill == CacheFill::Inherit;
         let mut out = MergeOutcome::default();
         let tombstones = if self.drop_tombstones {
             Tombstones::Drop
@@ -321,6 +354,9 @@ impl MergeJob<'_> {
                 }
             };
             builder.add(key, lsn, ev)?;
+            if inherit && merge.source(source).is_some_and(|s| s.entry_was_cached()) {
+                builder.mark_leaf_hot();
+            }
             // Written: its buffers are read into next.
             entry.value = value;
         }

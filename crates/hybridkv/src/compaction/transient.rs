@@ -5,6 +5,7 @@
 //! walks a level in key order reads each segment front to back: one sequential pass per
 //! segment through a small window, never a random 4 KiB read per pair.
 
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::log::large::SegmentSet;
 use crate::log::large::SegmentWriter;
@@ -50,6 +51,9 @@ pub(crate) struct TransientSink<'a> {
     create: &'a dyn Fn() -> Result<SegmentWriter>,
     pub writer: Option<SegmentWriter>,
     pub values: u64,
+    /// Where each record appended is also kept (a flush's values: just written, the
+    /// likeliest to be read).
+    cache: Option<&'a BlockCache>,
 }
 
 impl<'a> TransientSink<'a> {
@@ -58,7 +62,14 @@ impl<'a> TransientSink<'a> {
             create,
             writer: None,
             values: 0,
+            cache: None,
         }
+    }
+
+    /// Also keeps every record appended in `cache`, as a read of it would.
+    pub(crate) fn with_cache(mut self, cache: &'a BlockCache) -> Self {
+        self.cache = cache.enabled().then_some(cache);
+        self
     }
 
     /// Appends a medium pair; returns its pointer.
@@ -67,9 +78,10 @@ impl<'a> TransientSink<'a> {
             self.writer = Some((self.create)()?);
         }
         self.values += 1;
-        match self.writer.as_mut() {
-            Some(w) => w.append(key, value, lsn),
-            None => Err(Error::Closed),
+        match (self.writer.as_mut(), self.cache) {
+            (Some(w), Some(cache)) => w.append_cached(key, value, lsn, cache),
+            (Some(w), None) => w.append(key, value, lsn),
+            (None, _) => Err(Error::Closed),
         }
     }
 }

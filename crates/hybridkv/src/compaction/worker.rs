@@ -2,7 +2,7 @@
 //! level into the next, and install each result through the version set (manifest first,
 //! then the readers' version, then file deletion). `background` decides when they run.
 
-use super::job::{memtable_source, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
+use super::job::{memtable_source, CacheFill, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
 use super::transient::{TransientReader, TransientSink};
 use crate::bucket::BucketTable;
 use crate::engine::Engine;
@@ -88,6 +88,12 @@ impl Engine {
             drop_tombstones,
             segments,
             ranges,
+            cache_fill: match (self.opts.prepopulate_cache, component) {
+                (false, _) => CacheFill::Off,
+                (true, IoComponent::Flush) => CacheFill::All,
+                (true, _) => CacheFill::Inherit,
+            },
+            cache: &self.cache,
         }
     }
 
@@ -166,6 +172,9 @@ impl Engine {
         let result = (|| {
             let create = || self.new_transient_segment(id);
             let mut sink = TransientSink::new(&create);
+            if job.cache_fill == CacheFill::All {
+                sink = sink.with_cache(&self.cache);
+            }
             let reader = TransientReader::new(&segments);
             let policy = if in_place {
                 MediumPolicy::Keep
@@ -539,9 +548,20 @@ impl Engine {
         } else {
             MediumPolicy::Keep
         };
+        // Which leaves were read, for the output's cache fill: those cached in L1's runs
+        // are there because their flush cached them.
+        let l1_runs = if level == 1 { version.runs(1).len() } else { 0 };
         let mut scanners: Vec<LevelScanner> = inputs
             .iter()
-            .map(|f| f.scanner(IoComponent::Compaction))
+            .enumerate()
+            .map(|(i, f)| {
+                let s = f.scanner(IoComponent::Compaction)?;
+                Ok(if i >= l1_runs && job.cache_fill == CacheFill::Inherit {
+                    s.noting_cached_leaves()
+                } else {
+                    s
+                })
+            })
             .collect::<Result<_>>()?;
         let mut sources: Vec<&mut dyn MergeSource> = scanners
             .iter_mut()

@@ -1,6 +1,7 @@
 //! Writes one level file bottom-up from entries arriving in key order (Parallax §3.4):
 //! leaves are filled completely, each full leaf adds a pivot to the index node above it,
 //! and full index nodes add pivots further up, so no node is ever rewritten.
+//! Optionally puts the leaves it writes (all, or those marked hot) into the node cache.
 
 use super::filter::BloomBuilder;
 use super::footer::Footer;
@@ -8,10 +9,12 @@ use super::node::{
     NodeBuf, INDEX_FIXED, INLINE_FIXED, KIND_DELTAS, KIND_DELTAS_OVERFLOW, KIND_LARGE, KIND_MEDIUM,
     KIND_OVERFLOW, NODE_BLOB, NODE_INDEX, NODE_LEAF,
 };
+use crate::cache::{BlockBytes, BlockCache};
 use crate::error::Result;
 use crate::format::crc32c;
 use crate::io::{WritableFile, IO_ALIGN};
 use crate::log::ptr::LogPtr;
+use std::sync::Arc;
 
 /// Header of an overflow blob: `[kind u8][version u8][reserved u16][len u32][data crc u32]
 /// [header crc u32]`.
@@ -67,6 +70,17 @@ pub(crate) struct LevelBuilder {
     last_key: Option<Vec<u8>>,
     zero: Vec<u8>,
     bloom: Option<BloomBuilder>,
+    fill: Option<CacheFill>,
+}
+
+/// Leaves a builder puts into the node cache as it writes them.
+struct CacheFill {
+    cache: Arc<BlockCache>,
+    file_id: u64,
+    /// Every leaf, or only those marked hot.
+    all: bool,
+    /// The leaf being filled holds an entry marked hot.
+    hot: bool,
 }
 
 impl LevelBuilder {
@@ -85,6 +99,31 @@ impl LevelBuilder {
             last_key: None,
             zero: vec![0u8; IO_ALIGN],
             bloom: None,
+            fill: None,
+        }
+    }
+
+    /// Also puts leaves into `cache` as they are written, as the leaves of file `file_id`:
+    /// every one (`all`), or those [`LevelBuilder::mark_leaf_hot`] marks.
+    pub(crate) fn with_cache_fill(
+        mut self,
+        cache: Arc<BlockCache>,
+        file_id: u64,
+        all: bool,
+    ) -> Self {
+        self.fill = cache.enabled().then_some(CacheFill {
+            cache,
+            file_id,
+            all,
+            hot: false,
+        });
+        self
+    }
+
+    /// Marks the leaf that holds the entry added last as one to cache when it is written.
+    pub(crate) fn mark_leaf_hot(&mut self) {
+        if let Some(f) = &mut self.fill {
+            f.hot = true;
         }
     }
 
@@ -220,6 +259,13 @@ impl LevelBuilder {
         let offset = self.file.len();
         let bytes = self.leaf.finish();
         let appended = self.file.append(bytes);
+        if let Some(f) = &mut self.fill {
+            if appended.is_ok() && (f.all || f.hot) {
+                f.cache
+                    .insert(f.file_id, offset, BlockBytes::copy_from_slice(bytes));
+            }
+            f.hot = false;
+        }
         // Reset even on failure: a finished leaf must not take more entries.
         self.leaf.reset();
         appended?;

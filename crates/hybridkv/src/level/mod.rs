@@ -332,6 +332,139 @@ mod tests {
         assert!(matches!(res, Err(crate::Error::Corruption { .. })));
     }
 
+    /// Small pairs, sorted: no overflow blob between the leaves.
+    fn small_pairs(n: u32) -> Vec<Entry> {
+        let mut v: Vec<Entry> = (0..n)
+            .map(|i| (key(i), u64::from(i) + 1, Some(vec![(i % 251) as u8; 50])))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.dedup_by(|a, b| a.0 == b.0);
+        v
+    }
+
+    /// The offset and keys of every leaf of the level file at `path`, read from its bytes.
+    fn leaves_of(path: &std::path::Path) -> Vec<(u64, Vec<u8>, Vec<Vec<u8>>)> {
+        let data = std::fs::read(path).unwrap();
+        let mut out = Vec::new();
+        let mut pos = 0usize;
+        // The last aligned block is the footer.
+        while pos + crate::io::IO_ALIGN < data.len() {
+            match data[pos] {
+                node::NODE_LEAF => {
+                    let bytes = data[pos..pos + 8192].to_vec();
+                    let view = node::NodeView::new(&bytes, node::NODE_LEAF).unwrap();
+                    let keys = (0..view.count())
+                        .map(|i| view.leaf_entry(i).unwrap().key.to_vec())
+                        .collect();
+                    out.push((pos as u64, bytes, keys));
+                    pos += 8192;
+                }
+                node::NODE_INDEX => pos += 12288,
+                k => panic!("unexpected node kind {k} at {pos}"),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_builder_caches_the_leaves_it_writes_as_a_read_would_or_the_marked_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let entries = small_pairs(5_000);
+        let cache = Arc::new(BlockCache::new(16 << 20));
+        for (id, all) in [(1u64, true), (2, false)] {
+            let path = dir.path().join(reader::file_name(id));
+            let f = io.create(&path, IoComponent::Flush).unwrap();
+            let mut b =
+                LevelBuilder::new(f, 8192, 12288).with_cache_fill(Arc::clone(&cache), id, all);
+            let mut hot = Vec::new();
+            for (n, (k, lsn, v)) in entries.iter().enumerate() {
+                b.add(k, *lsn, EntryValue::Bytes(v.as_deref().unwrap()))
+                    .unwrap();
+                if n % 1_000 == 999 {
+                    b.mark_leaf_hot();
+                    hot.push(k.clone());
+                }
+            }
+            b.finish().unwrap();
+            let leaves = leaves_of(&path);
+            assert!(leaves.len() > 20, "{} leaves", leaves.len());
+            let mut cached = 0;
+            for (offset, bytes, keys) in &leaves {
+                let wanted = all || keys.iter().any(|k| hot.contains(k));
+                match cache.get(id, *offset) {
+                    Some(c) => {
+                        assert!(
+                            wanted,
+                            "file {id}: leaf at {offset} cached, holds no hot key"
+                        );
+                        assert_eq!(&c[..], &bytes[..], "file {id}: leaf at {offset}");
+                        cached += 1;
+                    }
+                    None => assert!(!wanted, "file {id}: leaf at {offset} not cached"),
+                }
+            }
+            assert_eq!(cached, if all { leaves.len() } else { hot.len() });
+            // The cached leaves answer gets: no node is read for any key.
+            let lf = LevelFile::open(&io, dir.path(), id, Arc::clone(&cache)).unwrap();
+            if all {
+                let before = io.stats().snapshot().read_by(IoComponent::LevelRead);
+                for (k, lsn, _) in entries.iter().step_by(7) {
+                    assert_eq!(lf.get(k).unwrap().map(|(l, _)| l), Some(*lsn));
+                }
+                let root_and_index = io.stats().snapshot().read_by(IoComponent::LevelRead) - before;
+                assert!(root_and_index <= 12288 * 8, "{root_and_index} bytes read");
+            }
+        }
+    }
+
+    #[test]
+    fn a_scanner_reports_the_entries_of_cached_leaves_one_entry_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = small_pairs(5_000);
+        let lf = build(dir.path(), 3, &entries);
+        let leaves = leaves_of(&dir.path().join(reader::file_name(3)));
+        assert!(leaves.len() > 10);
+        // Reading one key of leaves 2 and 7 caches them.
+        for j in [2, 7] {
+            lf.get(&leaves[j].2[0]).unwrap().unwrap();
+        }
+        let in_cached: Vec<&Vec<u8>> = [2, 7].iter().flat_map(|&j| &leaves[j].2).collect();
+        for noting in [true, false] {
+            let s = lf.scanner(IoComponent::Compaction).unwrap();
+            let mut s = if noting { s.noting_cached_leaves() } else { s };
+            // As a merge reads it: the entry written is the one before the last yielded.
+            let mut previous: Option<Vec<u8>> = None;
+            let mut reported = Vec::new();
+            while let Some((k, _, _)) = s.next_entry().unwrap() {
+                if let Some(p) = previous.take() {
+                    if s.entry_was_cached() {
+                        reported.push(p);
+                    }
+                }
+                previous = Some(k);
+            }
+            if !noting {
+                assert!(reported.is_empty());
+                continue;
+            }
+            for k in &in_cached {
+                // The last key of the file is never the entry before another.
+                assert!(
+                    reported.contains(k),
+                    "{:?} not reported",
+                    String::from_utf8_lossy(k)
+                );
+            }
+            // Beyond them, at most the key before each cached leaf.
+            let extra = reported.iter().filter(|k| !in_cached.contains(k)).count();
+            assert!(
+                extra <= 2,
+                "{extra} entries reported outside the cached leaves"
+            );
+        }
+    }
+
     fn open_pinned(dir: &std::path::Path, id: u64, io: &Io, cache: usize) -> Arc<LevelFile> {
         let cache = Arc::new(BlockCache::with_pinning(cache, 1 << 30));
         Arc::new(LevelFile::open(io, dir, id, cache).unwrap())

@@ -496,6 +496,8 @@ impl LevelFile {
             leaf: None,
             spare_value: Vec::new(),
             check_search_keys: false,
+            leaves_cached: (false, false),
+            note_cached: false,
         })
     }
 }
@@ -824,6 +826,11 @@ pub(crate) struct LevelScanner {
     /// Whether each leaf's search keys are checked against its keys (`check` does;
     /// a compaction does not pay for it).
     check_search_keys: bool,
+    /// Whether the node cache held the leaf before the current one, and the current one,
+    /// when the scanner reached them (see [`LevelScanner::entry_was_cached`]); noted only
+    /// when `note_cached`.
+    leaves_cached: (bool, bool),
+    note_cached: bool,
 }
 
 impl LevelScanner {
@@ -832,6 +839,26 @@ impl LevelScanner {
     pub(crate) fn checking_search_keys(mut self) -> Self {
         self.check_search_keys = true;
         self
+    }
+
+    /// Also notes, leaf by leaf, whether the node cache holds it (for
+    /// [`LevelScanner::entry_was_cached`]).
+    pub(crate) fn noting_cached_leaves(mut self) -> Self {
+        self.note_cached = true;
+        self
+    }
+
+    /// Whether the entry the scanner yielded before its last one came from a leaf the
+    /// node cache held when the scanner reached it (false unless
+    /// [`LevelScanner::noting_cached_leaves`]). A merge reads each source one entry ahead
+    /// of what it writes, so that is the entry it is writing; when the last entry is the
+    /// first of its leaf, either leaf being cached counts.
+    pub(crate) fn entry_was_cached(&self) -> bool {
+        let (before, current) = self.leaves_cached;
+        match self.leaf {
+            Some((_, _, yielded, _)) if yielded <= 1 => before || current,
+            _ => current,
+        }
     }
 
     /// Entries of the file being scanned.
@@ -907,6 +934,10 @@ impl LevelScanner {
                         .map_or(usize::MAX, |d| self.win_off.saturating_add(d));
                     self.pos += leaf_size as u64;
                     self.leaf = Some((start, pos, 0, count));
+                    if self.note_cached {
+                        let cached = self.file.cache.contains(self.file.id, pos);
+                        self.leaves_cached = (self.leaves_cached.1, cached);
+                    }
                     return Ok(true);
                 }
                 Some(NODE_INDEX) => {
