@@ -44,12 +44,12 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Put what flushes and merges write into the node cache as they write it, so that
     /// the gets after one do not read from the device what they found cached before it
-    /// (RocksDB's `prepopulate_block_cache`, extended to merges): a flush caches every
-    /// leaf of its run and every medium record it logs (just written: the keys likeliest
-    /// to be read); a merge caches each leaf that holds a key it read from a leaf the
-    /// cache held in a run below L1 (a region gets were reading). Flushed leaves do not
-    /// count as read, so a merge of L1 does not cache everything it writes. Default
-    /// `true`.
+    /// (RocksDB's `prepopulate_block_cache`, extended to merges): a flush caches the
+    /// leaves of its run and the medium records it logs (just written: the keys likeliest
+    /// to be read), up to an eighth of `cache_bytes` each; a merge caches each leaf that
+    /// holds a key it read from a leaf the cache held in a run below L1 (one a get, a
+    /// scan, or a lookup of GC or of a flush had read). Flushed leaves do not count, so a
+    /// merge of L1 does not cache everything it writes. Default `true`.
     pub prepopulate_cache: bool,
     /// Read level files and log segments (unless `mmap_reads`), and write
     /// flush/compaction output, with `O_DIRECT`, bypassing the page cache so that device traffic can be measured (log

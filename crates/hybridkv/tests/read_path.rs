@@ -443,12 +443,18 @@ fn a_merge_caches_the_leaves_of_the_regions_that_were_read() {
             }
         });
         let untouched = leaf_reads(&db, || {
-            // Half way between the probes above (a leaf holds about a hundred pairs).
-            for i in (n / 2 + 500..n / 2 + 10_500).step_by(1_000) {
+            // Half way between the probes above (a leaf holds about a hundred pairs), in
+            // the second half: 19 keys.
+            for i in (n / 2 + 500..n - 1_000).step_by(1_000) {
                 db.get(seq_key(i)).unwrap().unwrap();
             }
         });
-        assert!(untouched >= 8, "{untouched} leaf reads of keys never read");
+        // Some of their leaves may have been cached by a flush's lookups of L2 (its
+        // shadow estimate), never most of them.
+        assert!(
+            untouched >= 10,
+            "{untouched} leaf reads for 19 keys never read"
+        );
         if prepopulate {
             assert_eq!(
                 warm, 0,
@@ -477,13 +483,14 @@ fn a_flush_caches_the_medium_records_it_logs_unless_told_not_to() {
         // A level below L1: the next flush logs its medium values (L1 is not the merge
         // level).
         db.compact_all().unwrap();
+        let logged = db.stats().unwrap().medium_values_logged;
         for i in 2_000..2_300 {
             db.put(seq_key(i), medium(i)).unwrap();
         }
         db.flush().unwrap();
         db.compact().unwrap();
         let before = db.stats().unwrap();
-        assert!(before.medium_values_logged >= 300, "{before}");
+        assert_eq!(before.medium_values_logged - logged, 300, "{before}");
         for i in 2_000..2_300 {
             assert_eq!(db.get(seq_key(i)).unwrap(), Some(medium(i)));
         }

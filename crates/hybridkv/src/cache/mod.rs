@@ -1,12 +1,14 @@
 //! The memory reads go through: the block cache (verified level nodes, and the log records
-//! gets and scans read, bounded by one byte budget) and the budget of pinned indexes (PinK's
+//! gets and scans read, and what flushes and merges put in as they write it
+//! (`Options::prepopulate_cache`), bounded by one byte budget) and the budget of pinned indexes (PinK's
 //! level pinning; the fences themselves live with the level files that pin them).
 //!
 //! Owns: a concurrent S3-FIFO cache (`quick_cache`) keyed by (keyspace, file id, offset)
 //! and weighed by bytes, its hit and miss counts, and the pinned bytes' budget; one per
 //! database, each keyspace reading through a view of it (`BlockCache::view`) that names its
 //! keyspace in every key. Never: the only copy of anything (every entry can be re-read from
-//! its file), and never holds an unverified node or record. File ids (level files and log
+//! its file), and never holds an unverified node or record (an entry is either read and
+//! checked, or the very bytes this engine wrote at that offset). File ids (level files and log
 //! segments of a keyspace share one counter) are never reused within a keyspace, so
 //! entries of a deleted file can never be confused with a newer file's; they simply age out.
 
@@ -187,6 +189,11 @@ impl BlockCache {
         if let Some(c) = &self.shared.cache {
             c.insert((self.keyspace, file, offset), node);
         }
+    }
+
+    /// The byte budget (0: no cache).
+    pub(crate) fn capacity(&self) -> u64 {
+        self.shared.cache.as_ref().map_or(0, Cache::capacity)
     }
 
     /// Bytes currently held (by every keyspace).

@@ -229,8 +229,10 @@ pub(crate) struct MergeJob<'a> {
     pub buckets: &'a BucketTable,
     /// A flush with delta separation on: where the deltas it cannot fold go.
     pub bucket_flush: Option<&'a RefCell<BucketFlush<'a>>>,
-    /// Which leaves of the output go into the node cache as they are written.
+    /// Which leaves of the output go into the node cache as they are written, and at most
+    /// how many bytes of them.
     pub cache_fill: CacheFill,
+    pub cache_fill_limit: u64,
     pub cache: &'a Arc<BlockCache>,
 }
 
@@ -265,6 +267,7 @@ impl MergeJob<'_> {
                 Arc::clone(self.cache),
                 self.file_id,
                 self.cache_fill == CacheFill::All,
+                self.cache_fill_limit,
             );
         }
         let inherit = self.cache_fill == CacheFill::Inherit;

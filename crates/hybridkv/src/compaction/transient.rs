@@ -52,8 +52,8 @@ pub(crate) struct TransientSink<'a> {
     pub writer: Option<SegmentWriter>,
     pub values: u64,
     /// Where each record appended is also kept (a flush's values: just written, the
-    /// likeliest to be read).
-    cache: Option<&'a BlockCache>,
+    /// likeliest to be read), and the bytes it may still keep there.
+    cache: Option<(&'a BlockCache, u64)>,
 }
 
 impl<'a> TransientSink<'a> {
@@ -66,9 +66,10 @@ impl<'a> TransientSink<'a> {
         }
     }
 
-    /// Also keeps every record appended in `cache`, as a read of it would.
-    pub(crate) fn with_cache(mut self, cache: &'a BlockCache) -> Self {
-        self.cache = cache.enabled().then_some(cache);
+    /// Also keeps the records appended in `cache`, as a read of it would: the first
+    /// `limit` bytes of them.
+    pub(crate) fn with_cache(mut self, cache: &'a BlockCache, limit: u64) -> Self {
+        self.cache = cache.enabled().then_some((cache, limit));
         self
     }
 
@@ -78,10 +79,16 @@ impl<'a> TransientSink<'a> {
             self.writer = Some((self.create)()?);
         }
         self.values += 1;
-        match (self.writer.as_mut(), self.cache) {
-            (Some(w), Some(cache)) => w.append_cached(key, value, lsn, cache),
-            (Some(w), None) => w.append(key, value, lsn),
-            (None, _) => Err(Error::Closed),
+        let Some(w) = self.writer.as_mut() else {
+            return Err(Error::Closed);
+        };
+        match &mut self.cache {
+            Some((cache, left)) if *left > 0 => {
+                let ptr = w.append_cached(key, value, lsn, cache)?;
+                *left = left.saturating_sub(u64::from(ptr.len));
+                Ok(ptr)
+            }
+            _ => w.append(key, value, lsn),
         }
     }
 }

@@ -38,6 +38,10 @@ fn contain_panic(job: impl FnOnce() -> Result<()>) -> Result<()> {
     }
 }
 
+/// A flush puts at most this share of the cache's budget into it: 1/8 for its leaves, 1/8
+/// for its medium records (`Options::prepopulate_cache`).
+const FLUSH_FILL_SHARE: u64 = 8;
+
 /// Keys of a flush looked up in L1 and L2 to estimate what the new run shadows.
 const SHADOW_SAMPLE: usize = 32;
 
@@ -92,6 +96,13 @@ impl Engine {
                 (false, _) => CacheFill::Off,
                 (true, IoComponent::Flush) => CacheFill::All,
                 (true, _) => CacheFill::Inherit,
+            },
+            // A flush adds new leaves: an eighth of the cache at most, so that one flush
+            // of a memtable large against the cache does not push out all it holds. A
+            // merge's leaves replace those of its inputs it found cached.
+            cache_fill_limit: match component {
+                IoComponent::Flush => self.cache.capacity() / FLUSH_FILL_SHARE,
+                _ => u64::MAX,
             },
             cache: &self.cache,
         }
@@ -173,7 +184,7 @@ impl Engine {
             let create = || self.new_transient_segment(id);
             let mut sink = TransientSink::new(&create);
             if job.cache_fill == CacheFill::All {
-                sink = sink.with_cache(&self.cache);
+                sink = sink.with_cache(&self.cache, self.cache.capacity() / FLUSH_FILL_SHARE);
             }
             let reader = TransientReader::new(&segments);
             let policy = if in_place {

@@ -79,6 +79,8 @@ struct CacheFill {
     file_id: u64,
     /// Every leaf, or only those marked hot.
     all: bool,
+    /// Bytes the builder may still put into the cache.
+    left: u64,
     /// The leaf being filled holds an entry marked hot.
     hot: bool,
 }
@@ -104,17 +106,20 @@ impl LevelBuilder {
     }
 
     /// Also puts leaves into `cache` as they are written, as the leaves of file `file_id`:
-    /// every one (`all`), or those [`LevelBuilder::mark_leaf_hot`] marks.
+    /// every one (`all`), or those [`LevelBuilder::mark_leaf_hot`] marks; at most `limit`
+    /// bytes of them (the first that qualify).
     pub(crate) fn with_cache_fill(
         mut self,
         cache: Arc<BlockCache>,
         file_id: u64,
         all: bool,
+        limit: u64,
     ) -> Self {
         self.fill = cache.enabled().then_some(CacheFill {
             cache,
             file_id,
             all,
+            left: limit,
             hot: false,
         });
         self
@@ -260,7 +265,8 @@ impl LevelBuilder {
         let bytes = self.leaf.finish();
         let appended = self.file.append(bytes);
         if let Some(f) = &mut self.fill {
-            if appended.is_ok() && (f.all || f.hot) {
+            if appended.is_ok() && (f.all || f.hot) && f.left >= bytes.len() as u64 {
+                f.left -= bytes.len() as u64;
                 f.cache
                     .insert(f.file_id, offset, BlockBytes::copy_from_slice(bytes));
             }

@@ -372,11 +372,20 @@ mod tests {
         let io = Io::new(Arc::new(RealFs), false);
         let entries = small_pairs(5_000);
         let cache = Arc::new(BlockCache::new(16 << 20));
-        for (id, all) in [(1u64, true), (2, false)] {
+        // File 3 may cache three leaves and a bit.
+        for (id, all, limit) in [
+            (1u64, true, u64::MAX),
+            (2, false, u64::MAX),
+            (3, true, 3 * 8192 + 100),
+        ] {
             let path = dir.path().join(reader::file_name(id));
             let f = io.create(&path, IoComponent::Flush).unwrap();
-            let mut b =
-                LevelBuilder::new(f, 8192, 12288).with_cache_fill(Arc::clone(&cache), id, all);
+            let mut b = LevelBuilder::new(f, 8192, 12288).with_cache_fill(
+                Arc::clone(&cache),
+                id,
+                all,
+                limit,
+            );
             let mut hot = Vec::new();
             for (n, (k, lsn, v)) in entries.iter().enumerate() {
                 b.add(k, *lsn, EntryValue::Bytes(v.as_deref().unwrap()))
@@ -390,8 +399,8 @@ mod tests {
             let leaves = leaves_of(&path);
             assert!(leaves.len() > 20, "{} leaves", leaves.len());
             let mut cached = 0;
-            for (offset, bytes, keys) in &leaves {
-                let wanted = all || keys.iter().any(|k| hot.contains(k));
+            for (j, (offset, bytes, keys)) in leaves.iter().enumerate() {
+                let wanted = (all || keys.iter().any(|k| hot.contains(k))) && (id != 3 || j < 3);
                 match cache.get(id, *offset) {
                     Some(c) => {
                         assert!(
@@ -404,10 +413,15 @@ mod tests {
                     None => assert!(!wanted, "file {id}: leaf at {offset} not cached"),
                 }
             }
-            assert_eq!(cached, if all { leaves.len() } else { hot.len() });
+            let expected = match id {
+                1 => leaves.len(),
+                2 => hot.len(),
+                _ => 3,
+            };
+            assert_eq!(cached, expected, "file {id}");
             // The cached leaves answer gets: no node is read for any key.
             let lf = LevelFile::open(&io, dir.path(), id, Arc::clone(&cache)).unwrap();
-            if all {
+            if id == 1 {
                 let before = io.stats().snapshot().read_by(IoComponent::LevelRead);
                 for (k, lsn, _) in entries.iter().step_by(7) {
                     assert_eq!(lf.get(k).unwrap().map(|(l, _)| l), Some(*lsn));
