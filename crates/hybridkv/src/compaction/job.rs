@@ -229,10 +229,8 @@ pub(crate) struct MergeJob<'a> {
     pub buckets: &'a BucketTable,
     /// A flush with delta separation on: where the deltas it cannot fold go.
     pub bucket_flush: Option<&'a RefCell<BucketFlush<'a>>>,
-    /// Which leaves of the output go into the node cache as they are written, and at most
-    /// how many bytes of them.
+    /// Which leaves of the output go into `cache` as they are written.
     pub cache_fill: CacheFill,
-    pub cache_fill_limit: u64,
     pub cache: &'a Arc<BlockCache>,
 }
 
@@ -242,9 +240,11 @@ pub(crate) struct MergeJob<'a> {
 pub(crate) enum CacheFill {
     /// None.
     Off,
-    /// Every leaf (a flush: its keys were just written, the likeliest to be read).
-    All,
-    /// A leaf that holds an entry read from a cached leaf of an input.
+    /// Every leaf, the first `limit` bytes of them (a flush: its keys were just written,
+    /// the likeliest to be read; it adds to what the cache holds, so it is bounded).
+    All { limit: u64 },
+    /// A leaf that holds an entry read from a cached leaf of an input (no bound: the
+    /// leaves replace their input's, which die with their file).
     Inherit,
 }
 
@@ -262,13 +262,13 @@ impl MergeJob<'_> {
         let expected = sources.iter().map(|s| s.entries_hint()).sum();
         let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size)
             .with_bloom(self.opts.bloom_bits_per_key, expected);
-        if self.cache_fill != CacheFill::Off {
-            builder = builder.with_cache_fill(
-                Arc::clone(self.cache),
-                self.file_id,
-                self.cache_fill == CacheFill::All,
-                self.cache_fill_limit,
-            );
+        let fill = match self.cache_fill {
+            CacheFill::Off => None,
+            CacheFill::All { limit } => Some((true, limit)),
+            CacheFill::Inherit => Some((false, u64::MAX)),
+        };
+        if let Some((all, limit)) = fill {
+            builder = builder.with_cache_fill(Arc::clone(self.cache), self.file_id, all, limit);
         }
         let inherit = self.cache_fill == CacheFill::Inherit;
         let mut out = MergeOutcome::default();

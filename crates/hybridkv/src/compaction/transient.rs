@@ -8,7 +8,7 @@
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::log::large::SegmentSet;
-use crate::log::large::SegmentWriter;
+use crate::log::large::{SegmentWriter, RECORD_HEADER};
 use crate::log::ptr::LogPtr;
 use crate::log::readahead::SegmentReadahead;
 
@@ -66,8 +66,8 @@ impl<'a> TransientSink<'a> {
         }
     }
 
-    /// Also keeps the records appended in `cache`, as a read of it would: the first
-    /// `limit` bytes of them.
+    /// Also keeps the records appended in `cache`, as a read of them would, while they fit
+    /// in `limit` bytes in all.
     pub(crate) fn with_cache(mut self, cache: &'a BlockCache, limit: u64) -> Self {
         self.cache = cache.enabled().then_some((cache, limit));
         self
@@ -82,13 +82,55 @@ impl<'a> TransientSink<'a> {
         let Some(w) = self.writer.as_mut() else {
             return Err(Error::Closed);
         };
+        let len = (RECORD_HEADER + key.len() + value.len()) as u64;
         match &mut self.cache {
-            Some((cache, left)) if *left > 0 => {
-                let ptr = w.append_cached(key, value, lsn, cache)?;
-                *left = left.saturating_sub(u64::from(ptr.len));
-                Ok(ptr)
+            Some((cache, left)) if *left >= len => {
+                *left -= len;
+                w.append_cached(key, value, lsn, cache)
             }
             _ => w.append(key, value, lsn),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{Io, RealFs};
+    use crate::log::large::SegmentKind;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_sink_keeps_the_records_it_appends_while_they_fit_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let cache = BlockCache::new(1 << 20);
+        let create = || SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 7);
+        let value = [5u8; 300];
+        let record = (RECORD_HEADER + 6 + value.len()) as u64;
+        // Room for three records and most of a fourth.
+        let mut sink = TransientSink::new(&create).with_cache(&cache, 4 * record - 1);
+        let ptrs: Vec<LogPtr> = (0..10)
+            .map(|i| {
+                sink.append(format!("key{i:03}").as_bytes(), &value, i + 1)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(sink.values, 10);
+        for (i, p) in ptrs.iter().enumerate() {
+            assert_eq!(p.len as u64, record);
+            let kept = cache.get(7, p.offset);
+            assert_eq!(kept.is_some(), i < 3, "record {i}");
+            if let Some(rec) = kept {
+                assert_eq!(rec.len() as u64, record);
+                assert!(rec.ends_with(&value));
+            }
+        }
+        // Without a cache: nothing kept, the same pointers.
+        let create = || SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 8);
+        let mut sink = TransientSink::new(&create);
+        let p = sink.append(b"key000", &value, 1).unwrap();
+        assert_eq!((p.offset, p.len), (ptrs[0].offset, ptrs[0].len));
+        assert!(cache.get(8, p.offset).is_none());
     }
 }

@@ -92,17 +92,14 @@ impl Engine {
             drop_tombstones,
             segments,
             ranges,
+            // A flush adds new leaves: an eighth of the cache at most, so that one flush
+            // of a memtable large against the cache does not push out all it holds.
             cache_fill: match (self.opts.prepopulate_cache, component) {
                 (false, _) => CacheFill::Off,
-                (true, IoComponent::Flush) => CacheFill::All,
+                (true, IoComponent::Flush) => CacheFill::All {
+                    limit: self.cache.capacity() / FLUSH_FILL_SHARE,
+                },
                 (true, _) => CacheFill::Inherit,
-            },
-            // A flush adds new leaves: an eighth of the cache at most, so that one flush
-            // of a memtable large against the cache does not push out all it holds. A
-            // merge's leaves replace those of its inputs it found cached.
-            cache_fill_limit: match component {
-                IoComponent::Flush => self.cache.capacity() / FLUSH_FILL_SHARE,
-                _ => u64::MAX,
             },
             cache: &self.cache,
         }
@@ -183,8 +180,9 @@ impl Engine {
         let result = (|| {
             let create = || self.new_transient_segment(id);
             let mut sink = TransientSink::new(&create);
-            if job.cache_fill == CacheFill::All {
-                sink = sink.with_cache(&self.cache, self.cache.capacity() / FLUSH_FILL_SHARE);
+            // The medium records as much again as the leaves.
+            if let CacheFill::All { limit } = job.cache_fill {
+                sink = sink.with_cache(&self.cache, limit);
             }
             let reader = TransientReader::new(&segments);
             let policy = if in_place {

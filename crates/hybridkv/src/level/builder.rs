@@ -70,11 +70,11 @@ pub(crate) struct LevelBuilder {
     last_key: Option<Vec<u8>>,
     zero: Vec<u8>,
     bloom: Option<BloomBuilder>,
-    fill: Option<CacheFill>,
+    fill: Option<LeafFill>,
 }
 
 /// Leaves a builder puts into the node cache as it writes them.
-struct CacheFill {
+struct LeafFill {
     cache: Arc<BlockCache>,
     file_id: u64,
     /// Every leaf, or only those marked hot.
@@ -115,7 +115,7 @@ impl LevelBuilder {
         all: bool,
         limit: u64,
     ) -> Self {
-        self.fill = cache.enabled().then_some(CacheFill {
+        self.fill = cache.enabled().then_some(LeafFill {
             cache,
             file_id,
             all,
