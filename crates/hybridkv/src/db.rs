@@ -418,9 +418,14 @@ impl Db {
     /// clones of this handle (and of its keyspaces' handles) fails with `Error::Closed`
     /// afterwards (an iterator created before may still read), and nothing of this
     /// instance changes the directory again.
+    ///
+    /// The last step cuts each log being appended to back to its records (a log appended
+    /// to through a memory map reserved space past them). If a cut fails, the database is
+    /// closed all the same and the first such failure is returned (`Error::Io` naming the
+    /// file): every acknowledged write is still in the logs, and the next open cuts the
+    /// tail of zeros left behind. Dropping the last handle instead only logs it.
     pub fn close(self) -> Result<()> {
-        self.default.shared.shutdown();
-        Ok(())
+        self.default.shared.shutdown()
     }
 
     /// The database directory.

@@ -50,8 +50,9 @@ impl Shared {
     /// Closes: entry points refuse from now on, background threads stop, then the disk
     /// is sealed (changes in flight finish, later ones fail with `Error::Closed`), and only
     /// then is the directory lock released, so nothing of this instance can touch a
-    /// directory another instance may open next. Idempotent.
-    pub(crate) fn shutdown(&self) {
+    /// directory another instance may open next. Idempotent. Returns the first failure
+    /// to cut a log to its records (`LogState::finish_all`): closed all the same.
+    pub(crate) fn shutdown(&self) -> Result<()> {
         let mut spaces = self.spaces.lock();
         let engines: Vec<Arc<Engine>> = std::iter::once(Arc::clone(&self.root))
             .chain(spaces.open.values().map(|k| Arc::clone(&k.engine)))
@@ -67,18 +68,20 @@ impl Shared {
                 let _ = t.join();
             }
         }
-        {
-            // Hand the acknowledged-but-buffered tail to the OS before letting go (a
-            // write acknowledged has been handed over already; this is belt and braces).
-            // The logs are then cut to their records (`LogState::finish_all`), and the handle
-            // sealed before `log` is let go: a commit waiting for it then meets a sealed
-            // handle (`Error::Closed`), not a finished writer.
+        // Hand the acknowledged-but-buffered tail to the OS before letting go (a write
+        // acknowledged has been handed over already; this is belt and braces). The logs
+        // are then cut to their records (`LogState::finish_all`), and the handle sealed
+        // before `log` is let go: a commit waiting for it then meets a sealed handle
+        // (`Error::Closed`), not a finished writer.
+        let cut = {
             let mut log = self.writes.lock();
-            log.finish_all();
+            let cut = log.finish_all();
             self.io.seal();
             drop(log);
-        }
+            cut
+        };
         self.root.dir_lock.lock().take();
+        cut
     }
 }
 
@@ -92,7 +95,8 @@ pub(crate) fn stop(engine: &Engine) {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        self.shutdown();
+        // A failed cut is logged by `finish_all`; the next open cuts what it left.
+        let _ = self.shutdown();
     }
 }
 

@@ -645,8 +645,13 @@ pub type RecordIndex = BTreeMap<u64, (u32, Vec<u8>)>;
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
 #[derive(Debug)]
 pub enum SegmentTail {
-    /// Shorter than its header: created by a crash-interrupted start (the header is synced
-    /// before the name), so no record and no pointer into it exists.
+    /// A creation cut short, so no record and no pointer into it exists: shorter than its
+    /// header, or a header that is not whole with no valid record anywhere after it. The
+    /// header is synced before the name, so a crash of the start leaves no header or
+    /// zeros (a mapped segment reserves its space before the header is copied in); a
+    /// start whose header sync failed can also leave a torn header, once a later directory
+    /// sync (a flush's install) made its name durable. A header of another version is
+    /// never read as one cut short.
     Headerless,
     /// Records up to `end` are valid; nothing valid starts at or after it (a torn or lost
     /// tail).
@@ -656,8 +661,9 @@ pub enum SegmentTail {
         /// The valid records.
         records: RecordIndex,
     },
-    /// A damaged header, or a damaged record with a valid one after it: not what a crash
-    /// of an ordered writer leaves (a page written back before an earlier one can). Left
+    /// A damaged header with a valid record after it, a header of another version, or a
+    /// damaged record with a valid one after it: not what a crash of an ordered writer
+    /// leaves (a page written back before an earlier one can). Left
     /// alone for reads and `check` to report; `records` holds the valid records before
     /// the first damage, so replay still stops at the first commit whose value is not
     /// among them.
@@ -669,17 +675,14 @@ pub enum SegmentTail {
 
 /// Scans the newest segment's bytes after a crash (see [`SegmentTail`]).
 pub(crate) fn scan_tail(data: &[u8]) -> SegmentTail {
-    if data.len() < SEGMENT_HEADER as usize {
+    let Some(header) = data.get(..SEGMENT_HEADER as usize) else {
         return SegmentTail::Headerless;
-    }
-    // A segment appended to through a memory map reserves its space before the header
-    // is copied in: a crash in between leaves zeros and no record.
-    if data.get(..SEGMENT_HEADER as usize) == Some(&[0u8; SEGMENT_HEADER as usize][..])
-        && !valid_record_after(data, 0)
-    {
-        return SegmentTail::Headerless;
-    }
-    if data.get(..SEGMENT_HEADER as usize) != Some(segment_header().as_slice()) {
+    };
+    if header != segment_header().as_slice() {
+        // No record anywhere and no header of another version: a creation cut short.
+        if other_version(header).is_none() && !valid_record_after(data, 0) {
+            return SegmentTail::Headerless;
+        }
         return SegmentTail::Damaged {
             records: RecordIndex::new(),
         };
@@ -716,6 +719,13 @@ fn valid_record_after(data: &[u8], pos: usize) -> bool {
     (pos + 1..data.len()).any(|p| decode_record(data.get(p..).unwrap_or_default(), false).is_ok())
 }
 
+/// The version a segment header names when it starts with the magic and names another
+/// version than this build's (a segment of another build: never read as a torn header).
+fn other_version(header: &[u8]) -> Option<u32> {
+    let version = Decoder::new(header.get(8..12)?).u32()?;
+    (header.get(..8) == Some(MAGIC.as_slice()) && version != VERSION).then_some(version)
+}
+
 /// Decodes every record of a segment's bytes.
 pub(crate) fn parse_segment(
     data: &[u8],
@@ -725,25 +735,16 @@ pub(crate) fn parse_segment(
 ) -> Result<Vec<(LogPtr, LargeRecord)>> {
     let header = data.get(..SEGMENT_HEADER as usize);
     if header != Some(segment_header().as_slice()) {
-        if let (true, Some(h)) = (data.len() >= 12, header) {
-            let version = Decoder::new(h.get(8..12).unwrap_or_default())
-                .u32()
-                .unwrap_or(0);
-            if h.get(..8) == Some(MAGIC.as_slice()) && version != VERSION {
-                return Err(Error::UnsupportedVersion {
-                    file: path.to_path_buf(),
-                    found: version,
-                    supported: VERSION,
-                });
-            }
+        if let Some(version) = header.and_then(other_version) {
+            return Err(Error::UnsupportedVersion {
+                file: path.to_path_buf(),
+                found: version,
+                supported: VERSION,
+            });
         }
-        // Shorter than its header, or a header of zeros with no record after it: a
-        // creation cut short (a mapped segment reserves space before its header is in).
-        if tolerate_tail
-            && (data.len() < SEGMENT_HEADER as usize
-                || (header == Some(&[0u8; SEGMENT_HEADER as usize][..])
-                    && !valid_record_after(data, 0)))
-        {
+        // Shorter than its header, or a header that is not whole (zeros, a torn one) with
+        // no record after it: a creation cut short (as `scan_tail` reads it).
+        if tolerate_tail && (header.is_none() || !valid_record_after(data, 0)) {
             return Ok(Vec::new());
         }
         return Err(Error::corruption(path, 0, "bad large-log segment header"));
@@ -837,6 +838,54 @@ mod tests {
         let mut data = std::fs::read(dir.path().join(file_name(5))).unwrap();
         data[..SEGMENT_HEADER as usize].fill(0);
         assert!(matches!(scan_tail(&data), SegmentTail::Damaged { .. }));
+    }
+
+    #[test]
+    fn a_torn_header_with_nothing_after_it_is_a_creation_cut_short_but_not_another_version() {
+        let at = Path::new("00000006.vlog");
+        // The header's sync failed, a later directory sync made the name durable, and a
+        // power loss tore the header: garbage, alone or in front of the reserved zeros.
+        let torn: [u8; 16] = *b"\x93K\x07LOGx\x00\x01\xfe\x00\x7f\x11\x22\x33\x44";
+        let partial = [&MAGIC[..6], &[0u8; 10][..]].concat();
+        for header in [&torn[..], &partial[..]] {
+            for tail in [0usize, 4080] {
+                let mut data = header.to_vec();
+                data.resize(16 + tail, 0);
+                assert!(
+                    matches!(scan_tail(&data), SegmentTail::Headerless),
+                    "{header:?} + {tail} zeros"
+                );
+                assert!(parse_segment(&data, at, 6, true).unwrap().is_empty());
+                assert!(parse_segment(&data, at, 6, false)
+                    .unwrap_err()
+                    .is_corruption());
+            }
+        }
+        // A whole header of another version is that version's segment, never one cut
+        // short (recovery would remove it): left for reads and `check` to report.
+        let mut newer = segment_header();
+        newer[8..12].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        let crc = crc32c(&newer[..12]);
+        newer[12..].copy_from_slice(&crc.to_le_bytes());
+        let mut data = newer.to_vec();
+        data.resize(4096, 0);
+        assert!(matches!(scan_tail(&data), SegmentTail::Damaged { .. }));
+        assert!(matches!(
+            parse_segment(&data, at, 6, true),
+            Err(Error::UnsupportedVersion { found, .. }) if found == VERSION + 1
+        ));
+        // A torn header in front of a record is damage: the record stays.
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 6).unwrap();
+        w.append(b"key", b"value", 1).unwrap();
+        w.commit(true).unwrap();
+        let mut data = std::fs::read(dir.path().join(file_name(6))).unwrap();
+        data[..SEGMENT_HEADER as usize].copy_from_slice(&torn);
+        assert!(matches!(scan_tail(&data), SegmentTail::Damaged { .. }));
+        assert!(parse_segment(&data, at, 6, true)
+            .unwrap_err()
+            .is_corruption());
     }
 
     #[test]

@@ -522,11 +522,15 @@ mod tests {
         // A leads alone until B and C are both queued; then one of them leads both and
         // panics: the other gets an error (not a wait without end), the lead is free.
         let q = Arc::new(CommitQueue::default());
+        // B and C start only once A leads: otherwise one of them could lead alone.
+        let leading = Arc::new(std::sync::Barrier::new(2));
         let a = {
             let q = Arc::clone(&q);
+            let leading = Arc::clone(&leading);
             std::thread::spawn(move || {
                 let qq = Arc::clone(&q);
                 q.submit(Request::new(WriteBatch::new(), false, 0), move |_, _| {
+                    leading.wait();
                     while qq.state.lock().pending.len() < 2 {
                         std::thread::yield_now();
                     }
@@ -534,6 +538,7 @@ mod tests {
                 })
             })
         };
+        leading.wait();
         let writers: Vec<_> = (0..2)
             .map(|_| {
                 let q = Arc::clone(&q);

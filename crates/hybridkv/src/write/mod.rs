@@ -87,12 +87,15 @@ pub(crate) struct SpaceLog {
 
 impl SpaceLog {
     /// Hands keyspace `id`'s large-log tail to the OS and cuts the segment to its records
-    /// (a close, or the keyspace dropped). A failure is logged: the next open cuts a tail
-    /// left behind; a handle already sealed (a second close) has nothing to do.
-    fn finish_large(&mut self, id: u32) {
+    /// (a close, or the keyspace dropped). A failure is logged and returned: the next open
+    /// cuts a tail left behind; a handle already sealed (a second close) has nothing to do.
+    fn finish_large(&mut self, id: u32) -> Result<()> {
         match self.large.as_mut().map(SegmentWriter::finish) {
-            None | Some(Ok(()) | Err(Error::Closed)) => {}
-            Some(Err(e)) => log::warn!("cutting the large-log segment of keyspace {id}: {e}"),
+            None | Some(Ok(()) | Err(Error::Closed)) => Ok(()),
+            Some(Err(e)) => {
+                log::warn!("cutting the large-log segment of keyspace {id}: {e}");
+                Err(e)
+            }
         }
     }
 }
@@ -272,19 +275,26 @@ impl LogState {
     /// and every log being appended to cut to its records (one appended to through a
     /// memory map gives its reserved tail back; the next open would cut it anyway). Not
     /// durable: nothing is synced. Appending after it is an error. A second close finds
-    /// the handle sealed (`Error::Closed`) and does nothing.
-    pub(crate) fn finish_all(&mut self) {
-        match self
+    /// the handle sealed (`Error::Closed`) and does nothing. Every log is tried; the first
+    /// failure is returned (each is logged), and nothing acknowledged depends on it: a
+    /// tail left behind is cut by the next open.
+    pub(crate) fn finish_all(&mut self) -> Result<()> {
+        let mut first = match self
             .writer
             .commit(false)
             .and_then(|()| self.writer.finish())
         {
-            Ok(()) | Err(Error::Closed) => {}
-            Err(e) => log::warn!("cutting the small log at close: {e}"),
-        }
+            Ok(()) | Err(Error::Closed) => Ok(()),
+            Err(e) => {
+                log::warn!("cutting the small log at close: {e}");
+                Err(e)
+            }
+        };
         for (&id, space) in &mut self.spaces {
-            space.finish_large(id);
+            let cut = space.finish_large(id);
+            first = first.and(cut);
         }
+        first
     }
 
     /// Makes the large-log tail of every keyspace durable.
@@ -543,7 +553,8 @@ impl WritePath {
     /// leaves a tail that the next open cuts).
     pub(crate) fn unregister(&self, log: &mut LogState, id: u32) {
         if let Some(mut space) = log.spaces.remove(&id) {
-            space.finish_large(id);
+            // Logged there; the next open cuts what a failed cut left.
+            let _ = space.finish_large(id);
         }
         self.slots.write().remove(&id);
         let mut mins = self.log_mins.lock();
