@@ -49,7 +49,11 @@ pub struct Options {
     /// to be read), up to an eighth of `cache_bytes` each; a merge caches each leaf that
     /// holds a key it read from a leaf the cache held in a run below L1 (one a get, a
     /// scan, or a lookup of GC or of a flush had read). Flushed leaves do not count, so a
-    /// merge of L1 does not cache everything it writes. Default `true`.
+    /// merge of L1 does not cache everything it writes. A put's large value is cached as
+    /// it is appended to the large log when the keyspace served a get since its last large
+    /// value was appended (reads are running: a read after an update would otherwise read
+    /// the new value back from the device; a load with no gets caches nothing). Default
+    /// `true`.
     pub prepopulate_cache: bool,
     /// Read level files and log segments (unless `mmap_reads`), and write
     /// flush/compaction output, with `O_DIRECT`, bypassing the page cache so that device traffic can be measured (log

@@ -510,3 +510,48 @@ fn a_flush_caches_the_medium_records_it_logs_unless_told_not_to() {
         }
     }
 }
+
+#[test]
+fn a_put_caches_its_large_value_only_when_gets_run_between_puts() {
+    for prepopulate in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            placement: Placement::Hybrid,
+            // No GC pass may move a value (its new place would be read from the device).
+            gc_interval: std::time::Duration::from_secs(3600),
+            ..fill_opts(prepopulate)
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        let large = |i: u32, round: u8| vec![(i % 251) as u8 ^ round; 3_000];
+        let large_reads = |db: &Db| db.stats().unwrap().io.read_ops_by(IoComponent::LargeLog);
+        // A load: no get between the puts, so no value is cached as it is written.
+        for i in 0..200 {
+            db.put(seq_key(i), large(i, 0)).unwrap();
+        }
+        let before = large_reads(&db);
+        for i in 0..200 {
+            assert_eq!(db.get(seq_key(i)).unwrap(), Some(large(i, 0)));
+        }
+        assert_eq!(
+            large_reads(&db) - before,
+            200,
+            "a value loaded without gets between the puts was cached"
+        );
+        // Updates between gets: each new value is cached as it is appended, when the
+        // option is on.
+        for i in 0..200 {
+            assert_eq!(db.get(seq_key(i)).unwrap(), Some(large(i, 0)));
+            db.put(seq_key(i), large(i, 1)).unwrap();
+        }
+        let before = large_reads(&db);
+        for i in 0..200 {
+            assert_eq!(db.get(seq_key(i)).unwrap(), Some(large(i, 1)));
+        }
+        let reads = large_reads(&db) - before;
+        if prepopulate {
+            assert_eq!(reads, 0, "a get read a large value put after a get");
+        } else {
+            assert_eq!(reads, 200, "{reads} large-log reads without prepopulation");
+        }
+    }
+}

@@ -83,6 +83,25 @@ pub(crate) struct SpaceLog {
     env: EnvRef,
     /// The large-log segment being appended to (opened on the first large write).
     pub large: Option<SegmentWriter>,
+    /// The keyspace's count of gets when its last large value was appended: a put's value
+    /// is cached as it is appended only if gets ran since ([`LargeFill::IfRead`]).
+    gets_seen: u64,
+}
+
+/// Whether a large value appended by a commit goes into the node cache too.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum LargeFill {
+    /// Always (a value a read computed and wrote back: the reader wants it again).
+    Always,
+    /// Never (GC's relocations: old values, read no more than where they were).
+    Never,
+    /// With `Options::prepopulate_cache`, if the keyspace served a get since its last
+    /// large value was appended: a value just written is what a zipfian read soon wants
+    /// (a read after an update would otherwise read it back from the device), but a load
+    /// that nobody reads would only pay the copy and push the cache's contents out. Gets
+    /// between puts are the sign that someone reads; the values cached then number at
+    /// most about the gets served.
+    IfRead,
 }
 
 impl SpaceLog {
@@ -528,6 +547,7 @@ impl WritePath {
             SpaceLog {
                 env: Arc::downgrade(env),
                 large: None,
+                gets_seen: 0,
             },
         );
         self.slots.write().insert(
@@ -1142,7 +1162,13 @@ impl WritePath {
                         continue;
                     }
                     BatchOp::Put(k, v) if goes_large(env.opts(), rec.relocation, op) => {
-                        let cache = rec.cache_large;
+                        let cache = if rec.cache_large {
+                            LargeFill::Always
+                        } else if rec.relocation {
+                            LargeFill::Never
+                        } else {
+                            LargeFill::IfRead
+                        };
                         let ptr = match Self::append_large(env.as_ref(), &mut log, k, v, lsn, cache)
                         {
                             Ok(p) => p,
@@ -1287,9 +1313,19 @@ impl WritePath {
         key: &[u8],
         value: &[u8],
         lsn: u64,
-        cache: bool,
+        fill: LargeFill,
     ) -> Result<LogPtr> {
         let space = log.spaces.get_mut(&env.keyspace()).ok_or(Error::Closed)?;
+        let gets = env
+            .counters()
+            .gets
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let read_since = std::mem::replace(&mut space.gets_seen, gets) != gets;
+        let cache = match fill {
+            LargeFill::Always => true,
+            LargeFill::Never => false,
+            LargeFill::IfRead => read_since && env.opts().prepopulate_cache,
+        };
         let full = space
             .large
             .as_ref()
