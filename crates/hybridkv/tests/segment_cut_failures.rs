@@ -374,6 +374,17 @@ fn id_of(path: &Path) -> u64 {
         .unwrap()
 }
 
+/// A database on a fresh `SimFs` behind a `FaultFs` (leaving reserved zeros after a
+/// refused cut or not), holding [`first_writes`].
+fn opened_with_first_writes(reserved: bool, all_synced: bool) -> (SimFs, FaultFs, Db, Model) {
+    let sim = SimFs::new();
+    let fs = FaultFs::new(sim.clone(), reserved);
+    let db = Db::open_with_fs(DIR, opts(), Arc::new(fs.clone())).unwrap();
+    let mut model = Model::new();
+    first_writes(&db, &mut model, all_synced);
+    (sim, fs, db, model)
+}
+
 /// Writes a first segment's worth of acknowledged pairs (large ones in segments, small
 /// ones beside them; every fourth synced, or all with `all_synced`).
 fn first_writes(db: &Db, model: &mut Model, all_synced: bool) {
@@ -398,11 +409,7 @@ fn a_segment_creation_failing_with_its_cut_loses_nothing_after_a_restart() {
     for reserved in [false, true] {
         for stage in Stage::ALL {
             let when = format!("{stage:?} failed, reserved zeros {reserved}");
-            let sim = SimFs::new();
-            let fs = FaultFs::new(sim.clone(), reserved);
-            let db = Db::open_with_fs(DIR, opts(), Arc::new(fs.clone())).unwrap();
-            let mut model = Model::new();
-            first_writes(&db, &mut model, false);
+            let (sim, fs, db, mut model) = opened_with_first_writes(reserved, false);
             let before = segment_ids(&sim, dir);
             fs.with(|p| p.create_fault = Some(stage));
             let err = put_large_until_failure(&db, &mut model, 24, false);
@@ -487,11 +494,7 @@ fn a_segment_creation_failing_with_its_cut_loses_nothing_after_a_restart() {
 fn a_segment_whose_header_sync_failed_survives_a_power_loss_after_a_flush_synced_its_name() {
     let dir = Path::new(DIR);
     for reserved in [false, true] {
-        let sim = SimFs::new();
-        let fs = FaultFs::new(sim.clone(), reserved);
-        let db = Db::open_with_fs(DIR, opts(), Arc::new(fs.clone())).unwrap();
-        let mut model = Model::new();
-        first_writes(&db, &mut model, true);
+        let (sim, fs, db, mut model) = opened_with_first_writes(reserved, true);
         // A flush held before its level file: it installs after the failure below.
         fs.with(|p| p.hold_flush = true);
         let flusher = {
@@ -552,11 +555,7 @@ fn a_segment_whose_header_sync_failed_survives_a_power_loss_after_a_flush_synced
 fn a_cut_refused_at_close_is_reported_and_the_reopen_cuts_the_segment() {
     let dir = Path::new(DIR);
     for reserved in [false, true] {
-        let sim = SimFs::new();
-        let fs = FaultFs::new(sim.clone(), reserved);
-        let db = Db::open_with_fs(DIR, opts(), Arc::new(fs.clone())).unwrap();
-        let mut model = Model::new();
-        first_writes(&db, &mut model, false);
+        let (sim, fs, db, mut model) = opened_with_first_writes(reserved, false);
         put(&db, &mut model, key("big", 100), large(100), true);
         let synced = model.clone();
         for i in 101..105 {
