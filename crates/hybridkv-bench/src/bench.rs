@@ -130,6 +130,8 @@ pub struct BenchOptions {
     pub medium_merge_level: Option<hybridkv::MediumMergeLevel>,
     /// Whether hybridkv prepopulates its cache (`None`: its default).
     pub prepopulate_cache: Option<bool>,
+    /// hybridkv's reads around a missing leaf while its cache fills (`None`: its default).
+    pub warm_read_bytes: Option<u64>,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -195,6 +197,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         mmap_reads: opts.mmap_reads,
         medium_merge_level: opts.medium_merge_level,
         prepopulate_cache: opts.prepopulate_cache,
+        warm_read_bytes: opts.warm_read_bytes,
     }
 }
 

@@ -26,6 +26,7 @@ fn config() -> EngineConfig {
         mmap_reads: false,
         medium_merge_level: None,
         prepopulate_cache: None,
+        warm_read_bytes: None,
     }
 }
 
@@ -423,6 +424,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         mmap_reads: false,
         medium_merge_level: None,
         prepopulate_cache: None,
+        warm_read_bytes: None,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

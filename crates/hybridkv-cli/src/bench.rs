@@ -167,6 +167,11 @@ pub struct RunArgs {
     /// (`Options::prepopulate_cache`). Default: the engine's default (on).
     #[arg(long, value_parser = ["on", "off"])]
     pub prepopulate_cache: Option<String>,
+    /// Bytes a leaf read that misses hybridkv's cache reads around the leaf while the
+    /// cache has room (`Options::warm_read_bytes`; 0 turns it off). Default: the
+    /// engine's default (64 KiB). The peers are unchanged.
+    #[arg(long)]
+    pub warm_read_bytes: Option<u64>,
     /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
     /// in the current one, deleted afterwards (only with --phase all).
     #[arg(long)]
@@ -362,6 +367,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
             _ => hybridkv::MediumMergeLevel::Last,
         }),
         prepopulate_cache: a.prepopulate_cache.as_deref().map(|v| v == "on"),
+        warm_read_bytes: a.warm_read_bytes,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

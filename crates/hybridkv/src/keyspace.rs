@@ -312,6 +312,7 @@ impl Keyspace {
         s.range_tombstones = crate::read::range_tombstones(&sv, u64::MAX).len() as u64;
         s.cache_bytes = e.cache.used_bytes();
         (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();
+        (s.warm_reads, s.warm_neighbours) = e.cache.warm_reads_and_neighbours();
         s.pinned_index_bytes = e.cache.pins().used();
         s.delta_buckets = sv.version.buckets.slots.len();
         s.delta_bucket_bytes = sv.version.buckets.bytes();

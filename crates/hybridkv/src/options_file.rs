@@ -82,6 +82,7 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ),
         ("bloom_bits_per_key", o.bloom_bits_per_key.to_string()),
         ("pinned_index_bytes", o.pinned_index_bytes.to_string()),
+        ("warm_read_bytes", o.warm_read_bytes.to_string()),
         ("fold_on_read", o.fold_on_read.to_string()),
         ("delta_separation", o.delta_separation.to_string()),
         ("delta_bucket_size", o.delta_bucket_size.to_string()),
@@ -235,6 +236,7 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         }
         "bloom_bits_per_key" => o.bloom_bits_per_key = num(value)?,
         "pinned_index_bytes" => o.pinned_index_bytes = num(value)?,
+        "warm_read_bytes" => o.warm_read_bytes = num(value)?,
         "fold_on_read" => o.fold_on_read = flag(value)?,
         "prepopulate_cache" => o.prepopulate_cache = flag(value)?,
         "delta_separation" => o.delta_separation = flag(value)?,
@@ -331,6 +333,7 @@ mod tests {
             space_amp_limit: Some(1.75),
             bloom_bits_per_key: 0,
             pinned_index_bytes: 99,
+            warm_read_bytes: 8192,
             merge_operator: None,
             fold_on_read: false,
             delta_separation: true,

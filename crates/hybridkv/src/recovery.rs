@@ -83,7 +83,11 @@ pub(crate) fn open_database(dir: &Path, opts: Options, io: Io, read_only: bool) 
     let lock = io.fs().lock(&dir.join(filename::LOCK))?;
     let catalog = Catalog::load(&io, dir)?;
     // One cache for the whole database: every keyspace reads through a view of it.
-    let cache = BlockCache::with_pinning(opts.cache_bytes, opts.pinned_index_bytes as u64);
+    let cache = BlockCache::configured(
+        opts.cache_bytes,
+        opts.pinned_index_bytes as u64,
+        opts.warm_read_bytes as u64,
+    );
     if !read_only {
         sweep_keyspace_dirs(&io, dir, &catalog)?;
     }
@@ -167,8 +171,8 @@ pub(crate) fn open_database(dir: &Path, opts: Options, io: Io, read_only: bool) 
 }
 
 /// A keyspace's options: those stored with it (placement, sizes, thresholds), with what
-/// is the database's to decide (the I/O mode, the merge operator, the one block cache and
-/// its pinned-index budget) from `db`'s.
+/// is the database's to decide (the I/O mode, the merge operator, the one block cache, its
+/// pinned-index budget and its reads around a leaf) from `db`'s.
 pub(crate) fn keyspace_options(stored: Options, db: &Options) -> Options {
     Options {
         create_if_missing: false,
@@ -178,6 +182,7 @@ pub(crate) fn keyspace_options(stored: Options, db: &Options) -> Options {
         merge_operator: db.merge_operator.clone(),
         cache_bytes: db.cache_bytes,
         pinned_index_bytes: db.pinned_index_bytes,
+        warm_read_bytes: db.warm_read_bytes,
         ..stored
     }
 }

@@ -148,6 +148,11 @@ pub struct Stats {
     pub cache_misses: u64,
     /// Bytes of pinned level indexes (`Options::pinned_index_bytes`), beside the cache.
     pub pinned_index_bytes: u64,
+    /// Reads of a missing leaf, or of a missing transient-log record, that read their
+    /// neighbours with them while the cache had room (`Options::warm_read_bytes`).
+    pub warm_reads: u64,
+    /// Neighbouring leaves and transient-log records those reads put into the cache.
+    pub warm_neighbours: u64,
     /// Iterators opened (`Db::iter`, `Db::scan`, ...).
     pub scans: u64,
     /// Bytes of small-log files on disk (the database's one small log, shared by its
@@ -343,7 +348,7 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "reads: {} gets, {} scans; {} lookup reads ({:.1} MiB); node cache {} hits, {} misses ({:.1}% hits)",
+            "reads: {} gets, {} scans; {} lookup reads ({:.1} MiB); node cache {} hits, {} misses ({:.1}% hits); {} reads around a leaf or record cached {} more",
             self.gets,
             self.scans,
             self.lookup_reads(),
@@ -352,7 +357,9 @@ impl fmt::Display for Stats {
                 + self.io.read_by(IoComponent::TransientLog)),
             self.cache_hits,
             self.cache_misses,
-            100.0 * self.cache_hit_ratio()
+            100.0 * self.cache_hit_ratio(),
+            self.warm_reads,
+            self.warm_neighbours
         )?;
         writeln!(f, "small log on disk: {:.1} MiB", mib(self.wal_file_bytes))?;
         writeln!(

@@ -120,3 +120,127 @@ fn second_to_last_merge_level_also_frees_segments() {
     let s = db.stats().unwrap();
     assert_eq!(tlog_files(dir.path()) as u64, s.transient_segments, "{s}");
 }
+
+/// Medium values of `n` keys in L1's transient segment (beside `n` others merged in place
+/// below), then the database reopened cold with `warm_read_bytes`; the `n` keys of L1 in
+/// key order.
+fn upper_mediums_reopened(dir: &std::path::Path, n: u32, warm: usize) -> (Db, Vec<u32>) {
+    // A memtable that holds a whole round: the last round's flush is one L1 run.
+    let opts = || Options {
+        memtable_size: 4 << 20,
+        ..opts()
+    };
+    let db = Db::open(dir, opts()).unwrap();
+    for round in 0..4 {
+        for i in 0..n {
+            db.put(key(i), medium(i, round)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.compact().unwrap();
+    // New keys: a run that overwrote the bottom's would be merged down at once (the dead
+    // share it makes there).
+    for i in n..2 * n {
+        db.put(key(i), medium(i, 4)).unwrap();
+    }
+    db.flush().unwrap();
+    let s = db.stats().unwrap();
+    assert!(
+        s.transient_segments > 0 && s.levels[0].entries == u64::from(n),
+        "{s}"
+    );
+    drop(db);
+    let db = Db::open(
+        dir,
+        Options {
+            warm_read_bytes: warm,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let mut order: Vec<u32> = (n..2 * n).collect();
+    order.sort_by_key(|&i| key(i));
+    (db, order)
+}
+
+fn transient_reads(db: &Db) -> u64 {
+    db.stats()
+        .unwrap()
+        .io
+        .read_ops_by(hybridkv::io::IoComponent::TransientLog)
+}
+
+#[test]
+fn a_cold_get_of_a_medium_value_reads_the_records_after_it_with_it() {
+    let n = 3000;
+    let mut reads = Vec::new();
+    for warm in [0, 64 << 10] {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, order) = upper_mediums_reopened(dir.path(), n, warm);
+        let before = transient_reads(&db);
+        for &i in &order {
+            assert_eq!(db.get(key(i)).unwrap(), Some(medium(i, 4)), "key {i}");
+        }
+        reads.push(transient_reads(&db) - before);
+        let s = db.stats().unwrap();
+        if warm == 0 {
+            assert_eq!((s.warm_reads, s.warm_neighbours), (0, 0), "{s}");
+        } else {
+            assert!(
+                s.warm_reads > 0 && s.warm_neighbours > u64::from(n) / 2,
+                "{s}"
+            );
+        }
+    }
+    // One read per record alone; records of about 250 bytes, 64 KiB at a time together.
+    assert!(reads[0] >= u64::from(n) / 2, "{reads:?}");
+    assert!(reads[1] * 8 <= reads[0], "{reads:?}");
+}
+
+#[test]
+fn a_damaged_medium_record_ends_the_read_around_and_is_reported_by_its_own_get() {
+    let n = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let (db, order) = upper_mediums_reopened(dir.path(), n, 0);
+    drop(db);
+    // Damage the live record of a key in the middle of the key order.
+    let victim = order[n as usize / 2];
+    let mut needle = key(victim);
+    needle.extend_from_slice(format!("{victim}/4/").as_bytes());
+    let mut damaged = false;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "tlog") {
+            continue;
+        }
+        let mut bytes = std::fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + needle.len() + 4] ^= 0xff;
+            std::fs::write(&path, bytes).unwrap();
+            damaged = true;
+        }
+    }
+    assert!(damaged, "the victim's record is in no transient segment");
+    let db = Db::open(
+        dir.path(),
+        Options {
+            memtable_size: 4 << 20,
+            warm_read_bytes: 64 << 10,
+            ..opts()
+        },
+    )
+    .unwrap();
+    // Every key in key order: the reads around records before the victim stop at it, and
+    // only the victim's own get reports the damage.
+    for &i in &order {
+        match db.get(key(i)) {
+            Ok(v) => {
+                assert_ne!(i, victim, "the damaged record was read as valid");
+                assert_eq!(v, Some(medium(i, 4)), "key {i}");
+            }
+            Err(hybridkv::Error::Corruption { .. }) => assert_eq!(i, victim),
+            Err(e) => panic!("key {i}: {e}"),
+        }
+    }
+    assert!(db.stats().unwrap().warm_reads > 0);
+}

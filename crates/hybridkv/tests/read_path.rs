@@ -373,6 +373,8 @@ fn fill_opts(prepopulate: bool) -> Options {
         bloom_bits_per_key: 0,
         placement: Placement::InPlace,
         prepopulate_cache: prepopulate,
+        // Leaves read one by one, so the counts below are those of prepopulation alone.
+        warm_read_bytes: 0,
         ..Options::default()
     }
 }
@@ -554,4 +556,150 @@ fn a_put_caches_its_large_value_only_when_gets_run_between_puts() {
             assert_eq!(reads, 200, "{reads} large-log reads without prepopulation");
         }
     }
+}
+
+/// One run of `n` sequential small pairs (about 80 leaves per 10,000), then the database
+/// reopened cold with `warm_read_bytes` and `cache_bytes`.
+fn one_cold_run(dir: &std::path::Path, n: u32, warm: usize, cache: usize) -> Db {
+    let opts = |warm, cache| Options {
+        memtable_size: 256 << 10,
+        cache_bytes: cache,
+        bloom_bits_per_key: 0,
+        placement: Placement::InPlace,
+        prepopulate_cache: false,
+        warm_read_bytes: warm,
+        ..Options::default()
+    };
+    let db = Db::open(dir, opts(0, 64 << 20)).unwrap();
+    for i in 0..n {
+        db.put(seq_key(i), vec![(i % 251) as u8; 60]).unwrap();
+    }
+    db.compact_all().unwrap();
+    assert_eq!(runs(&db), 1);
+    drop(db);
+    Db::open(dir, opts(warm, cache)).unwrap()
+}
+
+fn leaves_of_the_run(db: &Db) -> u64 {
+    db.stats()
+        .unwrap()
+        .levels
+        .iter()
+        .map(|l| l.file_bytes)
+        .sum::<u64>()
+        / 8192
+}
+
+#[test]
+fn a_cold_cache_reads_a_group_of_leaves_per_device_read_while_it_has_room() {
+    let n = 20_000;
+    let probe = |db: &Db| {
+        leaf_reads(db, || {
+            for i in (0..n).step_by(40) {
+                assert_eq!(db.get(seq_key(i)).unwrap(), Some(vec![(i % 251) as u8; 60]));
+            }
+        })
+    };
+    // Leaves one by one: a device read per leaf the gets touch (every leaf: a leaf holds
+    // about 100 pairs, the gets step by 40).
+    let dir = tempfile::tempdir().unwrap();
+    let single = one_cold_run(dir.path(), n, 0, 64 << 20);
+    let leaves = leaves_of_the_run(&single);
+    assert!(leaves >= 100, "{leaves} leaves");
+    let one_by_one = probe(&single);
+    assert!(
+        one_by_one + 10 >= leaves,
+        "{one_by_one} reads, {leaves} leaves"
+    );
+    let s = single.stats().unwrap();
+    assert_eq!((s.warm_reads, s.warm_neighbours), (0, 0));
+    drop(single);
+
+    // Groups of 8 leaves: about an eighth of the reads (a group ends early where an
+    // index node lies between two leaves), every value the same.
+    let grouped = one_cold_run(dir.path(), n, 8 * 8192, 64 << 20);
+    let reads = probe(&grouped);
+    let s = grouped.stats().unwrap();
+    assert!(
+        reads * 4 <= one_by_one,
+        "{reads} reads in groups, {one_by_one} one by one"
+    );
+    assert_eq!(s.warm_reads, reads, "{s}");
+    assert!(s.warm_neighbours + reads + 10 >= one_by_one, "{s}");
+    // Every leaf is cached now: the same gets read nothing.
+    assert_eq!(probe(&grouped), 0);
+    drop(grouped);
+
+    // A cache with room for a sixth of the leaves: groups only while it has room, then
+    // one leaf per read.
+    let small = leaves * 8192 / 6;
+    let tight = one_cold_run(dir.path(), n, 8 * 8192, small as usize);
+    let reads = probe(&tight);
+    let s = tight.stats().unwrap();
+    assert!(s.warm_reads > 0, "{s}");
+    assert!(
+        (s.warm_reads + s.warm_neighbours) * 8192 <= small,
+        "{} leaves cached by groups in a cache of {small} bytes",
+        s.warm_reads + s.warm_neighbours
+    );
+    assert!(
+        reads > one_by_one / 2,
+        "{reads} reads, {one_by_one} one by one"
+    );
+}
+
+#[test]
+fn a_damaged_leaf_in_a_group_is_left_out_and_reported_by_the_get_that_wants_it() {
+    let n = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    drop(one_cold_run(dir.path(), n, 0, 64 << 20));
+    // Damage the fourth leaf (leaves come first in the file, 8 KiB each, key order).
+    let lvl = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "lvl"))
+        .unwrap();
+    let mut bytes = std::fs::read(&lvl).unwrap();
+    bytes[3 * 8192 + 200] ^= 0xff;
+    std::fs::write(&lvl, bytes).unwrap();
+
+    let db = one_cold_run_reopen(dir.path());
+    // The first key's group holds the damaged leaf: the group read caches the others.
+    assert_eq!(db.get(seq_key(0)).unwrap(), Some(vec![0u8; 60]));
+    let s = db.stats().unwrap();
+    assert_eq!(s.warm_reads, 1, "{s}");
+    assert_eq!(
+        s.warm_neighbours, 6,
+        "8 leaves less the wanted one and the damaged one: {s}"
+    );
+    // Every key reads its value, or (the damaged leaf's keys) reports the damage.
+    let mut damaged = 0;
+    for i in 0..n {
+        match db.get(seq_key(i)) {
+            Ok(v) => assert_eq!(v, Some(vec![(i % 251) as u8; 60]), "key {i}"),
+            Err(hybridkv::Error::Corruption { .. }) => damaged += 1,
+            Err(e) => panic!("key {i}: {e}"),
+        }
+    }
+    assert!(
+        (1..=200).contains(&damaged),
+        "{damaged} keys reported damaged"
+    );
+}
+
+/// The database `one_cold_run` built, opened again cold with groups of 8 leaves.
+fn one_cold_run_reopen(dir: &std::path::Path) -> Db {
+    Db::open(
+        dir,
+        Options {
+            memtable_size: 256 << 10,
+            cache_bytes: 64 << 20,
+            bloom_bits_per_key: 0,
+            placement: Placement::InPlace,
+            prepopulate_cache: false,
+            warm_read_bytes: 8 * 8192,
+            ..Options::default()
+        },
+    )
+    .unwrap()
 }

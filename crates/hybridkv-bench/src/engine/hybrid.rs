@@ -39,6 +39,9 @@ impl HybridEngine {
         if let Some(fill) = config.prepopulate_cache {
             o.prepopulate_cache = fill;
         }
+        if let Some(bytes) = config.warm_read_bytes {
+            o.warm_read_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        }
         match kind {
             EngineKind::HybridkvInPlace => o.placement = Placement::InPlace,
             EngineKind::HybridkvAllLog => o.placement = Placement::AllLog,
@@ -129,6 +132,7 @@ impl Engine for HybridEngine {
             mmap_reads: o.mmap_reads,
             medium_merge_level: Some(o.medium_merge_level),
             prepopulate_cache: Some(o.prepopulate_cache),
+            warm_read_bytes: Some(o.warm_read_bytes as u64),
         });
         m.insert(
             "engine".into(),
@@ -215,6 +219,17 @@ impl Engine for HybridEngine {
             }
             .into(),
         );
+        m.insert(
+            "warm_read_bytes".into(),
+            if o.warm_read_bytes == 0 {
+                "off".into()
+            } else {
+                format!(
+                    "{}: a leaf miss reads its neighbours with it while the cache has room",
+                    show_bytes(o.warm_read_bytes as u64)
+                )
+            },
+        );
         m
     }
 
@@ -235,6 +250,8 @@ impl Engine for HybridEngine {
             "lookup_reads": s.lookup_reads(),
             "cache_hits": s.cache_hits,
             "cache_misses": s.cache_misses,
+            "warm_reads": s.warm_reads,
+            "warm_neighbours": s.warm_neighbours,
             "pinned_index_bytes": s.pinned_index_bytes,
             // Bloom filters are held in memory outside the cache: the level files' and
             // the memtables' key filters.

@@ -100,6 +100,9 @@ pub struct EngineConfig {
     /// Whether hybridkv puts what flushes and merges write into its cache
     /// (`Options::prepopulate_cache`; `None`: its default).
     pub prepopulate_cache: Option<bool>,
+    /// How much a leaf read that misses hybridkv's cache reads around it while the cache
+    /// has room (`Options::warm_read_bytes`; `None`: its default). The peers ignore it.
+    pub warm_read_bytes: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -115,6 +118,7 @@ impl Default for EngineConfig {
             mmap_reads: false,
             medium_merge_level: None,
             prepopulate_cache: None,
+            warm_read_bytes: None,
         }
     }
 }

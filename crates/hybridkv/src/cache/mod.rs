@@ -4,7 +4,9 @@
 //! level pinning; the fences themselves live with the level files that pin them).
 //!
 //! Owns: a concurrent S3-FIFO cache (`quick_cache`) keyed by (keyspace, file id, offset)
-//! and weighed by bytes, its hit and miss counts, and the pinned bytes' budget; one per
+//! and weighed by bytes, its hit and miss counts, the pinned bytes' budget, and the rule
+//! for reading around a missing leaf while the cache fills (`Options::warm_read_bytes`:
+//! [`BlockCache::warm_read_bytes`]); one per
 //! database, each keyspace reading through a view of it (`BlockCache::view`) that names its
 //! keyspace in every key. Never: the only copy of anything (every entry can be re-read from
 //! its file), and never holds an unverified node or record (an entry is either read and
@@ -83,6 +85,8 @@ impl PinBudget {
 struct Shared {
     cache: Option<Cache<Key, BlockBytes, ByteWeighter>>,
     pins: Arc<PinBudget>,
+    /// `Options::warm_read_bytes` (0: off).
+    warm_read_bytes: u64,
 }
 
 /// Byte-bounded cache of level nodes and log records shared by every file of one database
@@ -93,6 +97,10 @@ pub(crate) struct BlockCache {
     keyspace: u32,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// Reads that brought a missing leaf's or record's neighbours in with it, and those
+    /// neighbours.
+    warm_reads: AtomicU64,
+    warm_neighbours: AtomicU64,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -110,18 +118,29 @@ impl BlockCache {
         Self::with_pinning(budget, 0)
     }
 
-    /// A cache of `budget` bytes, and `pinned` bytes more for pinned indexes.
+    /// A cache of `budget` bytes, and `pinned` bytes more for pinned indexes; no reads
+    /// around a missing leaf.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn with_pinning(budget: usize, pinned: u64) -> Self {
+        Self::configured(budget, pinned, 0)
+    }
+
+    /// A cache of `budget` bytes, `pinned` bytes more for pinned indexes, and a leaf read
+    /// that misses reading up to `warm_read_bytes` around it while the cache fills.
+    pub(crate) fn configured(budget: usize, pinned: u64, warm_read_bytes: u64) -> Self {
         let cache = (budget > 0)
             .then(|| Cache::with_weighter((budget / 8192).max(16), budget as u64, ByteWeighter));
         BlockCache {
             shared: Arc::new(Shared {
                 cache,
                 pins: Arc::new(PinBudget::new(pinned)),
+                warm_read_bytes,
             }),
             keyspace: 0,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            warm_reads: AtomicU64::new(0),
+            warm_neighbours: AtomicU64::new(0),
         }
     }
 
@@ -133,6 +152,8 @@ impl BlockCache {
             keyspace,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            warm_reads: AtomicU64::new(0),
+            warm_neighbours: AtomicU64::new(0),
         }
     }
 
@@ -156,6 +177,41 @@ impl BlockCache {
         (
             self.hits.load(Ordering::Relaxed),
             self.misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// How many bytes a leaf read that missed may read around the leaf now: the
+    /// configured `Options::warm_read_bytes` while the cache has that much room and a
+    /// sixteenth of its budget besides, else 0. A cold cache (a fresh process, a restart)
+    /// fills in a few large reads instead of one device read per leaf; once it is nearly
+    /// full, a miss reads its leaf alone, so the neighbours never push out what reads use.
+    pub(crate) fn warm_read_bytes(&self) -> u64 {
+        let want = self.shared.warm_read_bytes;
+        match &self.shared.cache {
+            Some(c) if want > 0 => {
+                let free = c.capacity().saturating_sub(c.weight());
+                if free >= want.saturating_add(c.capacity() / 16) {
+                    want
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        }
+    }
+
+    /// Counts a read around a missing leaf or record that cached `neighbours` more.
+    pub(crate) fn note_warm_read(&self, neighbours: u64) {
+        self.warm_reads.fetch_add(1, Ordering::Relaxed);
+        self.warm_neighbours
+            .fetch_add(neighbours, Ordering::Relaxed);
+    }
+
+    /// Reads around a missing leaf or record, and the neighbours they cached.
+    pub(crate) fn warm_reads_and_neighbours(&self) -> (u64, u64) {
+        (
+            self.warm_reads.load(Ordering::Relaxed),
+            self.warm_neighbours.load(Ordering::Relaxed),
         )
     }
 
@@ -230,6 +286,34 @@ mod tests {
         off.insert(1, 0, bytes::Bytes::from(vec![0u8; 8192]));
         assert!(off.get(1, 0).is_none());
         assert_eq!(off.hits_and_misses(), (0, 1));
+    }
+
+    #[test]
+    fn reads_around_a_leaf_only_while_the_cache_has_room() {
+        let off = BlockCache::configured(1 << 20, 0, 0);
+        assert_eq!(off.warm_read_bytes(), 0, "not configured");
+        let none = BlockCache::configured(0, 0, 64 << 10);
+        assert_eq!(none.warm_read_bytes(), 0, "no cache");
+        let c = BlockCache::configured(1 << 20, 0, 64 << 10);
+        assert_eq!(c.warm_read_bytes(), 64 << 10, "empty");
+        // Filling: reads around a leaf stop once less than a window and a sixteenth of
+        // the budget is free.
+        let mut stopped = false;
+        for i in 0..256u64 {
+            let free = (1u64 << 20) - c.used_bytes();
+            let expect = if free >= (64 << 10) + (1 << 16) {
+                64 << 10
+            } else {
+                0
+            };
+            assert_eq!(c.warm_read_bytes(), expect, "{free} bytes free");
+            stopped |= expect == 0;
+            c.insert(1, i * 8192, bytes::Bytes::from(vec![0u8; 8192]));
+        }
+        assert!(stopped, "{} bytes held", c.used_bytes());
+        c.note_warm_read(7);
+        c.note_warm_read(3);
+        assert_eq!(c.warm_reads_and_neighbours(), (2, 10));
     }
 
     #[test]

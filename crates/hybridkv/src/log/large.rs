@@ -282,6 +282,10 @@ pub(crate) struct SegmentFile {
     file: Arc<dyn ReadableFile>,
     /// Where gets and scans keep the records they read (`read_through_cache`).
     cache: Option<Arc<BlockCache>>,
+    /// A transient segment: its records are sorted by key and it is whole once opened
+    /// (written and synced before it is published), so a miss may read the records
+    /// after the one it wants ([`SegmentFile::read_records_from`]).
+    sorted: bool,
     io: Io,
     obsolete: AtomicBool,
 }
@@ -310,6 +314,7 @@ impl SegmentFile {
             path,
             file,
             cache: None,
+            sorted: kind == SegmentKind::Transient,
             io: io.clone(),
             obsolete: AtomicBool::new(false),
         })
@@ -351,6 +356,9 @@ impl SegmentFile {
             return value_in(&rec, ptr, key, &self.path, false);
         }
         check_ptr_len(ptr, &self.path)?;
+        if let Some(value) = self.read_records_from(ptr, key) {
+            return Ok(value);
+        }
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf)?;
         // The record read is the one cached and the one the value is a view of: no copy.
@@ -358,6 +366,52 @@ impl SegmentFile {
         let value = value_in(&rec, ptr, key, &self.path, true)?;
         self.keep(ptr, rec);
         Ok(value)
+    }
+
+    /// While the cache has room (`BlockCache::warm_read_bytes`), reads the record `ptr`
+    /// points at in a transient segment together with the records after it, up to that
+    /// many bytes and the end of the file, in one device read, and caches each record
+    /// that passes its checks, until the first that does not (a transient segment holds
+    /// a run's medium values in key order, so these are the values of the keys after
+    /// `key`: the leaf a get read holds them too, and a cold cache reads nearly all of
+    /// them). Returns the value of `key` when its record passed its checks; `None` when no
+    /// such read applies or it failed, and the caller then reads the record alone and
+    /// reports what that read finds.
+    fn read_records_from(&self, ptr: LogPtr, key: &[u8]) -> Option<Bytes> {
+        if !self.sorted {
+            return None;
+        }
+        let cache = self.cache.as_ref()?;
+        let end = ptr
+            .offset
+            .checked_add(cache.warm_read_bytes())?
+            .min(self.file.len());
+        let len = usize::try_from(end.checked_sub(ptr.offset)?).ok()?;
+        let first = ptr.len as usize;
+        // Worth it only if the window holds more than the one record.
+        if len < first.checked_add(RECORD_HEADER)? {
+            return None;
+        }
+        let mut buf = vec![0u8; len];
+        self.read_into(ptr, &mut buf).ok()?;
+        // Each record its own allocation: a cached record must not keep the window alive.
+        let rec = Bytes::copy_from_slice(buf.get(..first)?);
+        let value = value_in(&rec, ptr, key, &self.path, true).ok()?;
+        self.keep(ptr, rec);
+        let (mut at, mut added) = (first, 0);
+        while let Some(rest) = buf.get(at..) {
+            let Ok((_, total)) = parse_record(rest, false, true) else {
+                break; // the window's end, or damage: a read of that record reports it
+            };
+            let offset = ptr.offset + at as u64;
+            if total <= CACHE_RECORD_MAX && !cache.contains(self.id, offset) {
+                cache.insert(self.id, offset, Bytes::copy_from_slice(rest.get(..total)?));
+                added += 1;
+            }
+            at += total;
+        }
+        cache.note_warm_read(added);
+        Some(value)
     }
 
     /// The record `ptr` points at, if the block cache holds one of its length.
