@@ -147,7 +147,8 @@ pub struct Options {
     /// notification and the wait), and a process that starts with a cold cache over
     /// levels that fit in it reads nearly every leaf once: a group read pays that cost
     /// once per group. Once the cache has less than this and a sixteenth of its budget
-    /// free, a miss reads its leaf alone, so neighbours never push out what reads use.
+    /// free (the first time it does: reads around a leaf are for a cold cache), a miss reads
+    /// its leaf alone, so neighbours rarely push out what reads use.
     /// Files without a pinned index read their leaves alone, and large-log records (in
     /// write order) are read alone. `Stats::warm_reads` and `warm_neighbours` count the
     /// reads and the neighbours they cached. Default 64 KiB; `0`

@@ -137,7 +137,8 @@ fn upper_mediums_reopened(dir: &std::path::Path, n: u32, warm: usize) -> (Db, Ve
         }
         db.flush().unwrap();
     }
-    db.compact().unwrap();
+    // Everything to the bottom, whatever the background threads merged meanwhile.
+    db.compact_all().unwrap();
     // New keys: a run that overwrote the bottom's would be merged down at once (the dead
     // share it makes there).
     for i in n..2 * n {
@@ -230,8 +231,20 @@ fn a_damaged_medium_record_ends_the_read_around_and_is_reported_by_its_own_get()
         },
     )
     .unwrap();
-    // Every key in key order: the reads around records before the victim stop at it, and
-    // only the victim's own get reports the damage.
+    // The key just before the victim: its record is followed by the victim's (one flush
+    // wrote them, in key order), so the read around it stops there, and the record after
+    // the victim is read by its own get.
+    let mid = order.iter().position(|&i| i == victim).unwrap();
+    let (before, after) = (order[mid - 1], order[mid + 1]);
+    assert_eq!(db.get(key(before)).unwrap(), Some(medium(before, 4)));
+    let reads = transient_reads(&db);
+    assert_eq!(db.get(key(after)).unwrap(), Some(medium(after, 4)));
+    assert_eq!(
+        transient_reads(&db) - reads,
+        1,
+        "the record after the damage was cached by a read before it"
+    );
+    // Every key in key order: only the victim's own get reports the damage.
     for &i in &order {
         match db.get(key(i)) {
             Ok(v) => {

@@ -87,6 +87,13 @@ struct Shared {
     pins: Arc<PinBudget>,
     /// `Options::warm_read_bytes` (0: off).
     warm_read_bytes: u64,
+    /// The byte budget, kept here: `Cache::capacity` and `Cache::weight` visit every
+    /// shard, which a check on every miss should not.
+    capacity: u64,
+    /// Set the first time the room check fails: from then on a miss reads its leaf
+    /// alone without asking the cache's weight again (reads around a leaf are for a
+    /// cold cache).
+    warmed: std::sync::atomic::AtomicBool,
 }
 
 /// Byte-bounded cache of level nodes and log records shared by every file of one database
@@ -130,11 +137,14 @@ impl BlockCache {
     pub(crate) fn configured(budget: usize, pinned: u64, warm_read_bytes: u64) -> Self {
         let cache = (budget > 0)
             .then(|| Cache::with_weighter((budget / 8192).max(16), budget as u64, ByteWeighter));
+        let capacity = cache.as_ref().map_or(0, Cache::capacity);
         BlockCache {
             shared: Arc::new(Shared {
                 cache,
                 pins: Arc::new(PinBudget::new(pinned)),
                 warm_read_bytes,
+                capacity,
+                warmed: std::sync::atomic::AtomicBool::new(false),
             }),
             keyspace: 0,
             hits: AtomicU64::new(0),
@@ -181,27 +191,36 @@ impl BlockCache {
     }
 
     /// How many bytes a leaf read that missed may read around the leaf now: the
-    /// configured `Options::warm_read_bytes` while the cache has that much room and a
-    /// sixteenth of its budget besides, else 0. A cold cache (a fresh process, a restart)
-    /// fills in a few large reads instead of one device read per leaf; once it is nearly
-    /// full, a miss reads its leaf alone, so the neighbours never push out what reads use.
+    /// configured `Options::warm_read_bytes` until the cache first has less than that
+    /// much room and a sixteenth of its budget besides, then 0 for good. A cold cache (a
+    /// fresh process, a restart) fills in a few large reads instead of one device read
+    /// per leaf; once it is nearly full, a miss reads its leaf alone, so neighbours
+    /// rarely push out what reads use (concurrent misses may each read a window past
+    /// the check: the sixteenth is their margin).
     pub(crate) fn warm_read_bytes(&self) -> u64 {
-        let want = self.shared.warm_read_bytes;
-        match &self.shared.cache {
-            Some(c) if want > 0 => {
-                let free = c.capacity().saturating_sub(c.weight());
-                if free >= want.saturating_add(c.capacity() / 16) {
-                    want
-                } else {
-                    0
-                }
-            }
-            _ => 0,
+        let s = &*self.shared;
+        let want = s.warm_read_bytes;
+        let Some(c) = s.cache.as_ref().filter(|_| want > 0) else {
+            return 0;
+        };
+        if s.warmed.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let free = s.capacity.saturating_sub(c.weight());
+        if free >= want.saturating_add(s.capacity / 16) {
+            want
+        } else {
+            s.warmed.store(true, Ordering::Relaxed);
+            0
         }
     }
 
-    /// Counts a read around a missing leaf or record that cached `neighbours` more.
+    /// Counts a read around a missing leaf or record that cached `neighbours` more (none:
+    /// not counted).
     pub(crate) fn note_warm_read(&self, neighbours: u64) {
+        if neighbours == 0 {
+            return;
+        }
         self.warm_reads.fetch_add(1, Ordering::Relaxed);
         self.warm_neighbours
             .fetch_add(neighbours, Ordering::Relaxed);
@@ -297,11 +316,11 @@ mod tests {
         let c = BlockCache::configured(1 << 20, 0, 64 << 10);
         assert_eq!(c.warm_read_bytes(), 64 << 10, "empty");
         // Filling: reads around a leaf stop once less than a window and a sixteenth of
-        // the budget is free.
+        // the budget is free, and stay stopped.
         let mut stopped = false;
         for i in 0..256u64 {
             let free = (1u64 << 20) - c.used_bytes();
-            let expect = if free >= (64 << 10) + (1 << 16) {
+            let expect = if !stopped && free >= (64 << 10) + (1 << 16) {
                 64 << 10
             } else {
                 0
@@ -311,6 +330,14 @@ mod tests {
             c.insert(1, i * 8192, bytes::Bytes::from(vec![0u8; 8192]));
         }
         assert!(stopped, "{} bytes held", c.used_bytes());
+        c.shared.cache.as_ref().unwrap().clear();
+        assert_eq!(c.used_bytes(), 0);
+        assert_eq!(
+            c.warm_read_bytes(),
+            0,
+            "a cache that filled once is not cold again"
+        );
+        c.note_warm_read(0);
         c.note_warm_read(7);
         c.note_warm_read(3);
         assert_eq!(c.warm_reads_and_neighbours(), (2, 10));

@@ -393,6 +393,19 @@ impl LevelFile {
         while hi < end && adjacent(hi - 1)? {
             hi += 1;
         }
+        // Neighbours at the ends that the cache holds already are not read again (nor,
+        // once a group is cached, is it read again for one leaf that failed to verify).
+        let cached = |j: usize| {
+            fences
+                .leaf_offset(j)
+                .is_some_and(|at| self.cache.contains(self.id, at))
+        };
+        while lo < pos && cached(lo) {
+            lo += 1;
+        }
+        while hi > pos + 1 && cached(hi - 1) {
+            hi -= 1;
+        }
         if hi - lo < 2 {
             return None;
         }
