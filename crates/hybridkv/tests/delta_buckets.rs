@@ -6,9 +6,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
+use common::hooked_fs::{injected, FsCall, FsHooks, HookedFs};
 use hybridkv::io::IoComponent;
 use hybridkv::{Append, CounterAdd, Db, MergeOperator, Options};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -385,90 +389,45 @@ fn a_fault_at_any_io_point_of_a_flush_that_writes_and_collects_buckets_loses_no_
     assert!(failed > 0, "no fault made the flush fail");
 }
 
-/// A simulated file system whose directory sync after the second manifest rename fails
-/// once armed: the new manifest is then in effect (renamed) although its store reported an
-/// error.
-#[derive(Debug, Clone)]
+/// Hooks that fail the directory sync after the second manifest rename once armed: the
+/// new manifest is then in effect (renamed) although its store reported an error.
+#[derive(Debug, Default)]
 struct FailManifestDirSync {
-    fs: hybridkv::io::SimFs,
     /// 0: off; 3: armed (the next manifest rename sets 1); 1: the next one sets 2; 2: the
     /// next directory sync fails (and sets 0).
-    state: Arc<std::sync::atomic::AtomicU8>,
+    state: AtomicU8,
 }
 
-mod fail_manifest_dir_sync {
-    use super::FailManifestDirSync;
-    use hybridkv::io::{DirLock, FileSystem, ReadableFile, WritableFile};
-    use std::path::Path;
-    use std::sync::atomic::Ordering;
-    use std::sync::Arc;
-
-    impl FileSystem for FailManifestDirSync {
-        fn create_dir_all(&self, path: &Path) -> hybridkv::Result<()> {
-            self.fs.create_dir_all(path)
-        }
-        fn create(&self, path: &Path, direct: bool) -> hybridkv::Result<Box<dyn WritableFile>> {
-            self.fs.create(path, direct)
-        }
-        fn open(&self, path: &Path, direct: bool) -> hybridkv::Result<Arc<dyn ReadableFile>> {
-            self.fs.open(path, direct)
-        }
-        fn rename(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-            self.fs.rename(from, to)?;
-            if to.file_name().is_some_and(|n| n == "MANIFEST") {
-                let _ = self
+impl FsHooks for FailManifestDirSync {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        path: &std::path::Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        match what {
+            FsCall::SyncDir
+                if self
                     .state
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| match s {
-                        3 => Some(1),
-                        1 => Some(2),
-                        _ => None,
-                    });
-            }
-            Ok(())
-        }
-        fn remove(&self, path: &Path) -> hybridkv::Result<()> {
-            self.fs.remove(path)
-        }
-        fn remove_dir(&self, path: &Path) -> hybridkv::Result<()> {
-            self.fs.remove_dir(path)
-        }
-        fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-            self.fs.hard_link(from, to)
-        }
-        fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
-            self.fs.list(dir)
-        }
-        fn sync_dir(&self, dir: &Path) -> hybridkv::Result<()> {
-            if self
-                .state
-                .compare_exchange(2, 0, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
+                    .compare_exchange(2, 0, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok() =>
             {
-                return Err(hybridkv::Error::Io {
-                    op: "fsync directory",
-                    path: dir.to_path_buf(),
-                    source: std::io::Error::other("injected: the manifest's directory sync"),
-                });
+                Err(injected("fsync directory", path))
             }
-            self.fs.sync_dir(dir)
-        }
-        fn kind(&self, path: &Path) -> hybridkv::Result<Option<bool>> {
-            self.fs.kind(path)
-        }
-        fn file_len(&self, path: &Path) -> hybridkv::Result<u64> {
-            self.fs.file_len(path)
-        }
-        fn allocated_len(&self, path: &Path) -> hybridkv::Result<u64> {
-            self.fs.allocated_len(path)
-        }
-        fn truncate(&self, path: &Path, len: u64) -> hybridkv::Result<()> {
-            self.fs.truncate(path, len)
-        }
-        fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> hybridkv::Result<()> {
-            self.fs.punch_hole(path, offset, len)
-        }
-        fn lock(&self, path: &Path) -> hybridkv::Result<Box<dyn DirLock>> {
-            self.fs.lock(path)
+            FsCall::Rename { to } => {
+                let r = call()?;
+                if to.file_name().is_some_and(|n| n == "MANIFEST") {
+                    let _ =
+                        self.state
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| match s {
+                                3 => Some(1),
+                                1 => Some(2),
+                                _ => None,
+                            });
+                }
+                Ok(r)
+            }
+            _ => call(),
         }
     }
 }
@@ -489,10 +448,7 @@ fn a_failed_manifest_directory_sync_keeps_the_bucket_segments_the_new_manifest_n
         ..opts(Arc::new(Append))
     };
     let sim = hybridkv::io::SimFs::new();
-    let fs = FailManifestDirSync {
-        fs: sim.clone(),
-        state: Arc::default(),
-    };
+    let fs = HookedFs::new(Arc::new(sim.clone()), FailManifestDirSync::default());
     let db = Db::open_with_fs("/db", o.clone(), Arc::new(fs.clone())).unwrap();
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for i in 0..400u32 {
@@ -511,16 +467,12 @@ fn a_failed_manifest_directory_sync_keeps_the_bucket_segments_the_new_manifest_n
     // Nothing in the background from here on: the flush's install stores the first
     // manifest after the arming, its collection the second.
     db.compact().unwrap();
-    fs.state.store(3, std::sync::atomic::Ordering::SeqCst);
+    fs.hooks().state.store(3, Ordering::SeqCst);
     // The flush returns at its install; its collection runs after, in the same job, which
     // `compact` waits for (it fails once the engine is poisoned, or finds nothing left).
     let _ = db.flush();
     let _ = db.compact();
-    assert_eq!(
-        fs.state.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "not injected"
-    );
+    assert_eq!(fs.hooks().state.load(Ordering::SeqCst), 0, "not injected");
     assert!(
         db.put("after", "x").is_err(),
         "the collection's failed install must poison"

@@ -57,11 +57,12 @@
 
 mod common;
 
+use common::hooked_fs::{FsCall, FsHooks, HookedFs};
 use common::{
     acked_state, apply, count_panics, find_prefix, gc_workload, lower_bound, panics, read_state,
     run_op, small_opts, states, universe, Model, Op, Outcome, Rng, DIR,
 };
-use hybridkv::io::{CrashKind, DirLock, FailMode, FileSystem, ReadableFile, SimFs, WritableFile};
+use hybridkv::io::{CrashKind, FailMode, FileSystem, SimFs};
 use hybridkv::{Db, Error, Options, WriteOptions};
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -116,35 +117,15 @@ fn this_thread() -> Thread {
     }
 }
 
-/// Wraps a `SimFs`, recording each call with the operation number it gets. Calls are
+/// Hooks that record each call with the `SimFs` operation number it gets. Calls are
 /// serialized by the record's lock, so the number read before a call is its own.
-#[derive(Debug, Clone)]
-struct TracedFs {
+#[derive(Debug)]
+struct Trace {
     fs: SimFs,
-    calls: Arc<Mutex<Vec<Call>>>,
+    calls: Mutex<Vec<Call>>,
 }
 
-impl TracedFs {
-    fn new(fs: SimFs) -> TracedFs {
-        TracedFs {
-            fs,
-            calls: Arc::default(),
-        }
-    }
-
-    fn record<T>(&self, what: &'static str, path: &Path, call: impl FnOnce() -> T) -> T {
-        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = self.fs.op_count();
-        let result = call();
-        calls.push(Call {
-            n,
-            thread: this_thread(),
-            what,
-            path: path.to_path_buf(),
-        });
-        result
-    }
-
+impl Trace {
     fn calls(&self) -> Vec<Call> {
         self.calls
             .lock()
@@ -153,106 +134,35 @@ impl TracedFs {
     }
 }
 
-struct TracedWriter {
-    inner: Box<dyn WritableFile>,
-    path: PathBuf,
-    fs: TracedFs,
-}
-
-impl WritableFile for TracedWriter {
-    fn append(&mut self, data: &[u8]) -> hybridkv::Result<()> {
-        let (fs, inner) = (&self.fs, &mut self.inner);
-        fs.record("append", &self.path, || inner.append(data))
-    }
-    fn flush(&mut self) -> hybridkv::Result<()> {
-        let (fs, inner) = (&self.fs, &mut self.inner);
-        fs.record("flush", &self.path, || inner.flush())
-    }
-    fn sync_data(&mut self) -> hybridkv::Result<()> {
-        let (fs, inner) = (&self.fs, &mut self.inner);
-        fs.record("sync", &self.path, || inner.sync_data())
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn finish(&mut self) -> hybridkv::Result<()> {
-        let (fs, inner) = (&self.fs, &mut self.inner);
-        fs.record("finish", &self.path, || inner.finish())
-    }
-}
-
-struct TracedReader {
-    inner: Arc<dyn ReadableFile>,
-    path: PathBuf,
-    fs: TracedFs,
-}
-
-impl ReadableFile for TracedReader {
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> hybridkv::Result<()> {
-        self.fs
-            .record("read", &self.path, || self.inner.read_exact_at(offset, buf))
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-}
-
-impl FileSystem for TracedFs {
-    fn create_dir_all(&self, path: &Path) -> hybridkv::Result<()> {
-        self.record("create directory", path, || self.fs.create_dir_all(path))
-    }
-    fn create(&self, path: &Path, direct: bool) -> hybridkv::Result<Box<dyn WritableFile>> {
-        let inner = self.record("create", path, || self.fs.create(path, direct))?;
-        Ok(Box::new(TracedWriter {
-            inner,
+impl FsHooks for Trace {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        path: &Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = self.fs.op_count();
+        let result = call();
+        calls.push(Call {
+            n,
+            thread: this_thread(),
+            what: what.name(),
             path: path.to_path_buf(),
-            fs: self.clone(),
-        }))
+        });
+        result
     }
-    fn open(&self, path: &Path, direct: bool) -> hybridkv::Result<Arc<dyn ReadableFile>> {
-        let inner = self.record("open", path, || self.fs.open(path, direct))?;
-        Ok(Arc::new(TracedReader {
-            inner,
-            path: path.to_path_buf(),
-            fs: self.clone(),
-        }))
-    }
-    fn rename(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-        self.record("rename", from, || self.fs.rename(from, to))
-    }
-    fn remove(&self, path: &Path) -> hybridkv::Result<()> {
-        self.record("remove", path, || self.fs.remove(path))
-    }
-    fn remove_dir(&self, path: &Path) -> hybridkv::Result<()> {
-        self.record("remove directory", path, || self.fs.remove_dir(path))
-    }
-    fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-        self.record("hard link", to, || self.fs.hard_link(from, to))
-    }
-    fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
-        self.record("list", dir, || self.fs.list(dir))
-    }
-    fn sync_dir(&self, dir: &Path) -> hybridkv::Result<()> {
-        self.record("sync directory", dir, || self.fs.sync_dir(dir))
-    }
-    fn kind(&self, path: &Path) -> hybridkv::Result<Option<bool>> {
-        self.record("stat", path, || self.fs.kind(path))
-    }
-    fn file_len(&self, path: &Path) -> hybridkv::Result<u64> {
-        self.record("length", path, || self.fs.file_len(path))
-    }
-    fn allocated_len(&self, path: &Path) -> hybridkv::Result<u64> {
-        self.record("allocated length", path, || self.fs.allocated_len(path))
-    }
-    fn truncate(&self, path: &Path, len: u64) -> hybridkv::Result<()> {
-        self.record("truncate", path, || self.fs.truncate(path, len))
-    }
-    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> hybridkv::Result<()> {
-        self.record("punch hole", path, || self.fs.punch_hole(path, offset, len))
-    }
-    fn lock(&self, path: &Path) -> hybridkv::Result<Box<dyn DirLock>> {
-        self.record("lock", path, || self.fs.lock(path))
-    }
+}
+
+/// `fs` seen through a [`Trace`].
+fn traced_fs(fs: &SimFs) -> HookedFs<Trace> {
+    HookedFs::new(
+        Arc::new(fs.clone()),
+        Trace {
+            fs: fs.clone(),
+            calls: Mutex::default(),
+        },
+    )
 }
 
 fn file_name(path: &Path) -> &str {
@@ -441,13 +351,13 @@ impl Workload {
         };
 
         let fs = SimFs::new();
-        let traced = TracedFs::new(fs.clone());
+        let traced = traced_fs(&fs);
         let db = open(Arc::new(traced.clone())).unwrap();
         let outcomes = w.run_steps(&db, &fs, |_, _| {});
         for (i, o) in outcomes.iter().enumerate() {
             assert!(o.ok(), "op {i} {:?} failed: {:?}", w.ops[i], o.result);
         }
-        let calls = traced.calls();
+        let calls = traced.hooks().calls();
         let s = db.stats().unwrap();
         drop(db);
         println!(
@@ -602,7 +512,7 @@ impl Workload {
     fn run(&self, k: u64, mode: FailMode, t: &mut Tally) {
         let at = format!("seed {}, fault at op {k} ({mode:?})", self.seed);
         let fs = SimFs::new();
-        let traced = TracedFs::new(fs.clone());
+        let traced = traced_fs(&fs);
         let db = open(Arc::new(traced.clone())).unwrap();
         fs.fail_at(k, mode);
         // Crash images right after the first install that succeeds after the fault (a
@@ -614,7 +524,7 @@ impl Workload {
                 if next_install.is_some() || !o.ok() || o.start <= k {
                     return;
                 }
-                let stored = traced.calls()[o.start as usize..o.end as usize]
+                let stored = traced.hooks().calls()[o.start as usize..o.end as usize]
                     .iter()
                     .any(is_manifest_rename);
                 if stored {
@@ -629,7 +539,7 @@ impl Workload {
             t.violation(format!("{at}: the workload panicked"));
             return;
         };
-        let calls = traced.calls();
+        let calls = traced.hooks().calls();
         let labels = self.label(&calls, &outcomes);
         let index = calls.iter().position(|c| c.n == k);
         let kind = index.map_or(Kind::Other, |i| self.kind(labels[i]));

@@ -3,8 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
+use common::hooked_fs::{FailReads, HookedFs};
+use hybridkv::io::SimFs;
 use hybridkv::{Db, MediumMergeLevel, Options};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 fn opts() -> Options {
     Options {
@@ -125,12 +130,17 @@ fn second_to_last_merge_level_also_frees_segments() {
 /// below), then the database reopened cold with `warm_read_bytes`; the `n` keys of L1 in
 /// key order.
 fn upper_mediums_reopened(dir: &std::path::Path, n: u32, warm: usize) -> (Db, Vec<u32>) {
+    upper_mediums_reopened_on(|o| Db::open(dir, o).unwrap(), n, warm)
+}
+
+/// [`upper_mediums_reopened`] on whatever file system `open` opens the database on.
+fn upper_mediums_reopened_on(open: impl Fn(Options) -> Db, n: u32, warm: usize) -> (Db, Vec<u32>) {
     // A memtable that holds a whole round: the last round's flush is one L1 run.
     let opts = || Options {
         memtable_size: 4 << 20,
         ..opts()
     };
-    let db = Db::open(dir, opts()).unwrap();
+    let db = open(opts());
     for round in 0..4 {
         for i in 0..n {
             db.put(key(i), medium(i, round)).unwrap();
@@ -151,14 +161,10 @@ fn upper_mediums_reopened(dir: &std::path::Path, n: u32, warm: usize) -> (Db, Ve
         "{s}"
     );
     drop(db);
-    let db = Db::open(
-        dir,
-        Options {
-            warm_read_bytes: warm,
-            ..opts()
-        },
-    )
-    .unwrap();
+    let db = open(Options {
+        warm_read_bytes: warm,
+        ..opts()
+    });
     let mut order: Vec<u32> = (n..2 * n).collect();
     order.sort_by_key(|&i| key(i));
     (db, order)
@@ -256,4 +262,44 @@ fn a_damaged_medium_record_ends_the_read_around_and_is_reported_by_its_own_get()
         }
     }
     assert!(db.stats().unwrap().warm_reads > 0);
+}
+
+/// A read around a medium record that fails (an I/O error) falls back to the record
+/// alone; when that read fails too, the get reports the error naming the transient
+/// segment, and caches nothing: once the device answers again, the same get reads it.
+#[test]
+fn a_failed_read_around_a_medium_record_falls_back_to_the_record_alone() {
+    let n = 3000;
+    let fs = HookedFs::new(Arc::new(SimFs::new()), FailReads::default());
+    let open = |o| Db::open_with_fs("/db", o, Arc::new(fs.clone())).unwrap();
+    let (db, order) = upper_mediums_reopened_on(open, n, 64 << 10);
+    // A record alone is a few hundred bytes (a 4 KiB block or two with direct reads);
+    // the read around one is 64 KiB: fail the next transient-log read of 16 KiB or more.
+    let first = order[0];
+    fs.hooks().arm("tlog", 16 << 10, 1);
+    assert_eq!(db.get(key(first)).unwrap(), Some(medium(first, 4)));
+    assert_eq!(fs.hooks().failed(), 1, "the read around was not tried");
+    // Nothing around it was cached: the record after it costs a read of its own.
+    let second = order[1];
+    let reads = transient_reads(&db);
+    assert_eq!(db.get(key(second)).unwrap(), Some(medium(second, 4)));
+    assert_eq!(transient_reads(&db) - reads, 1);
+
+    // Every transient-log read fails: a get of a record not cached reports the error.
+    let far = order[n as usize / 2];
+    fs.hooks().arm("tlog", 0, u64::MAX);
+    match db.get(key(far)) {
+        Err(hybridkv::Error::Io { path, .. }) => {
+            assert!(path.extension().is_some_and(|e| e == "tlog"), "{path:?}")
+        }
+        other => panic!("a failed record read answered {other:?}"),
+    }
+
+    // The device answers again: every key reads its value, the records around cached.
+    fs.hooks().disarm();
+    assert_eq!(db.get(key(far)).unwrap(), Some(medium(far, 4)));
+    for &i in &order {
+        assert_eq!(db.get(key(i)).unwrap(), Some(medium(i, 4)), "key {i}");
+    }
+    assert!(db.stats().unwrap().warm_neighbours > u64::from(n) / 2);
 }

@@ -4,7 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use hybridkv::io::{DirLock, FileSystem, ReadableFile, RealFs, WritableFile};
+mod common;
+
+use common::hooked_fs::{FsCall, FsHooks, HookedFs};
+use hybridkv::io::RealFs;
 use hybridkv::{Db, Error, Options, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -316,68 +319,38 @@ fn a_read_only_open_replays_past_commits_into_a_segment_gc_freed() {
     expect(&Db::open(dir.path(), opts).unwrap());
 }
 
-/// A file system that lets a test act between the steps of a read-only open: `on_list`
-/// runs before every directory listing, with its number (from 1), and may fail it.
-struct SteppedFs {
-    inner: Arc<dyn FileSystem>,
+/// Hooks that let a test act between the steps of a read-only open: `on_list` runs
+/// before every directory listing, with its number (from 1), and may fail it.
+struct ListSteps {
     lists: AtomicUsize,
     on_list: Box<dyn Fn(usize) -> hybridkv::Result<()> + Send + Sync>,
 }
 
-impl std::fmt::Debug for SteppedFs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SteppedFs")
+impl FsHooks for ListSteps {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        _path: &Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        if what == FsCall::List {
+            let n = self.lists.fetch_add(1, Ordering::SeqCst) + 1;
+            (self.on_list)(n)?;
+        }
+        call()
     }
 }
 
-impl FileSystem for SteppedFs {
-    fn create_dir_all(&self, path: &Path) -> hybridkv::Result<()> {
-        self.inner.create_dir_all(path)
-    }
-    fn create(&self, path: &Path, direct: bool) -> hybridkv::Result<Box<dyn WritableFile>> {
-        self.inner.create(path, direct)
-    }
-    fn open(&self, path: &Path, direct: bool) -> hybridkv::Result<Arc<dyn ReadableFile>> {
-        self.inner.open(path, direct)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn remove(&self, path: &Path) -> hybridkv::Result<()> {
-        self.inner.remove(path)
-    }
-    fn remove_dir(&self, path: &Path) -> hybridkv::Result<()> {
-        self.inner.remove_dir(path)
-    }
-    fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-        self.inner.hard_link(from, to)
-    }
-    fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
-        let n = self.lists.fetch_add(1, Ordering::SeqCst) + 1;
-        (self.on_list)(n)?;
-        self.inner.list(dir)
-    }
-    fn sync_dir(&self, dir: &Path) -> hybridkv::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn kind(&self, path: &Path) -> hybridkv::Result<Option<bool>> {
-        self.inner.kind(path)
-    }
-    fn file_len(&self, path: &Path) -> hybridkv::Result<u64> {
-        self.inner.file_len(path)
-    }
-    fn allocated_len(&self, path: &Path) -> hybridkv::Result<u64> {
-        self.inner.allocated_len(path)
-    }
-    fn truncate(&self, path: &Path, len: u64) -> hybridkv::Result<()> {
-        self.inner.truncate(path, len)
-    }
-    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> hybridkv::Result<()> {
-        self.inner.punch_hole(path, offset, len)
-    }
-    fn lock(&self, path: &Path) -> hybridkv::Result<Box<dyn DirLock>> {
-        self.inner.lock(path)
-    }
+fn stepped_fs(
+    on_list: impl Fn(usize) -> hybridkv::Result<()> + Send + Sync + 'static,
+) -> HookedFs<ListSteps> {
+    HookedFs::new(
+        Arc::new(RealFs),
+        ListSteps {
+            lists: AtomicUsize::new(0),
+            on_list: Box::new(on_list),
+        },
+    )
 }
 
 /// A read-only open loads the manifest, then lists the directory. Between the two, the
@@ -401,39 +374,31 @@ fn a_read_only_open_never_keeps_a_view_missing_a_segment_freed_while_it_read() {
     writer.flush().unwrap();
 
     // How many listings one attempt makes (an open with nothing happening beside it).
-    let quiet = Arc::new(SteppedFs {
-        inner: Arc::new(RealFs),
-        lists: AtomicUsize::new(0),
-        on_list: Box::new(|_| Ok(())),
-    });
-    drop(Db::open_read_only_with_fs(dir.path(), opts.clone(), quiet.clone()).unwrap());
-    let per_attempt = quiet.lists.load(Ordering::SeqCst);
+    let quiet = stepped_fs(|_| Ok(()));
+    drop(Db::open_read_only_with_fs(dir.path(), opts.clone(), Arc::new(quiet.clone())).unwrap());
+    let per_attempt = quiet.hooks().lists.load(Ordering::SeqCst);
     assert!(
         per_attempt >= 2,
         "an open lists the directory, then sweeps it"
     );
 
     let w = Arc::clone(&writer);
-    let fs = SteppedFs {
-        inner: Arc::new(RealFs),
-        lists: AtomicUsize::new(0),
-        on_list: Box::new(move |n| {
-            if n == 2 {
-                // The first attempt loaded the manifest; its sweep's listing comes next.
-                let report = w.gc()?;
-                assert!(report.segments_freed > 0, "{report:?}");
-                w.flush()?;
-            } else if n > per_attempt {
-                // The next attempt fails on an error of its own.
-                return Err(Error::Io {
-                    op: "list",
-                    path: PathBuf::from("injected"),
-                    source: std::io::ErrorKind::PermissionDenied.into(),
-                });
-            }
-            Ok(())
-        }),
-    };
+    let fs = stepped_fs(move |n| {
+        if n == 2 {
+            // The first attempt loaded the manifest; its sweep's listing comes next.
+            let report = w.gc()?;
+            assert!(report.segments_freed > 0, "{report:?}");
+            w.flush()?;
+        } else if n > per_attempt {
+            // The next attempt fails on an error of its own.
+            return Err(Error::Io {
+                op: "list",
+                path: PathBuf::from("injected"),
+                source: std::io::ErrorKind::PermissionDenied.into(),
+            });
+        }
+        Ok(())
+    });
     match Db::open_read_only_with_fs(dir.path(), opts, Arc::new(fs)) {
         Err(Error::Io { .. }) => {}
         Err(e) => panic!("unexpected error: {e}"),

@@ -4,8 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use hybridkv::io::IoComponent;
+mod common;
+
+use common::hooked_fs::{FailReads, HookedFs};
+use hybridkv::io::{IoComponent, SimFs};
 use hybridkv::{Db, Options, Placement};
+use std::sync::Arc;
 
 fn key(i: u32) -> Vec<u8> {
     format!("key{:010}", i.wrapping_mul(2_654_435_761)).into_bytes()
@@ -561,6 +565,11 @@ fn a_put_caches_its_large_value_only_when_gets_run_between_puts() {
 /// One run of `n` sequential small pairs (about 80 leaves per 10,000), then the database
 /// reopened cold with `warm_read_bytes` and `cache_bytes`.
 fn one_cold_run(dir: &std::path::Path, n: u32, warm: usize, cache: usize) -> Db {
+    one_cold_run_on(|o| Db::open(dir, o).unwrap(), n, warm, cache)
+}
+
+/// [`one_cold_run`] on whatever file system `open` opens the database on.
+fn one_cold_run_on(open: impl Fn(Options) -> Db, n: u32, warm: usize, cache: usize) -> Db {
     let opts = |warm, cache| Options {
         memtable_size: 256 << 10,
         cache_bytes: cache,
@@ -570,14 +579,14 @@ fn one_cold_run(dir: &std::path::Path, n: u32, warm: usize, cache: usize) -> Db 
         warm_read_bytes: warm,
         ..Options::default()
     };
-    let db = Db::open(dir, opts(0, 64 << 20)).unwrap();
+    let db = open(opts(0, 64 << 20));
     for i in 0..n {
         db.put(seq_key(i), vec![(i % 251) as u8; 60]).unwrap();
     }
     db.compact_all().unwrap();
     assert_eq!(runs(&db), 1);
     drop(db);
-    Db::open(dir, opts(warm, cache)).unwrap()
+    open(opts(warm, cache))
 }
 
 fn leaves_of_the_run(db: &Db) -> u64 {
@@ -702,6 +711,53 @@ fn a_damaged_leaf_in_a_group_is_left_out_and_reported_by_the_get_that_wants_it()
     });
     assert_eq!(reads, damaged.len() as u64);
     assert_eq!(db.stats().unwrap().warm_reads, groups_before);
+}
+
+/// A group read that fails (an I/O error, not damage) falls back to the wanted leaf
+/// alone; when that read fails too, the get reports the error naming the level file, and
+/// caches nothing: once the device answers again, the same get reads its value.
+#[test]
+fn a_failed_group_read_falls_back_to_the_leaf_alone_and_a_failed_leaf_read_is_reported() {
+    let n = 20_000;
+    let sim = SimFs::new();
+    let fs = HookedFs::new(Arc::new(sim), FailReads::default());
+    let open = |o| Db::open_with_fs("/db", o, Arc::new(fs.clone())).unwrap();
+    let db = one_cold_run_on(open, n, 8 * 8192, 64 << 20);
+    let value = |i: u32| Some(vec![(i % 251) as u8; 60]);
+
+    // Groups are 8 leaves (64 KiB), a leaf alone 8 KiB: fail the next read of 16 KiB or
+    // more of a level file, which only a group read is.
+    fs.hooks().arm("lvl", 16 << 10, 1);
+    let reads = leaf_reads(&db, || assert_eq!(db.get(seq_key(0)).unwrap(), value(0)));
+    assert_eq!(fs.hooks().failed(), 1, "the group read was not tried");
+    let s = db.stats().unwrap();
+    assert_eq!((s.warm_reads, s.warm_neighbours), (0, 0), "{s}");
+    assert!(reads >= 1, "{reads}");
+    // The fallback cached the wanted leaf: a key beside key 0 reads nothing.
+    assert_eq!(
+        leaf_reads(&db, || assert_eq!(db.get(seq_key(1)).unwrap(), value(1))),
+        0
+    );
+
+    // Every read of a level file fails: a get of a leaf not cached reports the error
+    // with the file's path.
+    let far = n / 2;
+    fs.hooks().arm("lvl", 0, u64::MAX);
+    match db.get(seq_key(far)) {
+        Err(hybridkv::Error::Io { path, .. }) => {
+            assert!(path.extension().is_some_and(|e| e == "lvl"), "{path:?}")
+        }
+        other => panic!("a failed leaf read answered {other:?}"),
+    }
+    assert!(fs.hooks().failed() >= 2);
+
+    // The device answers again: the same get reads its group and its value.
+    fs.hooks().disarm();
+    assert_eq!(db.get(seq_key(far)).unwrap(), value(far));
+    assert_eq!(db.stats().unwrap().warm_reads, 1);
+    for i in (0..n).step_by(97) {
+        assert_eq!(db.get(seq_key(i)).unwrap(), value(i), "key {i}");
+    }
 }
 
 /// The database `one_cold_run` built, opened again cold with groups of 8 leaves.

@@ -19,7 +19,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use hybridkv::io::{CrashKind, DirLock, FileSystem, ReadableFile, SimFs, WritableFile};
+mod common;
+
+use common::hooked_fs::{injected, FsCall, FsHooks, HookedFs};
+use hybridkv::io::{CrashKind, FileSystem, SimFs, WritableFile};
 use hybridkv::{Db, Error, Options, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -177,25 +180,29 @@ struct Plan {
     flush_held: bool,
 }
 
-/// `SimFs` with the failures of [`Plan`].
-#[derive(Debug, Clone)]
-struct FaultFs {
-    fs: SimFs,
+/// Hooks with the failures of [`Plan`].
+#[derive(Debug)]
+struct Faults {
     plan: Arc<(Mutex<Plan>, Condvar)>,
 }
 
-impl FaultFs {
-    fn new(fs: SimFs, reserved: bool) -> FaultFs {
-        let plan = Plan {
-            reserved,
-            ..Plan::default()
-        };
-        FaultFs {
-            fs,
-            plan: Arc::new((Mutex::new(plan), Condvar::new())),
-        }
-    }
+/// A `SimFs` with the failures of [`Plan`].
+type FaultFs = HookedFs<Faults>;
 
+fn fault_fs(fs: SimFs, reserved: bool) -> FaultFs {
+    let plan = Plan {
+        reserved,
+        ..Plan::default()
+    };
+    HookedFs::new(
+        Arc::new(fs),
+        Faults {
+            plan: Arc::new((Mutex::new(plan), Condvar::new())),
+        },
+    )
+}
+
+impl Faults {
     fn with<R>(&self, f: impl FnOnce(&mut Plan) -> R) -> R {
         let r = f(&mut self.plan.0.lock().unwrap());
         self.plan.1.notify_all();
@@ -208,14 +215,6 @@ impl FaultFs {
         while !p.flush_held {
             p = self.plan.1.wait(p).unwrap();
         }
-    }
-}
-
-fn injected(op: &'static str, path: &Path) -> Error {
-    Error::Io {
-        op,
-        path: path.to_path_buf(),
-        source: std::io::Error::other(format!("injected failure of {op}")),
     }
 }
 
@@ -276,24 +275,48 @@ impl WritableFile for FaultWriter {
     }
 }
 
-impl FileSystem for FaultFs {
-    fn create_dir_all(&self, path: &Path) -> hybridkv::Result<()> {
-        self.fs.create_dir_all(path)
-    }
-    fn create(&self, path: &Path, direct: bool) -> hybridkv::Result<Box<dyn WritableFile>> {
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if ext == "lvl" {
-            let mut p = self.plan.0.lock().unwrap();
-            if p.hold_flush {
-                p.flush_held = true;
-                self.plan.1.notify_all();
-                while p.hold_flush {
-                    p = self.plan.1.wait(p).unwrap();
+impl FsHooks for Faults {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        path: &Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        match what {
+            FsCall::Create if path.extension().is_some_and(|e| e == "lvl") => {
+                let mut p = self.plan.0.lock().unwrap();
+                if p.hold_flush {
+                    p.flush_held = true;
+                    self.plan.1.notify_all();
+                    while p.hold_flush {
+                        p = self.plan.1.wait(p).unwrap();
+                    }
                 }
             }
+            FsCall::SyncDir => {
+                let fail = self.with(|p| {
+                    if p.fail_dir_sync.as_deref() == Some(path) {
+                        p.fail_dir_sync = None;
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if fail {
+                    return Err(injected("fsync directory", path));
+                }
+            }
+            _ => {}
         }
-        let inner = self.fs.create(path, direct)?;
-        let stage = if ext == "vlog" {
+        call()
+    }
+
+    fn writer(
+        &self,
+        path: &Path,
+        inner: Box<dyn WritableFile>,
+    ) -> hybridkv::Result<Box<dyn WritableFile>> {
+        let stage = if path.extension().is_some_and(|e| e == "vlog") {
             self.with(|p| {
                 let stage = p.create_fault.take();
                 if let Some(s) = stage {
@@ -315,56 +338,6 @@ impl FileSystem for FaultFs {
             refuse_cut: stage.is_some(),
         }))
     }
-    fn open(&self, path: &Path, direct: bool) -> hybridkv::Result<Arc<dyn ReadableFile>> {
-        self.fs.open(path, direct)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-        self.fs.rename(from, to)
-    }
-    fn remove(&self, path: &Path) -> hybridkv::Result<()> {
-        self.fs.remove(path)
-    }
-    fn remove_dir(&self, path: &Path) -> hybridkv::Result<()> {
-        self.fs.remove_dir(path)
-    }
-    fn hard_link(&self, from: &Path, to: &Path) -> hybridkv::Result<()> {
-        self.fs.hard_link(from, to)
-    }
-    fn list(&self, dir: &Path) -> hybridkv::Result<Vec<String>> {
-        self.fs.list(dir)
-    }
-    fn sync_dir(&self, dir: &Path) -> hybridkv::Result<()> {
-        let fail = self.with(|p| {
-            if p.fail_dir_sync.as_deref() == Some(dir) {
-                p.fail_dir_sync = None;
-                true
-            } else {
-                false
-            }
-        });
-        if fail {
-            return Err(injected("fsync directory", dir));
-        }
-        self.fs.sync_dir(dir)
-    }
-    fn kind(&self, path: &Path) -> hybridkv::Result<Option<bool>> {
-        self.fs.kind(path)
-    }
-    fn file_len(&self, path: &Path) -> hybridkv::Result<u64> {
-        self.fs.file_len(path)
-    }
-    fn allocated_len(&self, path: &Path) -> hybridkv::Result<u64> {
-        self.fs.allocated_len(path)
-    }
-    fn truncate(&self, path: &Path, len: u64) -> hybridkv::Result<()> {
-        self.fs.truncate(path, len)
-    }
-    fn punch_hole(&self, path: &Path, offset: u64, len: u64) -> hybridkv::Result<()> {
-        self.fs.punch_hole(path, offset, len)
-    }
-    fn lock(&self, path: &Path) -> hybridkv::Result<Box<dyn DirLock>> {
-        self.fs.lock(path)
-    }
 }
 
 fn id_of(path: &Path) -> u64 {
@@ -378,7 +351,7 @@ fn id_of(path: &Path) -> u64 {
 /// refused cut or not), holding [`first_writes`].
 fn opened_with_first_writes(reserved: bool, all_synced: bool) -> (SimFs, FaultFs, Db, Model) {
     let sim = SimFs::new();
-    let fs = FaultFs::new(sim.clone(), reserved);
+    let fs = fault_fs(sim.clone(), reserved);
     let db = Db::open_with_fs(DIR, opts(), Arc::new(fs.clone())).unwrap();
     let mut model = Model::new();
     first_writes(&db, &mut model, all_synced);
@@ -411,9 +384,10 @@ fn a_segment_creation_failing_with_its_cut_loses_nothing_after_a_restart() {
             let when = format!("{stage:?} failed, reserved zeros {reserved}");
             let (sim, fs, db, mut model) = opened_with_first_writes(reserved, false);
             let before = segment_ids(&sim, dir);
-            fs.with(|p| p.create_fault = Some(stage));
+            fs.hooks().with(|p| p.create_fault = Some(stage));
             let err = put_large_until_failure(&db, &mut model, 24, false);
             let hit = fs
+                .hooks()
                 .with(|p| p.hit.clone())
                 .expect("the fault hit no segment");
             let n = id_of(&hit);
@@ -439,7 +413,7 @@ fn a_segment_creation_failing_with_its_cut_loses_nothing_after_a_restart() {
             }
             let appended = if stage == Stage::HeaderAppend { 0 } else { 16 };
             assert_eq!(
-                fs.with(|p| p.refused_cuts.clone()),
+                fs.hooks().with(|p| p.refused_cuts.clone()),
                 vec![(hit.clone(), appended)],
                 "{when}"
             );
@@ -496,20 +470,21 @@ fn a_segment_whose_header_sync_failed_survives_a_power_loss_after_a_flush_synced
     for reserved in [false, true] {
         let (sim, fs, db, mut model) = opened_with_first_writes(reserved, true);
         // A flush held before its level file: it installs after the failure below.
-        fs.with(|p| p.hold_flush = true);
+        fs.hooks().with(|p| p.hold_flush = true);
         let flusher = {
             let db = db.clone();
             std::thread::spawn(move || db.flush())
         };
-        fs.wait_for_held_flush();
-        fs.with(|p| p.create_fault = Some(Stage::HeaderSync));
+        fs.hooks().wait_for_held_flush();
+        fs.hooks()
+            .with(|p| p.create_fault = Some(Stage::HeaderSync));
         let err = put_large_until_failure(&db, &mut model, 24, true);
         assert!(
             matches!(&err, Error::Io { op: "fsync", .. }),
             "reserved {reserved}: {err:?}"
         );
-        let hit = fs.with(|p| p.hit.clone()).unwrap();
-        fs.with(|p| p.hold_flush = false);
+        let hit = fs.hooks().with(|p| p.hit.clone()).unwrap();
+        fs.hooks().with(|p| p.hold_flush = false);
         // The flush returns once it is done, or once it sees the engine refuse writes;
         // the close waits for the background thread either way.
         let _ = flusher.join().unwrap();
@@ -563,15 +538,15 @@ fn a_cut_refused_at_close_is_reported_and_the_reopen_cuts_the_segment() {
         }
         let newest = *segment_ids(&sim, dir).last().unwrap();
         let path = segment_path(dir, newest);
-        fs.with(|p| p.fail_cuts = true);
+        fs.hooks().with(|p| p.fail_cuts = true);
         match db.close() {
             Err(Error::Io { op, path: p, .. }) => {
                 assert_eq!((op, p.as_path()), ("truncate", path.as_path()));
             }
             other => panic!("reserved {reserved}: close returned {other:?}"),
         }
-        fs.with(|p| p.fail_cuts = false);
-        let cuts = fs.with(|p| p.refused_cuts.clone());
+        fs.hooks().with(|p| p.fail_cuts = false);
+        let cuts = fs.hooks().with(|p| p.refused_cuts.clone());
         assert_eq!(cuts.len(), 1, "{cuts:?}");
         assert_eq!(cuts[0].0, path);
         let appended = cuts[0].1;

@@ -10,6 +10,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod hooked_fs;
+
 use hybridkv::{Db, Error, Options, WriteBatch, WriteOptions};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
