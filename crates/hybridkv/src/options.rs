@@ -38,7 +38,10 @@ pub struct Options {
     /// Index node size in bytes (paper: 12 KiB). Default 12288. A multiple of 4096 in
     /// 12 KiB ..= 1 MiB; an index node must hold at least two maximum-size pivots.
     pub index_node_size: usize,
-    /// Byte budget of the node cache. Default 256 MiB. `0` disables caching. One cache
+    /// Byte budget of the node cache. Default 256 MiB. `0` disables caching. Each entry
+    /// is charged its bytes and 144 bytes more, what holding it costs in memory, so the
+    /// budget bounds the memory the cache takes (small records cost nearly double their
+    /// bytes). One cache
     /// serves every keyspace of a database: the options `Db::open` is given decide it (a
     /// keyspace's own setting is replaced by the database's, as is `pinned_index_bytes`).
     pub cache_bytes: usize,

@@ -140,7 +140,8 @@ pub struct Stats {
     /// Bytes of the active and immutable memtables' key filters (beside `memtable_bytes`:
     /// 1/48th of `memtable_size` each, rounded up to a power of two).
     pub memtable_filter_bytes: u64,
-    /// Bytes held by the node cache.
+    /// Memory held by the node cache: each entry's bytes and what holding it costs
+    /// (144 bytes per entry), the figure `Options::cache_bytes` bounds.
     pub cache_bytes: u64,
     /// Node-cache lookups that found their node.
     pub cache_hits: u64,
