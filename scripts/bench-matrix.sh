@@ -119,8 +119,19 @@ machine="$scratch/machine.txt"
   echo "\$ uname -r"; uname -r
   echo "\$ df -h ."; df -h . 2>/dev/null || true
 } >"$machine"
+# The list of invocations behind the results file: with BENCH_APPEND=1 this one joins the
+# list (docs/bench/invocations.txt, whose lines a person may annotate); without, it starts
+# the list anew.
+invocations="$docs/invocations.txt"
+this="# BENCH_CONFIGS='$configs' BENCH_MIXES='$mixes' BENCH_ENGINES='$engines' ./scripts/bench-matrix.sh $records $ops   ($((elapsed / 60)) min, $(date -u +%Y-%m-%d), $(git rev-parse --short HEAD 2>/dev/null || echo 'unknown commit'))"
+if [ "${BENCH_APPEND:-0}" = 1 ]; then
+  echo "${this/\# /# BENCH_APPEND=1 }" >>"$invocations"
+else
+  echo "$this" >"$invocations"
+fi
 {
-  echo "# reproduce: BENCH_CONFIGS='$configs' BENCH_MIXES='$mixes' BENCH_ENGINES='$engines' ./scripts/bench-matrix.sh $records $ops   (this invocation took $((elapsed / 60)) min here)"
+  echo "# $(wc -l <"$invocations") invocation(s), appended to one results file (commands below, each with its time); a later row of the same engine, mix, phase and label replaces an earlier one:"
+  cat "$invocations"
   echo "# which runs, with hybridkv = the binary ./scripts/bench.sh builds:"
   sed -e "s|$scratch/|bench-matrix/|g" "$commands"
   echo "hybridkv bench plot --results $results --out $docs"
