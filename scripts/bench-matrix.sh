@@ -59,9 +59,23 @@ fi
 
 mkdir -p "$scratch" "$docs"
 commands="$docs/commands.txt"
+# The list of invocations behind the results file (docs/bench/invocations.txt, whose lines
+# a person may annotate): this one is written before it runs, with every setting that
+# shapes it, so the list never describes results that are gone and a run that dies leaves
+# its line beside its partial rows. Without BENCH_APPEND=1 it starts the list anew.
+invocations="$docs/invocations.txt"
+settings=""
+for v in BENCH_APPEND BENCH_NO_ABLATION BENCH_NO_MATRIX BENCH_NO_ROCKSDB BENCH_ABLATION_ENGINES \
+  BENCH_ABLATION_OPS BENCH_MATRIX_DIR BENCH_CONFIGS BENCH_MIXES BENCH_ENGINES; do
+  if [ -n "${!v+x}" ]; then settings+="$v='${!v}' "; fi
+done
+this="# ${settings}./scripts/bench-matrix.sh $records $ops   (started $(date -u '+%Y-%m-%d %H:%M') UTC at $(git rev-parse --short HEAD 2>/dev/null || echo 'an unknown commit'))"
 if [ "${BENCH_APPEND:-0}" != 1 ]; then
   : >"$results"
   : >"$commands"
+  echo "$this" >"$invocations"
+else
+  echo "$this" >>"$invocations"
 fi
 started=$(date +%s)
 
@@ -119,18 +133,8 @@ machine="$scratch/machine.txt"
   echo "\$ uname -r"; uname -r
   echo "\$ df -h ."; df -h . 2>/dev/null || true
 } >"$machine"
-# The list of invocations behind the results file: with BENCH_APPEND=1 this one joins the
-# list (docs/bench/invocations.txt, whose lines a person may annotate); without, it starts
-# the list anew.
-invocations="$docs/invocations.txt"
-this="# BENCH_CONFIGS='$configs' BENCH_MIXES='$mixes' BENCH_ENGINES='$engines' ./scripts/bench-matrix.sh $records $ops   ($((elapsed / 60)) min, $(date -u +%Y-%m-%d), $(git rev-parse --short HEAD 2>/dev/null || echo 'unknown commit'))"
-if [ "${BENCH_APPEND:-0}" = 1 ]; then
-  echo "${this/\# /# BENCH_APPEND=1 }" >>"$invocations"
-else
-  echo "$this" >"$invocations"
-fi
 {
-  echo "# $(wc -l <"$invocations") invocation(s), appended to one results file (commands below, each with its time); a later row of the same engine, mix, phase and label replaces an earlier one:"
+  echo "# the invocations behind the results file (this last one took $((elapsed / 60)) min), commands below, each with its time; a later row of the same engine, mix, phase, workload and label replaces an earlier one:"
   cat "$invocations"
   echo "# which runs, with hybridkv = the binary ./scripts/bench.sh builds:"
   sed -e "s|$scratch/|bench-matrix/|g" "$commands"

@@ -49,7 +49,8 @@ pub struct Options {
     /// the gets after one do not read from the device what they found cached before it
     /// (RocksDB's `prepopulate_block_cache`, extended to merges): a flush caches the
     /// leaves of its run and the medium records it logs (just written: the keys likeliest
-    /// to be read), up to an eighth of `cache_bytes` each; a merge caches each leaf that
+    /// to be read), up to an eighth of `cache_bytes` each (as the cache charges them: their
+    /// bytes and 144 bytes per entry); a merge caches each leaf that
     /// holds a key it read from a leaf the cache held in a run below L1 (one a get, a
     /// scan, or a lookup of GC or of a flush had read). Flushed leaves do not count, so a
     /// merge of L1 does not cache everything it writes. A put's large value is cached as

@@ -294,6 +294,7 @@ fn a_failed_read_around_a_medium_record_falls_back_to_the_record_alone() {
         }
         other => panic!("a failed record read answered {other:?}"),
     }
+    assert!(fs.hooks().failed() >= 2);
 
     // The device answers again: every key reads its value, the records around cached.
     fs.hooks().disarm();

@@ -5,7 +5,7 @@
 //! walks a level in key order reads each segment front to back: one sequential pass per
 //! segment through a small window, never a random 4 KiB read per pair.
 
-use crate::cache::BlockCache;
+use crate::cache::{BlockCache, ENTRY_OVERHEAD};
 use crate::error::{Error, Result};
 use crate::log::large::SegmentSet;
 use crate::log::large::{SegmentWriter, RECORD_HEADER};
@@ -82,7 +82,8 @@ impl<'a> TransientSink<'a> {
         let Some(w) = self.writer.as_mut() else {
             return Err(Error::Closed);
         };
-        let len = (RECORD_HEADER + key.len() + value.len()) as u64;
+        // What the cache charges for the record (its bytes and the entry's overhead).
+        let len = (RECORD_HEADER + key.len() + value.len()) as u64 + ENTRY_OVERHEAD;
         match &mut self.cache {
             Some((cache, left)) if *left >= len => {
                 *left -= len;
@@ -108,8 +109,9 @@ mod tests {
         let create = || SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 7);
         let value = [5u8; 300];
         let record = (RECORD_HEADER + 6 + value.len()) as u64;
-        // Room for three records and most of a fourth.
-        let mut sink = TransientSink::new(&create).with_cache(&cache, 4 * record - 1);
+        // Room for three records and most of a fourth, as the cache charges them.
+        let charge = record + ENTRY_OVERHEAD;
+        let mut sink = TransientSink::new(&create).with_cache(&cache, 4 * charge - 1);
         let ptrs: Vec<LogPtr> = (0..10)
             .map(|i| {
                 sink.append(format!("key{i:03}").as_bytes(), &value, i + 1)

@@ -265,8 +265,10 @@ impl LevelBuilder {
         let bytes = self.leaf.finish();
         let appended = self.file.append(bytes);
         if let Some(f) = &mut self.fill {
-            if appended.is_ok() && (f.all || f.hot) && f.left >= bytes.len() as u64 {
-                f.left -= bytes.len() as u64;
+            // What the cache charges for the leaf (its bytes and the entry's overhead).
+            let charge = bytes.len() as u64 + crate::cache::ENTRY_OVERHEAD;
+            if appended.is_ok() && (f.all || f.hot) && f.left >= charge {
+                f.left -= charge;
                 f.cache
                     .insert(f.file_id, offset, BlockBytes::copy_from_slice(bytes));
             }

@@ -376,7 +376,7 @@ mod tests {
         for (id, all, limit) in [
             (1u64, true, u64::MAX),
             (2, false, u64::MAX),
-            (3, true, 3 * 8192 + 100),
+            (3, true, 3 * (8192 + crate::cache::ENTRY_OVERHEAD) + 100),
         ] {
             let path = dir.path().join(reader::file_name(id));
             let f = io.create(&path, IoComponent::Flush).unwrap();
