@@ -349,3 +349,14 @@ impl FsHooks for FailReads {
         call()
     }
 }
+
+/// Asserts that `answer` is an `Error::Io` naming a `*.{ext}` file: what a read that
+/// [`FailReads`] failed must come back as.
+pub fn assert_io_error_on<T: std::fmt::Debug>(answer: Result<T>, ext: &str) {
+    match answer {
+        Err(hybridkv::Error::Io { path, .. }) => {
+            assert!(path.extension().is_some_and(|e| e == ext), "{path:?}")
+        }
+        other => panic!("a failed read of a .{ext} file answered {other:?}"),
+    }
+}
