@@ -95,7 +95,13 @@ pub(crate) fn get_noting_folds(
 ) -> Result<(Option<Value>, bool)> {
     engine.check_open()?;
     check_key(key)?;
-    let (v, folded) = crate::read::get(sv, engine.opts.merge_operator.as_ref(), lsn, key)?;
+    let (v, folded) = crate::read::get(
+        sv,
+        engine.opts.merge_operator.as_ref(),
+        lsn,
+        key,
+        engine.opts.fold_on_read,
+    )?;
     let c = &engine.counters;
     Counters::add(&c.gets, 1);
     if let Some(v) = &v {

@@ -281,6 +281,9 @@ impl MergeJob<'_> {
             .with_range_tombstones(self.ranges.clone());
         // The version being written: each step reads the next one into its buffers.
         let mut entry = MergeEntry::default();
+        // Medium bases of deltas a merge that keeps medium pointers folds: read in key
+        // order, so through a read-ahead over each sorted transient segment.
+        let mut bases = TransientReader::new(self.segments);
         loop {
             let more = merge.next_into(&mut entry, |winner, older| {
                 let Some(winner) = winner else {
@@ -317,7 +320,8 @@ impl MergeJob<'_> {
             }
             out.entries_in += 1 + entry.below.len() as u64;
             if entry.value.is_deltas() {
-                entry.value = self.fold(&merge, &mut entry, &mut medium, &mut out, &path)?;
+                entry.value =
+                    self.fold(&merge, &mut entry, &mut medium, &mut bases, &mut out, &path)?;
             }
             let (key, lsn, source) = (entry.key.as_slice(), entry.lsn, entry.source);
             let value = std::mem::replace(&mut entry.value, LevelValue::Tombstone);
@@ -402,6 +406,7 @@ impl MergeJob<'_> {
         merge: &Merge<&mut S>,
         entry: &mut MergeEntry,
         medium: &mut MediumPolicy<'_, '_>,
+        bases: &mut TransientReader<'_>,
         out: &mut MergeOutcome,
         path: &Path,
     ) -> Result<LevelValue> {
@@ -494,7 +499,7 @@ impl MergeJob<'_> {
                     LevelValue::Tombstone => None,
                     LevelValue::Medium(p) => Some(match medium {
                         MediumPolicy::Inline(reader) => reader.read(key, p)?,
-                        _ => self.read_transient(key, p)?,
+                        _ => self.read_transient(key, p, bases)?,
                     }),
                     other => {
                         return Err(Error::Internal(format!(
@@ -593,9 +598,17 @@ impl MergeJob<'_> {
 
     /// Reads the transient-log record `p` of `key` (a medium base of deltas, in a merge
     /// that leaves medium values in the log).
-    fn read_transient(&self, key: &[u8], p: crate::log::ptr::LogPtr) -> Result<Vec<u8>> {
+    fn read_transient(
+        &self,
+        key: &[u8],
+        p: crate::log::ptr::LogPtr,
+        bases: &mut TransientReader<'_>,
+    ) -> Result<Vec<u8>> {
         match self.segments.get(&p.segment) {
-            Some(seg) => seg.read_through_cache(p, key).map(Vec::from),
+            Some(seg) => match seg.take_cached(p, key) {
+                Some(value) => value.map(Vec::from),
+                None => bases.read(key, p),
+            },
             None => Err(Error::corruption(
                 crate::log::large::SegmentKind::Transient.file_name(p.segment),
                 p.offset,
@@ -619,5 +632,104 @@ pub(crate) fn memtable_source(
         samples: Vec::with_capacity(samples + 1),
         versions_held: mem.len() as u64,
         spare_value: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a test fails by panicking
+    use super::*;
+    use crate::level::LevelFile;
+    use crate::log::large::{SegmentFile, SegmentKind, SegmentWriter};
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("key{i:05}").into_bytes()
+    }
+
+    /// A level file `id` in `dir` of `entries` (sorted), at LSN `lsn`.
+    fn run(io: &Io, dir: &Path, id: u64, lsn: u64, entries: &[(Vec<u8>, EntryValue<'_>)]) {
+        let f = io
+            .create(&dir.join(file_name(id)), IoComponent::Flush)
+            .unwrap();
+        let mut b = LevelBuilder::new(f, 8192, 12288);
+        for (k, v) in entries {
+            b.add(k, lsn, *v).unwrap();
+        }
+        b.finish().unwrap();
+    }
+
+    #[test]
+    fn a_merge_above_the_merge_level_reads_the_medium_bases_it_folds_in_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(crate::io::RealFs), false);
+        // 3000 medium bases of 300 bytes in one sorted transient segment (about 0.9 MiB).
+        let n = 3000u32;
+        let base = |i: u32| vec![b'a' + (i % 26) as u8; 300];
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 1).unwrap();
+        let ptrs: Vec<_> = (0..n)
+            .map(|i| w.append(&key(i), &base(i), 10).unwrap())
+            .collect();
+        w.commit(true).unwrap();
+        drop(w);
+        let mut segments = SegmentSet::new();
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 1).unwrap();
+        segments.insert(1, Arc::new(seg));
+        // The older run points at the bases; the newer one holds a delta for every key.
+        let older: Vec<_> = (0..n)
+            .map(|i| (key(i), EntryValue::Medium(ptrs[i as usize])))
+            .collect();
+        run(&io, dir.path(), 2, 10, &older);
+        let deltas: Vec<Vec<u8>> = (0..n)
+            .map(|i| crate::delta::single(format!("+{i}").as_bytes()))
+            .collect();
+        let newer: Vec<_> = (0..n)
+            .map(|i| (key(i), EntryValue::Deltas(&deltas[i as usize])))
+            .collect();
+        run(&io, dir.path(), 3, 20, &newer);
+
+        let cache = Arc::new(BlockCache::new(0));
+        let open = |id| Arc::new(LevelFile::open(&io, dir.path(), id, Arc::clone(&cache)).unwrap());
+        let (newer, older) = (open(3), open(2));
+        let opts = Options {
+            merge_operator: Some(Arc::new(crate::delta::Append)),
+            ..Options::default()
+        };
+        let buckets = BucketTable::default();
+        let job = MergeJob {
+            opts: &opts,
+            io: &io,
+            dir: dir.path(),
+            file_id: 4,
+            component: IoComponent::Compaction,
+            leaf_size: 8192,
+            index_size: 12288,
+            drop_tombstones: false,
+            segments: &segments,
+            ranges: RangeTombstones::default(),
+            buckets: &buckets,
+            bucket_flush: None,
+            cache_fill: CacheFill::Off,
+            cache: &cache,
+        };
+        let before = io.stats().snapshot().read_ops_by(IoComponent::TransientLog);
+        let mut a = newer.scanner(IoComponent::Compaction).unwrap();
+        let mut b = older.scanner(IoComponent::Compaction).unwrap();
+        let (meta, out) = job.run(&mut [&mut a, &mut b], MediumPolicy::Keep).unwrap();
+        assert!(meta.is_some());
+        assert_eq!(out.deltas_folded, u64::from(n));
+        // The bases were read in key order through 256 KiB windows: a handful of reads,
+        // where one read per base took 3000.
+        let reads = io.stats().snapshot().read_ops_by(IoComponent::TransientLog) - before;
+        assert!((1..=8).contains(&reads), "{reads} reads");
+        // Each base folded with its delta, in place in the new run.
+        let merged = open(4);
+        for i in 0..n {
+            let mut want = base(i);
+            want.extend_from_slice(format!("+{i}").as_bytes());
+            match merged.get(&key(i)).unwrap() {
+                Some((20, LevelValue::Inline(v))) => assert_eq!(v, want, "key {i}"),
+                other => panic!("key {i}: {other:?}"),
+            }
+        }
     }
 }

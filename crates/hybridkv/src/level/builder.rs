@@ -269,8 +269,12 @@ impl LevelBuilder {
             let charge = bytes.len() as u64 + crate::cache::ENTRY_OVERHEAD;
             if appended.is_ok() && (f.all || f.hot) && f.left >= charge {
                 f.left -= charge;
-                f.cache
-                    .insert(f.file_id, offset, BlockBytes::copy_from_slice(bytes));
+                let node = BlockBytes::copy_from_slice(bytes);
+                if f.hot {
+                    f.cache.insert_in_use(f.file_id, offset, node);
+                } else {
+                    f.cache.insert(f.file_id, offset, node);
+                }
             }
             f.hot = false;
         }

@@ -368,6 +368,20 @@ impl SegmentFile {
         Ok(value)
     }
 
+    /// [`SegmentFile::read_through_cache`] for a record about to be superseded (the base
+    /// of deltas a merge folds, or a get folds and writes back): taken from the cache
+    /// when it is there, else read alone and not cached, so it does not push out what
+    /// later reads want.
+    pub(crate) fn read_passing(&self, ptr: LogPtr, key: &[u8]) -> Result<Bytes> {
+        if let Some(value) = self.take_cached(ptr, key) {
+            return value;
+        }
+        check_ptr_len(ptr, &self.path)?;
+        let mut buf = vec![0u8; ptr.len as usize];
+        self.read_into(ptr, &mut buf)?;
+        value_in(&Bytes::from(buf), ptr, key, &self.path, true)
+    }
+
     /// While the cache has room (`BlockCache::warm_read_bytes`), reads the record `ptr`
     /// points at in a transient segment together with the records after it, up to that
     /// many bytes and the end of the file, in one device read, and caches each record
@@ -412,6 +426,17 @@ impl SegmentFile {
         }
         cache.note_warm_read(added);
         Some(value)
+    }
+
+    /// The value of the record `ptr` points at, taken out of the block cache if it holds
+    /// the record (`None`: it does not).
+    pub(crate) fn take_cached(&self, ptr: LogPtr, key: &[u8]) -> Option<Result<Bytes>> {
+        let rec = self
+            .cache
+            .as_ref()?
+            .take(self.id, ptr.offset)
+            .filter(|rec| rec.len() == ptr.len as usize)?;
+        Some(value_in(&rec, ptr, key, &self.path, false))
     }
 
     /// The record `ptr` points at, if the block cache holds one of its length.
@@ -993,6 +1018,36 @@ mod tests {
             len: 30,
         };
         assert!(seg.read(past, b"k1").unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn a_record_read_for_the_last_time_leaves_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 9).unwrap();
+        let p = w.append(b"key", &[7u8; 3000], 5).unwrap();
+        let q = w.append(b"other", &[8u8; 3000], 6).unwrap();
+        w.commit(true).unwrap();
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Large, 9)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let reads = || io.stats().snapshot().read_ops_by(IoComponent::LargeLog);
+        // Cached by a get, then taken out by the read that supersedes it: no device read.
+        assert_eq!(seg.read_through_cache(p, b"key").unwrap(), vec![7u8; 3000]);
+        assert!(cache.contains(9, p.offset));
+        let r0 = reads();
+        assert_eq!(seg.read_passing(p, b"key").unwrap(), vec![7u8; 3000]);
+        assert_eq!(reads(), r0);
+        assert!(!cache.contains(9, p.offset));
+        // Not cached: read from the file, and not cached afterwards.
+        assert_eq!(seg.read_passing(q, b"other").unwrap(), vec![8u8; 3000]);
+        assert_eq!(reads(), r0 + 1);
+        assert!(!cache.contains(9, q.offset));
+        // Checked like any read: the wrong key is corruption, cached or not.
+        assert!(seg.read_passing(q, b"key").unwrap_err().is_corruption());
+        seg.read_through_cache(q, b"other").unwrap();
+        assert!(seg.read_passing(q, b"key").unwrap_err().is_corruption());
     }
 
     #[test]

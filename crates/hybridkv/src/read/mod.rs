@@ -330,30 +330,51 @@ pub(crate) fn resolve_with(
         LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. } => Err(Error::Internal(
             "deltas resolved as a value (they must be folded first)".into(),
         )),
-        LevelValue::Large(p) | LevelValue::Medium(p) => match segments.get(&p.segment) {
-            Some(seg) => seg.read_through_cache(p, key).map(|b| Some(Value::from(b))),
-            None => Err(Error::corruption(
-                match value {
-                    LevelValue::Medium(_) => SegmentKind::Transient,
-                    _ => SegmentKind::Large,
-                }
-                .file_name(p.segment),
-                p.offset,
-                "pointer to a log segment that does not exist",
-            )),
-        },
+        LevelValue::Large(p) | LevelValue::Medium(p) => segment_of(segments, &value, p)?
+            .read_through_cache(p, key)
+            .map(|b| Some(Value::from(b))),
     }
 }
 
+/// The segment the log pointer `p` of `value` points into (a missing one is corruption).
+fn segment_of<'s>(
+    segments: &'s SegmentSet,
+    value: &LevelValue,
+    p: crate::log::ptr::LogPtr,
+) -> Result<&'s Arc<crate::log::large::SegmentFile>> {
+    segments.get(&p.segment).ok_or_else(|| {
+        Error::corruption(
+            match value {
+                LevelValue::Medium(_) => SegmentKind::Transient,
+                _ => SegmentKind::Large,
+            }
+            .file_name(p.segment),
+            p.offset,
+            "pointer to a log segment that does not exist",
+        )
+    })
+}
+
 /// The value a lookup found: its base's bytes with the deltas above it folded in by
-/// `operator` (`None` if absent or deleted).
+/// `operator` (`None` if absent or deleted). `passing`: the folded value will be written
+/// back, so a log base under deltas is read for the last time (not kept in the cache).
 pub(crate) fn value_of(
     segments: &SegmentSet,
     operator: Option<&Arc<dyn MergeOperator>>,
     key: &[u8],
     mut found: Lookup,
+    passing: bool,
 ) -> Result<Option<Value>> {
     let base = match found.base.take() {
+        // A log base the get folds and writes back is read for the last time: taken out
+        // of the cache, or read without caching it (the value written back is cached).
+        Some((v @ (LevelValue::Large(p) | LevelValue::Medium(p)), _))
+            if passing && !found.deltas.is_empty() =>
+        {
+            Some(Value::from(
+                segment_of(segments, &v, p)?.read_passing(p, key)?,
+            ))
+        }
         Some((v, file)) => resolve_with(segments, key, v, file.as_deref())?,
         None => None,
     };
@@ -371,17 +392,22 @@ const FOLD_BACK_CHAIN: usize = 16;
 /// The value of `key` visible at `snapshot` (`None` if absent or deleted), and whether it
 /// folded deltas read from level files, or [`FOLD_BACK_CHAIN`] deltas or more (a value
 /// worth writing back so that later reads of the key stop at the memtable's newest
-/// version: KDSep's fold into the base).
+/// version: KDSep's fold into the base). With `fold_back` (the caller writes such a value
+/// back) the log base under those deltas is not kept in the cache.
 pub(crate) fn get(
     sv: &SuperVersion,
     operator: Option<&Arc<dyn MergeOperator>>,
     snapshot: u64,
     key: &[u8],
+    fold_back: bool,
 ) -> Result<(Option<Value>, bool)> {
     let found = lookup(sv, snapshot, key)?;
     let worth =
         !found.deltas.is_empty() && (found.from_files > 0 || found.deltas.len() >= FOLD_BACK_CHAIN);
-    Ok((value_of(&sv.segments, operator, key, found)?, worth))
+    Ok((
+        value_of(&sv.segments, operator, key, found, worth && fold_back)?,
+        worth,
+    ))
 }
 
 /// Whether the value of `key` in `sv` is the log record at `p`: its newest version, or the
