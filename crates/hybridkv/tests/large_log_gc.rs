@@ -124,6 +124,52 @@ fn gc_reclaims_overwritten_values_and_keeps_live_ones() {
 }
 
 #[test]
+fn a_relocated_value_the_cache_held_is_cached_where_it_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    // Every fourth key stays live; the others die, so every segment is collected.
+    let live = |i: u32| i.is_multiple_of(4);
+    for i in 0..400 {
+        db.put(key(i), value(i, 0, 2000)).unwrap();
+    }
+    for i in (0..400).filter(|&i| !live(i)) {
+        db.put(key(i), value(i, 1, 2000)).unwrap();
+    }
+    db.flush().unwrap();
+    // Gets bring half of the live values into the cache.
+    let cached = |i: u32| i.is_multiple_of(8);
+    for i in (0..400).filter(|&i| cached(i)) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0, 2000)));
+    }
+    let report = db.gc().unwrap();
+    // (The segment being appended to is not collected.)
+    assert!(report.entries_relocated >= 90, "{report:?}");
+    let large_reads = || {
+        db.stats()
+            .unwrap()
+            .io
+            .read_ops_by(hybridkv::io::IoComponent::LargeLog)
+    };
+    // Read again at their new places: from memory for the values the cache held...
+    let before = large_reads();
+    for i in (0..400).filter(|&i| cached(i)) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0, 2000)));
+    }
+    assert_eq!(large_reads(), before, "the cached values were read again");
+    // ...and from the device for the others, which no get had asked for.
+    for i in (0..400).filter(|&i| live(i) && !cached(i)) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 0, 2000)));
+    }
+    assert_eq!(large_reads(), before + 50);
+    drop(db);
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..400 {
+        let want = value(i, u32::from(!live(i)), 2000);
+        assert_eq!(db.get(key(i)).unwrap(), Some(want), "key {i} after reopen");
+    }
+}
+
+#[test]
 fn deleting_everything_gives_the_space_back() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), opts()).unwrap();

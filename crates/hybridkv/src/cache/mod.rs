@@ -308,6 +308,14 @@ impl BlockCache {
         found
     }
 
+    /// Drops the node at `offset` of `file` from the cache, if it is there (not counted
+    /// as a lookup): a record that moved, cached again where it went.
+    pub(crate) fn forget(&self, file: u64, offset: u64) {
+        if let Some(c) = &self.shared.cache {
+            c.remove(&(self.keyspace, file, offset));
+        }
+    }
+
     /// The byte budget (0: no cache).
     pub(crate) fn capacity(&self) -> u64 {
         self.shared.cache.as_ref().map_or(0, Cache::capacity)

@@ -225,27 +225,44 @@ impl Engine {
                 }
             });
         }
-        let mut ops = Vec::with_capacity(chunk.len());
-        for ((_, rec), f) in chunk.iter().zip(&folded) {
-            match f {
-                None => {}
-                Some(None) => ops.push(BatchOp::Put(&rec.key, &rec.value)),
-                Some(Some(v)) => ops.push(BatchOp::Put(&rec.key, v)),
+        // A record the block cache holds is one reads use: its new copy is cached in its
+        // place (else the next get of a hot key reads it from the device again), the
+        // others are not cached.
+        let (mut cached, mut plain) = (Vec::new(), Vec::with_capacity(chunk.len()));
+        let mut cached_at = Vec::new();
+        for ((old, rec), f) in chunk.iter().zip(&folded) {
+            let op = match f {
+                None => continue,
+                Some(None) => BatchOp::Put(&rec.key, &rec.value),
+                Some(Some(v)) => BatchOp::Put(&rec.key, v),
+            };
+            if self.cache.contains(old.segment, old.offset) {
+                cached.push(op);
+                cached_at.push(*old);
+            } else {
+                plain.push(op);
             }
         }
-        if ops.is_empty() {
+        let records: Vec<CommitRecord<'_>> = [(cached, true), (plain, false)]
+            .into_iter()
+            .filter(|(ops, _)| !ops.is_empty())
+            .map(|(ops, cache_large)| CommitRecord {
+                ops: ops.into(),
+                payload: None,
+                relocation: true,
+                cache_large,
+                keyspace: self.keyspace,
+                hint: None,
+            })
+            .collect();
+        if records.is_empty() {
             return Ok(());
         }
         // Synced: durable before the old segment may be freed.
-        let record = CommitRecord {
-            ops: ops.into(),
-            payload: None,
-            relocation: true,
-            cache_large: false,
-            keyspace: self.keyspace,
-            hint: None,
-        };
-        let done = self.writes.commit(&mut held, &[record], true)?;
+        let done = self.writes.commit(&mut held, &records, true)?;
+        for old in cached_at {
+            self.cache.forget(old.segment, old.offset);
+        }
         report.entries_relocated += done.large_values;
         report.bytes_relocated += done.large_bytes;
         Ok(())

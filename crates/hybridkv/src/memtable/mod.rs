@@ -14,7 +14,7 @@ use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
 use crate::range_delete::{RangeTombstone, RangeTombstones};
 use crate::value::LevelValue;
 use filter::KeyFilter;
-use skiplist::{Entry, Probe, Tag, VersionList};
+use skiplist::{Entry, Probe, Spot, Tag, VersionList};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -207,6 +207,19 @@ impl Memtable {
         let spot = hint
             .filter(|h| std::ptr::eq(Arc::as_ptr(&h.mem), self) && h.key_hash == hash)
             .map(|h| &h.spot);
+        self.insert_spotted(key, hash, lsn, value, spot);
+    }
+
+    /// [`Memtable::insert_at`] from `spot` (searched in this list for this key at `lsn`
+    /// or before it), or from the top.
+    fn insert_spotted(
+        &self,
+        key: &[u8],
+        hash: u64,
+        lsn: u64,
+        value: MemValue<'_>,
+        spot: Option<&Spot>,
+    ) {
         // The filter first: a reader that finds the version finds its key in the filter.
         self.keys.add(hash);
         let mut size = key.len() + ENTRY_OVERHEAD;
@@ -243,12 +256,17 @@ impl Memtable {
         operand: &[u8],
         op: Option<&dyn crate::delta::MergeOperator>,
     ) {
+        let hash = key_hash(key);
+        // The search for the newest version also finds where the delta goes.
+        let mut spot = None;
         if let Some(op) = op {
-            let newest = self
-                .may_hold(key)
-                .then(|| self.list.seek(&Probe::new(key, lsn)))
-                .flatten()
-                .filter(|e| e.key() == key);
+            let newest = if self.may_hold(key) {
+                let (at, here) = self.list.seek_spot(&Probe::new(key, lsn));
+                spot = Some(here);
+                at.filter(|e| e.key() == key)
+            } else {
+                None
+            };
             // A range tombstone newer than every version here deletes what is below it:
             // the delta then applies to nothing.
             let cut = self.range_cut(key, lsn);
@@ -256,7 +274,7 @@ impl Memtable {
             if newest.is_none() && cut > 0 {
                 if let Ok(v) = op.full_merge(key, None, &[operand]) {
                     if v.len() <= crate::delta::MAX_FOLDED_VALUE {
-                        self.insert(key, lsn, MemValue::Value(&v));
+                        self.insert_spotted(key, hash, lsn, MemValue::Value(&v), spot.as_ref());
                         return;
                     }
                 }
@@ -270,14 +288,14 @@ impl Memtable {
                 if let Some(base) = base {
                     if let Ok(v) = op.full_merge(key, base, &[operand]) {
                         if v.len() <= crate::delta::MAX_FOLDED_VALUE {
-                            self.insert(key, lsn, MemValue::Value(&v));
+                            self.insert_spotted(key, hash, lsn, MemValue::Value(&v), spot.as_ref());
                             return;
                         }
                     }
                 }
             }
         }
-        self.insert(key, lsn, MemValue::Delta(operand));
+        self.insert_spotted(key, hash, lsn, MemValue::Delta(operand), spot.as_ref());
     }
 
     /// Approximate bytes held.

@@ -615,6 +615,14 @@ impl VersionList {
         NonNull::new(self.find(probe, &mut prev)).map(Entry::at)
     }
 
+    /// [`VersionList::seek`], and where a version at `probe` goes ([`Spot`]): an insert
+    /// of that version right after (a delta, once its base is looked at) then only links.
+    pub(super) fn seek_spot(&self, probe: &Probe<'_>) -> (Option<Entry<'_>>, Spot) {
+        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        let at = NonNull::new(self.find(probe, &mut prev)).map(Entry::at);
+        (at, Spot { prev })
+    }
+
     /// The last version before `probe` (`None`: every version is at or after it).
     pub(super) fn seek_before(&self, probe: &Probe<'_>) -> Option<Entry<'_>> {
         let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];

@@ -93,7 +93,8 @@ pub(crate) struct SpaceLog {
 enum LargeFill {
     /// Always (a value a read computed and wrote back: the reader wants it again).
     Always,
-    /// Never (GC's relocations: old values, read no more than where they were).
+    /// Never (GC's relocations of values the cache did not hold: old values, read no
+    /// more than where they were; GC asks `Always` for those it held).
     Never,
     /// With `Options::prepopulate_cache`, if the keyspace served a get since its last
     /// large value was appended: a value just written is what a zipfian read soon wants
@@ -359,7 +360,8 @@ pub(crate) struct CommitRecord<'a> {
     /// Every put goes to the large log whatever its size (GC's relocations).
     pub relocation: bool,
     /// Large values appended for this record are kept in the block cache too (a
-    /// fold-back: the value was just read, so it is read again soon). Not for user
+    /// fold-back: the value was just read, so it is read again soon; GC's relocations of
+    /// records the cache held, which reads use). Not for user
     /// batches: a 2M-pair SD load cost 9% more CPU per insert for 5% fewer device reads
     /// in the Run A after it (PERFORMANCE.md).
     pub cache_large: bool,
