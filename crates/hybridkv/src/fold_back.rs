@@ -67,7 +67,7 @@ impl Engine {
     /// collection names the key again). Returns whether it was written.
     pub(crate) fn fold_grown_deltas(&self, key: &[u8]) -> bool {
         let (sv, lsn) = self.snapshot();
-        match crate::snapshot::get_noting_folds(self, &sv, lsn, key) {
+        match crate::snapshot::get_noting_folds(self, &sv, lsn, key, true) {
             Ok((Some(v), _)) => {
                 drop(sv);
                 self.fold_back(key, &v, lsn)

@@ -168,8 +168,10 @@ impl Keyspace {
     pub fn get_value(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
         let key = key.as_ref();
         let (sv, lsn) = self.engine.snapshot();
-        let (value, folded) = crate::snapshot::get_noting_folds(&self.engine, &sv, lsn, key)?;
-        if folded && self.engine.opts.fold_on_read && self.check_writable().is_ok() {
+        let folds_back = self.engine.opts.fold_on_read && self.check_writable().is_ok();
+        let (value, folded) =
+            crate::snapshot::get_noting_folds(&self.engine, &sv, lsn, key, folds_back)?;
+        if folded && folds_back {
             if let Some(v) = &value {
                 drop(sv); // the write-back captures the state anew
                 if self.engine.fold_back(key, v, lsn) {

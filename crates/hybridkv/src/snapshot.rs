@@ -60,7 +60,9 @@ impl Snapshot {
 
     /// [`Snapshot::get`] as a [`Value`]: a value read from a log comes without a copy.
     pub fn get_value(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
-        get_noting_folds(&self.engine, &self.sv, self.lsn, key.as_ref()).map(|(v, _)| v)
+        // A snapshot's read never writes back (its value may be old): nothing it reads is
+        // read for the last time.
+        get_noting_folds(&self.engine, &self.sv, self.lsn, key.as_ref(), false).map(|(v, _)| v)
     }
 
     /// Pairs whose keys fall in `range`, in key order, as of the snapshot.
@@ -86,12 +88,14 @@ impl Snapshot {
 }
 
 /// A user's get at a captured view (checked, counted), and whether the value folded
-/// deltas read from level files.
+/// deltas read from level files. `folds_back`: the caller writes such a value back
+/// (`Engine::fold_back`), so the log base it folded is not kept in the cache.
 pub(crate) fn get_noting_folds(
     engine: &Engine,
     sv: &SuperVersion,
     lsn: u64,
     key: &[u8],
+    folds_back: bool,
 ) -> Result<(Option<Value>, bool)> {
     engine.check_open()?;
     check_key(key)?;
@@ -100,7 +104,7 @@ pub(crate) fn get_noting_folds(
         engine.opts.merge_operator.as_ref(),
         lsn,
         key,
-        engine.opts.fold_on_read,
+        folds_back,
     )?;
     let c = &engine.counters;
     Counters::add(&c.gets, 1);

@@ -482,6 +482,48 @@ fn a_read_of_deltas_on_disk_writes_the_value_back_once() {
 }
 
 #[test]
+fn a_read_that_writes_nothing_back_keeps_the_large_base_it_folds_in_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    // L1 takes both flushes without merging (no merge reads meanwhile).
+    let opts = |op| Options {
+        growth_factor: 8,
+        ..opts(op)
+    };
+    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    let base = vec![b'b'; 3000];
+    db.put("k", &base).unwrap();
+    db.flush().unwrap();
+    db.merge("k", "+1").unwrap();
+    db.flush().unwrap();
+    let mut want = base.clone();
+    want.extend_from_slice(b"+1");
+    let large_reads = || {
+        db.stats()
+            .unwrap()
+            .io
+            .read_ops_by(hybridkv::io::IoComponent::LargeLog)
+    };
+    // A snapshot's read folds the delta and writes nothing: the base it read stays
+    // cached for the next read, which takes no read call.
+    let snap = db.snapshot().unwrap();
+    let before = large_reads();
+    assert_eq!(snap.get("k").unwrap(), Some(want.clone()));
+    assert_eq!(large_reads(), before + 1);
+    assert_eq!(snap.get("k").unwrap(), Some(want.clone()));
+    assert_eq!(large_reads(), before + 1, "the snapshot's second read");
+    assert_eq!(db.stats().unwrap().reads_folded_back, 0);
+    // A read that writes the value back takes the base out of the cache: the value it
+    // wrote is what the next read finds, from memory.
+    read_until_folded(&db, "k", &want, 1);
+    let after = large_reads();
+    assert_eq!(db.get("k").unwrap(), Some(want.clone()));
+    assert_eq!(large_reads(), after);
+    // The snapshot still sees the base under the delta, read again from the device.
+    assert_eq!(snap.get("k").unwrap(), Some(want));
+    assert_eq!(large_reads(), after + 1);
+}
+
+#[test]
 fn a_large_value_written_back_by_a_read_is_read_again_from_memory() {
     let dir = tempfile::tempdir().unwrap();
     // L1 takes both flushes without merging: a merge finishing in the background would
