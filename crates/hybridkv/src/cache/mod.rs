@@ -182,6 +182,11 @@ impl BlockCache {
             .cache
             .as_ref()
             .and_then(|c| c.get(&(self.keyspace, file, offset)));
+        self.count(found)
+    }
+
+    /// Counts a lookup as a hit or a miss; returns what it found.
+    fn count(&self, found: Option<BlockBytes>) -> Option<BlockBytes> {
         let counter = if found.is_some() {
             &self.hits
         } else {
@@ -299,13 +304,7 @@ impl BlockCache {
             .as_ref()
             .and_then(|c| c.remove(&(self.keyspace, file, offset)))
             .map(|(_, v)| v);
-        let counter = if found.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        found
+        self.count(found)
     }
 
     /// Drops the node at `offset` of `file` from the cache, if it is there (not counted
