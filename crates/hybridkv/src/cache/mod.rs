@@ -295,14 +295,15 @@ impl BlockCache {
         }
     }
 
-    /// Takes the node at `offset` of `file` out of the cache (counted as a lookup: a hit
-    /// if it was there): for a record read for the last time.
-    pub(crate) fn take(&self, file: u64, offset: u64) -> Option<BlockBytes> {
+    /// Takes the node at `offset` of `file` out of the cache if it is `len` bytes long
+    /// (counted as a lookup: a hit if such a node was there; one of another length is
+    /// left in place and counted a miss): for a record read for the last time.
+    pub(crate) fn take(&self, file: u64, offset: u64, len: usize) -> Option<BlockBytes> {
         let found = self
             .shared
             .cache
             .as_ref()
-            .and_then(|c| c.remove(&(self.keyspace, file, offset)))
+            .and_then(|c| c.remove_if(&(self.keyspace, file, offset), |v| v.len() == len))
             .map(|(_, v)| v);
         self.count(found)
     }
@@ -352,6 +353,21 @@ mod tests {
         assert!(kept(3) <= 10, "plain: {} of 100 kept", kept(3));
         // Marking a node used is not a reader's hit.
         assert_eq!(c.hits_and_misses(), (0, 0));
+    }
+
+    #[test]
+    fn take_removes_only_a_node_of_the_expected_length() {
+        let c = BlockCache::new(1 << 20);
+        c.insert(1, 0, bytes::Bytes::from_static(b"record"));
+        // Another length: not this record; left in place, a miss.
+        assert!(c.take(1, 0, 5).is_none());
+        assert!(c.contains(1, 0));
+        assert_eq!(c.hits_and_misses(), (0, 1));
+        assert_eq!(c.take(1, 0, 6).as_deref(), Some(&b"record"[..]));
+        assert!(!c.contains(1, 0));
+        assert_eq!(c.hits_and_misses(), (1, 1));
+        assert!(c.take(1, 0, 6).is_none());
+        assert_eq!(c.hits_and_misses(), (1, 2));
     }
 
     #[test]

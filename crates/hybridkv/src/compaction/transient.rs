@@ -15,18 +15,40 @@ use crate::log::readahead::SegmentReadahead;
 /// Read size per transient segment during a merge.
 const WINDOW: usize = 256 << 10;
 
-/// Reads medium values in key order during a merge at the merge level: a fixed 256 KiB
-/// window per segment.
+/// First read size per segment for the medium bases a merge above the merge level folds:
+/// only keys with deltas have theirs read, so reads may be sparse; the window grows to
+/// [`WINDOW`] while they stay sequential.
+const BASE_WINDOW_MIN: usize = 16 << 10;
+
+/// Segments whose base windows are kept at once (the least recently refilled is
+/// dropped): at most `BASE_WINDOWS x WINDOW` = 16 MiB of buffers, whatever the number of
+/// transient segments the merged runs point into.
+const BASE_WINDOWS: usize = 64;
+
+/// Reads medium values in key order during a merge: through a window per sorted
+/// transient segment.
 pub(crate) struct TransientReader<'a> {
     segments: &'a SegmentSet,
     readahead: SegmentReadahead,
 }
 
 impl<'a> TransientReader<'a> {
+    /// For a merge at the merge level, which reads every medium value of its inputs: a
+    /// fixed 256 KiB window per segment (the segments are the inputs' own).
     pub(crate) fn new(segments: &'a SegmentSet) -> Self {
         TransientReader {
             segments,
             readahead: SegmentReadahead::new(WINDOW, WINDOW, usize::MAX),
+        }
+    }
+
+    /// For the medium bases a merge above the merge level folds deltas into: windows
+    /// from 16 KiB growing to 256 KiB while reads stay sequential, for at most 64
+    /// segments at once.
+    pub(crate) fn for_bases(segments: &'a SegmentSet) -> Self {
+        TransientReader {
+            segments,
+            readahead: SegmentReadahead::new(BASE_WINDOW_MIN, WINDOW, BASE_WINDOWS),
         }
     }
 

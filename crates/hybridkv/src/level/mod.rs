@@ -87,6 +87,44 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_file_takes_its_cached_leaves_out_of_the_cache_and_a_closed_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        // Indexes pinned (the default): the leaves' offsets are in memory.
+        let cache = Arc::new(BlockCache::with_pinning(64 << 20, 16 << 20));
+        let entries: Vec<Entry> = (0..5000u32)
+            .map(|i| (format!("key{i:06}").into_bytes(), 1, Some(vec![7u8; 100])))
+            .collect();
+        let open = |id: u64| {
+            let f = io
+                .create(&dir.path().join(reader::file_name(id)), IoComponent::Flush)
+                .unwrap();
+            let mut b = LevelBuilder::new(f, 8192, 12288);
+            for (k, lsn, v) in &entries {
+                b.add(k, *lsn, EntryValue::Bytes(v.as_deref().unwrap()))
+                    .unwrap();
+            }
+            b.finish().unwrap();
+            LevelFile::open(&io, dir.path(), id, Arc::clone(&cache)).unwrap()
+        };
+        let (kept, deleted) = (open(1), open(2));
+        for (k, _, _) in &entries {
+            assert!(kept.get(k).unwrap().is_some());
+            assert!(deleted.get(k).unwrap().is_some());
+        }
+        let both = cache.used_bytes();
+        assert!(both > 2 * 5000 * 100, "{both} bytes cached");
+        drop(kept); // closed, not deleted: its leaves may serve a reopen's reads
+        assert_eq!(cache.used_bytes(), both);
+        deleted.mark_obsolete();
+        drop(deleted);
+        assert!(!dir.path().join(reader::file_name(2)).exists());
+        let left = cache.used_bytes();
+        assert!(left * 2 <= both + both / 50, "{left} of {both} bytes left");
+        assert!(left * 2 + both / 50 >= both, "{left} of {both} bytes left");
+    }
+
+    #[test]
     fn get_finds_every_entry_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let entries = sample(20_000);

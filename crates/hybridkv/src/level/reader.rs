@@ -119,6 +119,17 @@ impl std::fmt::Debug for LevelFile {
 impl Drop for LevelFile {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
+            // Its cached leaves can never be read again: their room goes back now, not
+            // when the cache's clock reaches them (a merge's inputs were in use, so
+            // they sit in the cache's hot section, where they would push out live nodes
+            // first). File ids are never reused, so nothing else has these keys. An
+            // index the pinning budget had no room for is not read again for this: its
+            // leaves are left to the clock.
+            if let Some(fences) = self.pinned.as_ref().map(PinnedIndex::fences) {
+                for at in (0..fences.len()).filter_map(|i| fences.leaf_offset(i)) {
+                    self.cache.forget(self.id, at);
+                }
+            }
             // A failure leaves an orphan that the next open sweeps.
             let _ = self.io.fs().remove(&self.path);
         }

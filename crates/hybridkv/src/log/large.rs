@@ -128,7 +128,11 @@ impl SegmentWriter {
     /// [`Self::append`], and the record kept in `cache` as a read would keep it (a
     /// record over [`CACHE_RECORD_MAX`] is only appended). A value just written is what
     /// a read soon wants (a zipfian update, a fold of deltas), and a direct read of bytes
-    /// still dirty in the page cache would first make the kernel write them back.
+    /// still dirty in the page cache would first make the kernel write them back. The
+    /// callers append this way only a record that takes the place of one in use (the
+    /// value a get just folded, a relocated record the cache held), so it enters the
+    /// cache as used ([`BlockCache::insert_in_use`]), not through its small probation
+    /// queue, which a GC pass relocating thousands of records would cycle through.
     pub(crate) fn append_cached(
         &mut self,
         key: &[u8],
@@ -144,7 +148,7 @@ impl SegmentWriter {
             rec.extend_from_slice(&header);
             rec.extend_from_slice(key);
             rec.extend_from_slice(value);
-            cache.insert(self.id, ptr.offset, Bytes::from(rec));
+            cache.insert_in_use(self.id, ptr.offset, Bytes::from(rec));
         }
         Ok(ptr)
     }
@@ -435,8 +439,7 @@ impl SegmentFile {
         let rec = self
             .cache
             .as_ref()?
-            .take(self.id, ptr.offset)
-            .filter(|rec| rec.len() == ptr.len as usize)?;
+            .take(self.id, ptr.offset, ptr.len as usize)?;
         Some(value_in(&rec, ptr, key, &self.path, false))
     }
 
@@ -1111,6 +1114,33 @@ mod tests {
             assert_eq!(v.len(), CACHE_RECORD_MAX + 1);
         }
         assert_eq!(reads(), r0 + 2);
+    }
+
+    #[test]
+    fn a_record_appended_through_the_cache_outlasts_a_burst_of_records_no_one_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let filler = |file: u64| {
+            for i in 0..2000u64 {
+                cache.insert(file, i * 4096, Bytes::from(vec![0u8; 1024]));
+            }
+        };
+        // A cache full of records never read.
+        filler(5);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Large, 4).unwrap();
+        let kept: Vec<LogPtr> = (0..100u32)
+            .map(|i| {
+                let key = format!("hot{i:03}");
+                w.append_cached(key.as_bytes(), &[2u8; 1000], u64::from(i), &cache)
+                    .unwrap()
+            })
+            .collect();
+        w.commit(false).unwrap();
+        // Then twice the budget of records read by no one (a scan, another file's GC).
+        filler(6);
+        let held = kept.iter().filter(|p| cache.contains(4, p.offset)).count();
+        assert!(held >= 90, "{held} of 100 appended records still cached");
     }
 
     #[test]

@@ -260,7 +260,7 @@ impl Memtable {
         // The search for the newest version also finds where the delta goes.
         let mut spot = None;
         if let Some(op) = op {
-            let newest = if self.may_hold(key) {
+            let newest = if self.keys.may_hold(hash) {
                 let (at, here) = self.list.seek_spot(&Probe::new(key, lsn));
                 spot = Some(here);
                 at.filter(|e| e.key() == key)
