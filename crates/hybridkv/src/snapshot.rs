@@ -89,7 +89,8 @@ impl Snapshot {
 
 /// A user's get at a captured view (checked, counted), and whether the value folded
 /// deltas read from level files. `folds_back`: the caller writes such a value back
-/// (`Engine::fold_back`), so the log base it folded is not kept in the cache.
+/// (`Engine::fold_back`), so a log base it folds that the cache does not hold is read
+/// without being cached (`SegmentFile::read_passing`); one the cache holds stays there.
 pub(crate) fn get_noting_folds(
     engine: &Engine,
     sv: &SuperVersion,

@@ -484,19 +484,7 @@ fn a_read_of_deltas_on_disk_writes_the_value_back_once() {
 #[test]
 fn a_read_that_writes_nothing_back_keeps_the_large_base_it_folds_in_the_cache() {
     let dir = tempfile::tempdir().unwrap();
-    // L1 takes both flushes without merging (no merge reads meanwhile).
-    let opts = |op| Options {
-        growth_factor: 8,
-        ..opts(op)
-    };
-    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
-    let base = vec![b'b'; 3000];
-    db.put("k", &base).unwrap();
-    db.flush().unwrap();
-    db.merge("k", "+1").unwrap();
-    db.flush().unwrap();
-    let mut want = base.clone();
-    want.extend_from_slice(b"+1");
+    let (db, want) = large_base_under_a_delta_in_another_run(dir.path());
     let large_reads = || {
         db.stats()
             .unwrap()
@@ -523,23 +511,34 @@ fn a_read_that_writes_nothing_back_keeps_the_large_base_it_folds_in_the_cache() 
     assert_eq!(large_reads(), after);
 }
 
-#[test]
-fn a_large_value_written_back_by_a_read_is_read_again_from_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    // L1 takes both flushes without merging: a merge finishing in the background would
-    // read the new run's index during the get measured below.
-    let opts = |op| Options {
+/// Options under which L1 takes two flushes without merging them: a merge finishing in
+/// the background would read the new run's index (and the large base) during the reads
+/// the tests below count.
+fn two_runs_in_l1(op: Arc<dyn MergeOperator>) -> Options {
+    Options {
         growth_factor: 8,
         ..opts(op)
-    };
-    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    }
+}
+
+/// A database whose key `k` has a 3000-byte (large) base in one L1 run and a delta `+1`
+/// in the next, and the value a read returns.
+fn large_base_under_a_delta_in_another_run(dir: &std::path::Path) -> (Db, Vec<u8>) {
+    let db = Db::open(dir, two_runs_in_l1(Arc::new(Append))).unwrap();
     let base = vec![b'b'; 3000];
     db.put("k", &base).unwrap();
     db.flush().unwrap();
     db.merge("k", "+1").unwrap();
     db.flush().unwrap();
-    let mut want = base.clone();
+    let mut want = base;
     want.extend_from_slice(b"+1");
+    (db, want)
+}
+
+#[test]
+fn a_large_value_written_back_by_a_read_is_read_again_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, want) = large_base_under_a_delta_in_another_run(dir.path());
     // A read folds the delta read from a run and writes the large value back.
     read_until_folded(&db, "k", &want, 1);
     // The value written back sits at a new place in the large log: reading it takes no
@@ -549,7 +548,7 @@ fn a_large_value_written_back_by_a_read_is_read_again_from_memory() {
     assert_eq!(db.stats().unwrap().lookup_reads(), before);
     // Still what the log holds: after a reopen (empty cache) the same bytes are read.
     drop(db);
-    let db = Db::open(dir.path(), opts(Arc::new(Append))).unwrap();
+    let db = Db::open(dir.path(), two_runs_in_l1(Arc::new(Append))).unwrap();
     assert_eq!(db.get("k").unwrap(), Some(want));
     let report = db.check().unwrap();
     assert!(report.is_ok(), "{report:?}");
