@@ -311,6 +311,10 @@ impl Keyspace {
             .chain(sv.imms.iter())
             .map(|m| m.filter_bytes() as u64)
             .sum();
+        s.memtable_spot_bytes = std::iter::once(&sv.mem)
+            .chain(sv.imms.iter())
+            .map(|m| m.spot_bytes() as u64)
+            .sum();
         s.range_tombstones = crate::read::range_tombstones(&sv, u64::MAX).len() as u64;
         s.cache_bytes = e.cache.used_bytes();
         (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();

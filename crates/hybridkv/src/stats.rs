@@ -140,6 +140,11 @@ pub struct Stats {
     /// Bytes of the active and immutable memtables' key filters (beside `memtable_bytes`:
     /// 1/48th of `memtable_size` each, rounded up to a power of two).
     pub memtable_filter_bytes: u64,
+    /// Bytes of the active and immutable memtables' spot tables (beside `memtable_bytes`:
+    /// where keys written more than once were last linked, so that the next write of such
+    /// a key skips the skip list's search; 24 bytes per slot, a slot per 256 to 512 bytes
+    /// of `memtable_size`).
+    pub memtable_spot_bytes: u64,
     /// Memory held by the node cache: each entry's bytes and what holding it costs
     /// (144 bytes per entry), the figure `Options::cache_bytes` bounds.
     pub cache_bytes: u64,
@@ -339,11 +344,12 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "memory: memtables {:.1} MiB ({:.1} MiB of arena; {} immutable; key filters {:.1} MiB), cache {:.1} MiB, pinned indexes {:.1} MiB",
+            "memory: memtables {:.1} MiB ({:.1} MiB of arena; {} immutable; key filters {:.1} MiB, spot tables {:.1} MiB), cache {:.1} MiB, pinned indexes {:.1} MiB",
             mib(self.memtable_bytes),
             mib(self.memtable_arena_bytes),
             self.immutable_memtables,
             mib(self.memtable_filter_bytes),
+            mib(self.memtable_spot_bytes),
             mib(self.cache_bytes),
             mib(self.pinned_index_bytes)
         )?;

@@ -253,6 +253,7 @@ impl Engine for HybridEngine {
             "warm_reads": s.warm_reads,
             "warm_neighbours": s.warm_neighbours,
             "pinned_index_bytes": s.pinned_index_bytes,
+            "memtable_spot_bytes": s.memtable_spot_bytes,
             // Bloom filters are held in memory outside the cache: the level files' and
             // the memtables' key filters.
             "filter_bytes": s.levels.iter().map(|l| l.filter_bytes).sum::<u64>()

@@ -122,7 +122,7 @@ impl Memtable {
     pub(crate) fn with_budget(budget: usize) -> Self {
         Memtable {
             // Arena chunks of a sixteenth of the budget (16 KiB ..= 1 MiB).
-            list: VersionList::new(budget / 16),
+            list: VersionList::for_budget(budget),
             bytes: AtomicUsize::new(0),
             max_lsn: AtomicU64::new(0),
             next_log_id: AtomicU64::new(0),
@@ -134,6 +134,7 @@ impl Memtable {
     }
 
     /// Whether a version of `key` may be here (false: none is; no skip-list search).
+    #[cfg(test)]
     fn may_hold(&self, key: &[u8]) -> bool {
         self.keys.may_hold(key_hash(key))
     }
@@ -141,6 +142,11 @@ impl Memtable {
     /// Bytes of the key filter (beside the budgeted versions).
     pub(crate) fn filter_bytes(&self) -> usize {
         self.keys.bytes()
+    }
+
+    /// Bytes of the skip list's spot table (beside the budgeted versions).
+    pub(crate) fn spot_bytes(&self) -> usize {
+        self.list.spot_bytes()
     }
 
     /// Inserts a range tombstone: every version of a key it covers with a lower LSN (here
@@ -220,23 +226,28 @@ impl Memtable {
         value: MemValue<'_>,
         spot: Option<&Spot>,
     ) {
+        // A key the filter holds already (or a rare false positive) was written here
+        // before: its spot is looked up and remembered. A key written once (a load's) is
+        // not, and costs the spot table nothing.
+        let again = self.keys.may_hold(hash).then_some(hash);
         // The filter first: a reader that finds the version finds its key in the filter.
         self.keys.add(hash);
         let mut size = key.len() + ENTRY_OVERHEAD;
         match value {
             MemValue::Value(v) => {
                 size += v.len();
-                self.list.insert(key, lsn, TAG_VALUE, v, spot);
+                self.list.insert(key, again, lsn, TAG_VALUE, v, spot);
             }
             MemValue::Delta(d) => {
                 size += d.len();
-                self.list.insert(key, lsn, TAG_DELTA, d, spot);
+                self.list.insert(key, again, lsn, TAG_DELTA, d, spot);
             }
-            MemValue::Tombstone => self.list.insert(key, lsn, TAG_TOMBSTONE, &[], spot),
+            MemValue::Tombstone => self.list.insert(key, again, lsn, TAG_TOMBSTONE, &[], spot),
             MemValue::Large(p) => {
                 // `LogPtr::from_bytes` reads it back.
                 size += LOG_PTR_SIZE;
-                self.list.insert(key, lsn, TAG_LARGE, &p.to_bytes(), spot);
+                self.list
+                    .insert(key, again, lsn, TAG_LARGE, &p.to_bytes(), spot);
             }
         }
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
@@ -261,7 +272,7 @@ impl Memtable {
         let mut spot = None;
         if let Some(op) = op {
             let newest = if self.keys.may_hold(hash) {
-                let (at, here) = self.list.seek_spot(&Probe::new(key, lsn));
+                let (at, here) = self.list.seek_spot(&Probe::new(key, lsn), Some(hash));
                 spot = Some(here);
                 at.filter(|e| e.key() == key)
             } else {
@@ -336,10 +347,11 @@ impl Memtable {
         snapshot: u64,
         mut more: impl FnMut(Found) -> bool,
     ) {
-        if !self.may_hold(key) {
+        let hash = key_hash(key);
+        if !self.keys.may_hold(hash) {
             return;
         }
-        let mut e = self.list.seek(&Probe::new(key, snapshot));
+        let mut e = self.list.seek_remembered(&Probe::new(key, snapshot), hash);
         while let Some(x) = e {
             if x.key() != key || !more((x.lsn(), level_value(&x))) {
                 return;
@@ -350,11 +362,12 @@ impl Memtable {
 
     /// The LSN of the newest version of `key` (nothing copied).
     pub(crate) fn newest_lsn(&self, key: &[u8]) -> Option<u64> {
-        if !self.may_hold(key) {
+        let hash = key_hash(key);
+        if !self.keys.may_hold(hash) {
             return None;
         }
         self.list
-            .seek(&Probe::new(key, u64::MAX))
+            .seek_remembered(&Probe::new(key, u64::MAX), hash)
             .filter(|e| e.key() == key)
             .map(|e| e.lsn())
     }
