@@ -142,7 +142,7 @@ pub struct Stats {
     pub memtable_filter_bytes: u64,
     /// Bytes of the active and immutable memtables' spot tables (beside `memtable_bytes`:
     /// where keys written more than once were last linked, so that the next write of such
-    /// a key skips the skip list's search; 24 bytes per slot, a slot per 256 to 512 bytes
+    /// a key skips the skip list's search; 40 bytes per slot, a slot per 256 to 512 bytes
     /// of `memtable_size`).
     pub memtable_spot_bytes: u64,
     /// Memory held by the node cache: each entry's bytes and what holding it costs

@@ -21,7 +21,7 @@
 //! never unlinked, so neither a reader nor an inserter ever meets freed memory.
 //!
 //! A key written again starts from where its last write linked (`spots`): the nodes
-//! before its versions at the two bottom levels, checked against the probe and walked
+//! before its versions at the four bottom levels, checked against the probe and walked
 //! forward a few steps, stand in for the search from the top.
 
 mod spots;
@@ -75,7 +75,7 @@ struct Node {
 pub(super) struct Spot {
     prev: [*const Node; MAX_HEIGHT],
     /// How many bottom levels of `prev` were found (all of them after a search from the
-    /// top; two when the spot came from the list's remembered spots): a version with a
+    /// top; four when the spot came from the list's remembered spots): a version with a
     /// taller tower searches.
     levels: usize,
 }
