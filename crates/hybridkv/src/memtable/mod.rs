@@ -567,6 +567,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_key_is_remembered_from_its_second_write_on_and_a_key_written_once_is_not() {
+        // The key filter decides: a key's first write in a memtable leaves the spot table
+        // alone (a load's keys cost it nothing), the second claims the key's slot, and a
+        // get and a third write then start from it.
+        let m = Memtable::with_budget(1 << 20);
+        for i in 0..500u64 {
+            m.insert(&(i * 2).to_be_bytes(), i + 1, MemValue::Value(b"v"));
+        }
+        let key = 301u64.to_be_bytes();
+        let hash = key_hash(&key);
+        m.insert(&key, 1_000, MemValue::Value(b"a"));
+        assert!(
+            !m.list.remembers(hash),
+            "a key written once is not remembered"
+        );
+        m.insert(&key, 1_001, MemValue::Value(b"b"));
+        assert!(m.list.remembers(hash), "a key written again is remembered");
+        m.insert(&key, 1_002, MemValue::Delta(b"c"));
+        assert_eq!(m.newest_lsn(&key), Some(1_002));
+        assert_eq!(
+            m.get(&key, 1_001),
+            Some((1_001, LevelValue::Inline(b"b".to_vec())))
+        );
+    }
+
+    #[test]
     fn keys_and_values_of_every_size_read_back() {
         // Keys on both sides of the 16-byte prefix held in the node's header, values from
         // nothing to more than an arena chunk (a node of its own), large pointers.

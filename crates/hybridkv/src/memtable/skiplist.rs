@@ -342,7 +342,9 @@ pub(super) struct VersionList {
 // SAFETY: each node is written once by the thread inserting it (into arena space carved
 // under `writer`, which no other node shares) before it is linked with a Release swap,
 // read through Acquire loads, and never changed (but for its tower's atomics) or freed
-// while the list lives; the arena chunks are owned by the list.
+// while the list lives; the arena chunks are owned by the list. The spot table's raw
+// pointers name only the head or such linked nodes, stored with Release after an Acquire
+// load reached them and read with Acquire, and die with the list.
 unsafe impl Send for VersionList {}
 // SAFETY: as above.
 unsafe impl Sync for VersionList {}
@@ -543,12 +545,32 @@ impl VersionList {
     /// search, the insert's costly part, runs before its LSN is known (while its writer
     /// waits for its turn to commit).
     pub(super) fn locate(&self, key: &[u8]) -> Spot {
-        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        let mut prev = self.head_everywhere();
         self.find(&Probe::new(key, u64::MAX), &mut prev);
         Spot {
             prev,
             levels: MAX_HEIGHT,
         }
+    }
+
+    /// Predecessors at every level before a search: the head.
+    fn head_everywhere(&self) -> [*const Node; MAX_HEIGHT] {
+        [self.head.as_ptr() as *const Node; MAX_HEIGHT]
+    }
+
+    /// Whether the spot table holds a spot for the key of `hash` (tests).
+    #[cfg(test)]
+    pub(super) fn remembers(&self, hash: u64) -> bool {
+        self.spots.get(hash).is_some()
+    }
+
+    /// Whether `p` (null, the head or a linked node of this list) is a node an insert or
+    /// seek of `probe` may start from: not null, and the head or before the probe.
+    fn starts_before(&self, p: *const Node, probe: &Probe<'_>) -> bool {
+        // SAFETY: a non-null `p` is the head or a linked node of this list (spots hold
+        // nothing else), so it may be read.
+        !p.is_null()
+            && (ptr::eq(p, self.head.as_ptr()) || unsafe { cmp_probe(p, probe) } == Ordering::Less)
     }
 
     /// From `p` (the head or a node linked at `level`), the last node before `probe` at
@@ -561,11 +583,7 @@ impl VersionList {
         level: usize,
         probe: &Probe<'_>,
     ) -> Option<(*const Node, *mut Node)> {
-        // SAFETY: `p` is the head or a linked node of this list (the spot table holds
-        // nothing else), whose tower reaches `level` (it was met at that level).
-        if p.is_null()
-            || (!ptr::eq(p, self.head.as_ptr()) && unsafe { cmp_probe(p, probe) } != Ordering::Less)
-        {
+        if !self.starts_before(p, probe) {
             return None;
         }
         let mut x = p;
@@ -586,7 +604,7 @@ impl VersionList {
     /// does not lead to the probe within a few steps.
     fn remembered(&self, hash: u64, probe: &Probe<'_>) -> Option<(Spot, *mut Node)> {
         let starts = self.spots.get(hash)?;
-        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        let mut prev = self.head_everywhere();
         let mut at = ptr::null_mut();
         for (level, &start) in starts.iter().enumerate().rev() {
             let (before, after) = self.walk_from(start, level, probe)?;
@@ -636,16 +654,30 @@ impl VersionList {
                 .store(w.arena_bytes, AtomicOrdering::Relaxed);
             (node, height)
         };
-        let remembered = remember
-            .filter(|_| height <= SPOT_LEVELS && spot.is_none_or(|s| s.levels < height))
-            .and_then(|h| self.remembered(h, &probe))
-            .map(|(s, _)| s);
-        let prev = match spot.filter(|s| height <= s.levels).or(remembered.as_ref()) {
+        // A located spot is this key's (its memtable and key hash matched): its bottom node,
+        // at or after every node above it, must still be before the probe, which a rare
+        // hash collision with another key would break.
+        let hinted = spot
+            .filter(|s| height <= s.levels && self.starts_before(s.prev[0], &probe))
+            .map(|s| s.prev);
+        // A taller tower needs more levels than a slot remembers: it searches.
+        let remembered = || {
+            let hash = remember.filter(|_| height <= SPOT_LEVELS)?;
+            let (s, at) = self.remembered(hash, &probe)?;
+            debug_assert!(
+                // SAFETY: a non-null result is a linked node.
+                at.is_null() || unsafe { cmp_probe(at, &probe) } != Ordering::Equal,
+                "a version inserted twice"
+            );
+            Some(s.prev)
+        };
+        let from = hinted.or_else(remembered);
+        let prev = match from {
             // Every node before the key then is before the new version now; the links
             // below step over what was inserted since.
-            Some(s) => s.prev,
+            Some(prev) => prev,
             None => {
-                let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+                let mut prev = self.head_everywhere();
                 let at_or_after = self.find(&probe, &mut prev);
                 debug_assert!(
                     // SAFETY: a non-null result is a linked node.
@@ -719,7 +751,7 @@ impl VersionList {
 
     /// The first version at or after `probe`.
     pub(super) fn seek(&self, probe: &Probe<'_>) -> Option<Entry<'_>> {
-        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        let mut prev = self.head_everywhere();
         NonNull::new(self.find(probe, &mut prev)).map(Entry::at)
     }
 
@@ -743,7 +775,7 @@ impl VersionList {
         if let Some((spot, at)) = remember.and_then(|h| self.remembered(h, probe)) {
             return (NonNull::new(at).map(Entry::at), spot);
         }
-        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        let mut prev = self.head_everywhere();
         let at = NonNull::new(self.find(probe, &mut prev)).map(Entry::at);
         (
             at,
@@ -756,7 +788,7 @@ impl VersionList {
 
     /// The last version before `probe` (`None`: every version is at or after it).
     pub(super) fn seek_before(&self, probe: &Probe<'_>) -> Option<Entry<'_>> {
-        let mut prev = [self.head.as_ptr() as *const Node; MAX_HEIGHT];
+        let mut prev = self.head_everywhere();
         self.find(probe, &mut prev);
         let p = prev[0];
         if ptr::eq(p, self.head.as_ptr()) {
@@ -1014,7 +1046,8 @@ mod tests {
     fn versions_linked_from_remembered_spots_land_in_order_whatever_the_hash() {
         // Hot keys written again and again beside keys written once, each write of a hot
         // key through the spot table; the hash is the real one, one shared by every key
-        // (each key finds another key's spot), or one of four (a few keys share slots).
+        // (each key finds another key's spot), or the key's last byte mod 4 (all four land
+        // in one slot and make two tags, so keys meet spots of other keys there too).
         // The list stays in the model's order, and seeks from remembered spots find what
         // seeks from the top find.
         let hashes: [fn(&[u8]) -> u64; 3] = [
@@ -1076,12 +1109,13 @@ mod tests {
             .remembered(hash, &Probe::new(&key, u64::MAX))
             .expect("remembered");
         assert_eq!(spot.levels, SPOT_LEVELS);
-        // SAFETY: `at` is a linked node of `list`.
+        // `at` is a linked node of `list`.
         let at = Entry::at(NonNull::new(at).expect("the key's newest version"));
         assert_eq!((at.key(), at.lsn()), (&key[..], 5_001));
         // SAFETY: `prev[0]` is a linked node of `list`: the version before the key's.
         assert_eq!(unsafe { key_of(spot.prev[0]) }, &498u64.to_be_bytes()[..]);
-        // A key written once is not remembered.
+        // An insert not asked to remember its key leaves the table alone (the memtable
+        // asks only for keys its filter says it holds: `memtable` tests that rule).
         let once = 1_001u64.to_be_bytes();
         list.insert(&once, None, 6_000, 0, &[], None);
         assert!(list
@@ -1092,36 +1126,71 @@ mod tests {
     #[test]
     fn concurrent_writers_of_hot_keys_through_remembered_spots_leave_every_version_once() {
         // Four threads write versions of the same twelve keys (their remembered spots
-        // refreshed by each other's writes) beside keys of their own: every version is
-        // there once, in order. Nothing assumes how the threads are scheduled.
-        let list = Arc::new(VersionList::for_budget(256 << 10));
-        let per = if cfg!(miri) { 50u64 } else { 10_000 };
-        let threads: Vec<_> = (0..4u64)
-            .map(|t| {
+        // refreshed by each other's writes) beside keys of their own, while a reader seeks
+        // the hot keys from their spots: every seek lands at or after its probe, and at the
+        // end every version is there once, in order, and seeks from spots find what seeks
+        // from the top find. With the real hash and with one hash for every key (each key
+        // then meets the others' spots). Nothing assumes how the threads are scheduled.
+        let hashes: [fn(&[u8]) -> u64; 2] = [crate::format::key_hash, |_| 0x5bd1_e995];
+        for hash in hashes {
+            let list = Arc::new(VersionList::for_budget(256 << 10));
+            let per = if cfg!(miri) { 50u64 } else { 10_000 };
+            let threads: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let list = Arc::clone(&list);
+                    std::thread::spawn(move || {
+                        let mut seed = 77 + t;
+                        for i in 0..per {
+                            let lsn = i * 4 + t + 1;
+                            let r = rand(&mut seed);
+                            if r.is_multiple_of(2) {
+                                let key = (r % 12).to_be_bytes();
+                                list.insert(&key, Some(hash(&key)), lsn, 0, &[], None);
+                            } else {
+                                let key = (1_000 + r % 100_000).to_be_bytes();
+                                list.insert(&key, None, lsn, 0, &[], None);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let reader = {
                 let list = Arc::clone(&list);
                 std::thread::spawn(move || {
-                    let mut seed = 77 + t;
-                    for i in 0..per {
-                        let lsn = i * 4 + t + 1;
+                    let mut seed = 5u64;
+                    for _ in 0..per {
                         let r = rand(&mut seed);
-                        if r.is_multiple_of(2) {
-                            let key = (r % 12).to_be_bytes();
-                            let h = crate::format::key_hash(&key);
-                            list.insert(&key, Some(h), lsn, 0, &[], None);
-                        } else {
-                            let key = (1_000 + r % 100_000).to_be_bytes();
-                            list.insert(&key, None, lsn, 0, &[], None);
+                        let key = (r % 12).to_be_bytes();
+                        let probe = Probe::new(&key, r % (4 * per + 2));
+                        if let Some(e) = list.seek_remembered(&probe, hash(&key)) {
+                            let (k, l) = (e.key(), e.lsn());
+                            assert!(
+                                k > &key[..] || (k == &key[..] && l <= probe.lsn),
+                                "a seek from a spot landed before its probe"
+                            );
                         }
                     }
                 })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
+            };
+            for t in threads {
+                t.join().unwrap();
+            }
+            reader.join().unwrap();
+            let got = walk(&list);
+            assert_eq!(got.len() as u64, 4 * per);
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order or twice");
+            for k in 0..12u64 {
+                let key = k.to_be_bytes();
+                for lsn in [0, per, 2 * per, 4 * per + 1] {
+                    let probe = Probe::new(&key, lsn);
+                    let want = list.seek(&probe).map(|e| (e.key().to_vec(), e.lsn()));
+                    let got = list
+                        .seek_remembered(&probe, hash(&key))
+                        .map(|e| (e.key().to_vec(), e.lsn()));
+                    assert_eq!(got, want);
+                }
+            }
         }
-        let got = walk(&list);
-        assert_eq!(got.len() as u64, 4 * per);
-        assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order or twice");
     }
 
     #[test]

@@ -1,18 +1,21 @@
-//! Remembered spots: a table from a key's hash to the nodes just before that key's
-//! versions at the skip list's four bottom levels, so that a new version of a key the
-//! memtable already holds is linked, and the key's newest version found, without a search
-//! from the top (a cache miss per level once the memtable outgrows the processor's
-//! caches). A zipfian update or merge run writes the same hot keys again and again: about
-//! six writes in ten find their key already in a memtable of 170,000 versions.
+//! Remembered spots: a table from a key's hash to the nodes its last write was linked
+//! after at the skip list's four bottom levels (before that version, which may be a newer
+//! version of the key than others it has), so that a new version of a key the memtable
+//! already holds is linked, and the key's newest version found, without a search from the
+//! top (a cache miss per level once the memtable outgrows the processor's caches). A
+//! zipfian update or merge run writes the same hot keys again and again: about six writes
+//! in ten find their key already in a memtable of 170,000 versions.
 //!
-//! Owns: the slots. A slot is claimed once, by the first key that asks for it, and from
-//! then on its pointers are refreshed by whoever finds nodes closer to the key; a key whose
-//! slot another key holds is not remembered (a memtable lives for one flush: no eviction).
+//! Owns: the slots. A slot is claimed once, by the first key that asks for it; from then on
+//! every write of that key (or of a key with the same tag) overwrites its pointers, the
+//! last writer winning, so a refresh may also move them back; a key whose slot another key
+//! holds is not remembered (a memtable lives for one flush: no eviction).
 //! Never: vouches for what it hands out. A slot's pointers may be stale (nodes inserted
-//! since lie between them and the key) or, for the rare hash match of another key, not
-//! before the key at all: the skip list checks each pointer against its probe before it
-//! starts there, and searches from the top when one fails. It stores only pointers the
-//! list hands it, which are its head or linked nodes, never freed while the list lives.
+//! since lie between them and the key), mixed from two writes, or, for the rare tag match
+//! of another key, not before the key at all: the skip list checks each pointer against
+//! its probe before it starts there, and searches from the top when one fails. It stores
+//! only what the list hands it: at index `i`, the head or a node linked at level `i` (so
+//! its tower is taller than `i`), never freed while the list lives.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -80,9 +83,10 @@ impl<T> SpotTable<T> {
         Some(std::array::from_fn(|i| s.prev[i].load(Ordering::Acquire)))
     }
 
-    /// Remembers `prev` (the head or linked nodes before the key of `hash` at the bottom
-    /// levels) in the key's slot: claims it if nobody did, refreshes it if the key holds
-    /// it, leaves it alone if another key does (or is claiming it).
+    /// Remembers `prev` in the key's slot: claims it if nobody did, refreshes it if the key
+    /// holds it, leaves it alone if another key does (or is claiming it). `prev[i]` must be
+    /// the head or a node linked at level `i`, before the key of `hash` when linked there:
+    /// readers dereference it at that level after checking it against their probe.
     pub(super) fn remember(&self, hash: u64, prev: [*mut T; LEVELS]) {
         let Some(s) = self.slot(hash) else { return };
         let tag = tag_of(hash);
@@ -101,8 +105,12 @@ impl<T> SpotTable<T> {
             s.tag.store(tag, Ordering::Release);
             return;
         }
+        // A hot key's writers and readers share the slot's line: a refresh that changes
+        // nothing does not write it.
         for (p, &v) in s.prev.iter().zip(&prev) {
-            p.store(v, Ordering::Release);
+            if p.load(Ordering::Relaxed) != v {
+                p.store(v, Ordering::Release);
+            }
         }
     }
 }
@@ -147,6 +155,6 @@ mod tests {
         let t: SpotTable<u64> = SpotTable::for_budget(16 << 20);
         // 16 MiB / 256 = 65,536, halved: 32,768 slots of 40 bytes.
         assert_eq!(t.slots.len(), 32 << 10);
-        assert_eq!(t.bytes(), (32 << 10) * 40);
+        assert_eq!(t.bytes(), (32 << 10) * std::mem::size_of::<Slot<u64>>());
     }
 }
