@@ -1094,6 +1094,27 @@ mod tests {
     }
 
     #[test]
+    fn a_spot_located_for_another_key_after_the_probe_is_not_started_from() {
+        // What a 64-bit key-hash collision would hand an insert: a spot located for a key
+        // that sorts after the one inserted. The insert must not start there (it would
+        // link the version after nodes above it), and searches instead.
+        let list = VersionList::for_budget(64 << 10);
+        let mut model = BTreeSet::new();
+        for i in 0..200u64 {
+            let key = (i * 2).to_be_bytes();
+            list.insert(&key, None, i + 1, 0, &[], None);
+            model.insert(model_key(&key, i + 1));
+        }
+        let spot = list.locate(&300u64.to_be_bytes());
+        for (lsn, k) in [(1_000u64, 7u64), (1_001, 151), (1_002, 299)] {
+            let key = k.to_be_bytes();
+            list.insert(&key, None, lsn, 0, &[], Some(&spot));
+            model.insert(model_key(&key, lsn));
+        }
+        assert_eq!(walk(&list), model.iter().cloned().collect::<Vec<_>>());
+    }
+
+    #[test]
     fn a_hot_key_is_found_from_its_remembered_spot() {
         // With the real hash and keys spread over the table, a key written twice has its
         // spot remembered, and the spot leads straight to the key's newest version.
