@@ -77,10 +77,10 @@ impl Heads {
 
     fn of(&self, key: &[u8]) -> u64 {
         let n = self.prefix.len();
+        // A key shorter than the prefix is compared whole: equal to none of its prefixes
+        // of the prefix's length, it sorts before (a proper prefix of it) or after.
         match key.get(..n).map_or(key, |k| k).cmp(&self.prefix[..]) {
-            // A proper prefix of the shared prefix sorts before every key holding it.
             std::cmp::Ordering::Less => 0,
-            std::cmp::Ordering::Equal if key.len() < n => 0,
             std::cmp::Ordering::Greater => u64::MAX,
             std::cmp::Ordering::Equal => {
                 let rest = key.get(n..).unwrap_or_default();

@@ -357,6 +357,16 @@ impl std::fmt::Debug for VersionList {
     }
 }
 
+/// Checks (in debug builds) that `at`, the first node at or after an insert's probe
+/// (null: none), is not the version being inserted: versions differ in LSN.
+fn debug_assert_new(at: *const Node, probe: &Probe<'_>) {
+    debug_assert!(
+        // SAFETY: a non-null `at` is a linked node.
+        at.is_null() || unsafe { cmp_probe(at, probe) } != Ordering::Equal,
+        "a version inserted twice"
+    );
+}
+
 impl VersionList {
     /// An empty list for a memtable of about `budget` bytes: its arena grows in chunks of
     /// a sixteenth of that (16 KiB ..= 1 MiB), its spot table is sized for it.
@@ -664,11 +674,7 @@ impl VersionList {
         let remembered = || {
             let hash = remember.filter(|_| height <= SPOT_LEVELS)?;
             let (s, at) = self.remembered(hash, &probe)?;
-            debug_assert!(
-                // SAFETY: a non-null result is a linked node.
-                at.is_null() || unsafe { cmp_probe(at, &probe) } != Ordering::Equal,
-                "a version inserted twice"
-            );
+            debug_assert_new(at, &probe);
             Some(s.prev)
         };
         let from = hinted.or_else(remembered);
@@ -679,13 +685,7 @@ impl VersionList {
             None => {
                 let mut prev = self.head_everywhere();
                 let at_or_after = self.find(&probe, &mut prev);
-                debug_assert!(
-                    // SAFETY: a non-null result is a linked node.
-                    at_or_after.is_null()
-                        || unsafe { cmp_probe(at_or_after, &probe) } != Ordering::Equal,
-                    "a version inserted twice"
-                );
-                let _ = at_or_after;
+                debug_assert_new(at_or_after, &probe);
                 prev
             }
         };
