@@ -132,6 +132,8 @@ pub struct BenchOptions {
     pub prepopulate_cache: Option<bool>,
     /// hybridkv's reads around a missing leaf while its cache fills (`None`: its default).
     pub warm_read_bytes: Option<u64>,
+    /// hybridkv's spin on a direct read's completion (`None`: its default).
+    pub read_spin_us: Option<u32>,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -198,6 +200,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         medium_merge_level: opts.medium_merge_level,
         prepopulate_cache: opts.prepopulate_cache,
         warm_read_bytes: opts.warm_read_bytes,
+        read_spin_us: opts.read_spin_us,
     }
 }
 

@@ -27,6 +27,7 @@ fn config() -> EngineConfig {
         medium_merge_level: None,
         prepopulate_cache: None,
         warm_read_bytes: None,
+        read_spin_us: None,
     }
 }
 
@@ -425,6 +426,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         medium_merge_level: None,
         prepopulate_cache: None,
         warm_read_bytes: None,
+        read_spin_us: None,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

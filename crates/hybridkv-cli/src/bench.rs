@@ -172,6 +172,11 @@ pub struct RunArgs {
     /// engine's default (64 KiB). The peers are unchanged.
     #[arg(long)]
     pub warm_read_bytes: Option<u64>,
+    /// Microseconds hybridkv spins on a direct read's completion before it sleeps
+    /// (`Options::read_spin_us`; 0 sleeps at once). Default: the engine's default
+    /// (200). The peers are unchanged.
+    #[arg(long)]
+    pub read_spin_us: Option<u32>,
     /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
     /// in the current one, deleted afterwards (only with --phase all).
     #[arg(long)]
@@ -368,6 +373,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         }),
         prepopulate_cache: a.prepopulate_cache.as_deref().map(|v| v == "on"),
         warm_read_bytes: a.warm_read_bytes,
+        read_spin_us: a.read_spin_us,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

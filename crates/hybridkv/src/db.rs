@@ -67,6 +67,7 @@ impl Db {
     ) -> Result<Db> {
         let io = Io::new(fs, options.direct_io)
             .with_mapped_reads(options.mmap_reads)
+            .with_read_spin_us(options.read_spin_us)
             .with_mapped_log_writes(options.mmap_log_writes);
         let opened = recovery::open_database(path.as_ref(), options.clone(), io.clone(), false)?;
         for e in &opened.engines {
@@ -161,7 +162,8 @@ impl Db {
         let (opened, io) = loop {
             attempt += 1;
             let before = state_bytes(fs.as_ref(), dir);
-            let io = Io::read_only(Arc::clone(&fs), options.direct_io);
+            let io = Io::read_only(Arc::clone(&fs), options.direct_io)
+                .with_read_spin_us(options.read_spin_us);
             let opened = recovery::open_database(dir, options.clone(), io.clone(), true);
             let changed = state_bytes(fs.as_ref(), dir) != before;
             match opened {

@@ -17,7 +17,9 @@
 //!   what must hold, and prints how many reads it did and how many of them read the segment
 //!   then being appended to.
 //!
-//! Each runs twice: with direct reads, and with reads through memory maps
+//! Each runs with direct reads whose threads spin on the completions
+//! (`Options::read_spin_us`, on by default: reads through `io_uring`), with direct reads
+//! that sleep at once (plain `pread`s), and with reads through memory maps
 //! (`Options::mmap_reads`; `every_path_*` with buffered writes, the growing-segment test
 //! with direct writes), where a read past the mapped length of a growing segment maps the
 //! file again.
@@ -40,16 +42,23 @@ use std::time::{Duration, Instant};
 /// How level files and log segments are read.
 #[derive(Debug, Clone, Copy)]
 enum ReadMode {
-    /// `O_DIRECT` (writes of level files too).
+    /// `O_DIRECT` (writes of level files too), reads waited for by spinning.
     Direct,
+    /// `O_DIRECT`, every read a plain blocking `pread` (`read_spin_us` 0).
+    DirectSleeping,
     /// Memory maps (`mmap_reads`).
     Mapped,
 }
 
 fn opts(mode: ReadMode) -> Options {
     Options {
-        direct_io: matches!(mode, ReadMode::Direct),
+        direct_io: matches!(mode, ReadMode::Direct | ReadMode::DirectSleeping),
         mmap_reads: matches!(mode, ReadMode::Mapped),
+        read_spin_us: if matches!(mode, ReadMode::DirectSleeping) {
+            0
+        } else {
+            Options::default().read_spin_us
+        },
         ..small_opts()
     }
 }
@@ -73,6 +82,11 @@ fn verify(db: &Db, model: &Model, what: &str) {
 #[test]
 fn every_path_works_with_direct_io() {
     every_path_works(ReadMode::Direct);
+}
+
+#[test]
+fn every_path_works_with_direct_io_without_spinning() {
+    every_path_works(ReadMode::DirectSleeping);
 }
 
 #[test]
@@ -141,6 +155,11 @@ fn growing_opts(mode: ReadMode) -> Options {
     Options {
         direct_io: true,
         mmap_reads: matches!(mode, ReadMode::Mapped),
+        read_spin_us: if matches!(mode, ReadMode::DirectSleeping) {
+            0
+        } else {
+            Options::default().read_spin_us
+        },
         memtable_size: 64 << 10,
         growth_factor: 2,
         // The smallest segments: a rollover every 10-20 values.
@@ -348,6 +367,11 @@ fn growing_reader(db: &Db, r: u64, scan_every: u64, sh: &Shared) -> Result<ReadT
 #[test]
 fn reads_of_a_growing_segment_with_direct_io() {
     reads_of_a_growing_segment(ReadMode::Direct);
+}
+
+#[test]
+fn reads_of_a_growing_segment_with_direct_io_without_spinning() {
+    reads_of_a_growing_segment(ReadMode::DirectSleeping);
 }
 
 #[test]

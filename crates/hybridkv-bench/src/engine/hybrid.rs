@@ -42,6 +42,9 @@ impl HybridEngine {
         if let Some(bytes) = config.warm_read_bytes {
             o.warm_read_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
+        if let Some(micros) = config.read_spin_us {
+            o.read_spin_us = micros;
+        }
         match kind {
             EngineKind::HybridkvInPlace => o.placement = Placement::InPlace,
             EngineKind::HybridkvAllLog => o.placement = Placement::AllLog,
@@ -133,6 +136,7 @@ impl Engine for HybridEngine {
             medium_merge_level: Some(o.medium_merge_level),
             prepopulate_cache: Some(o.prepopulate_cache),
             warm_read_bytes: Some(o.warm_read_bytes as u64),
+            read_spin_us: Some(o.read_spin_us),
         });
         m.insert(
             "engine".into(),
@@ -227,6 +231,17 @@ impl Engine for HybridEngine {
                 format!(
                     "{}: a leaf miss reads its neighbours with it while the cache has room",
                     show_bytes(o.warm_read_bytes as u64)
+                )
+            },
+        );
+        m.insert(
+            "read_spin_us".into(),
+            if o.read_spin_us == 0 || !o.direct_io || o.mmap_reads {
+                "off: a thread sleeps on each device read".into()
+            } else {
+                format!(
+                    "{} us: a thread spins on a direct read's completion before sleeping",
+                    o.read_spin_us
                 )
             },
         );

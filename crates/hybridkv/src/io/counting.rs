@@ -257,6 +257,9 @@ pub(super) struct CountingReader {
     inner: Arc<dyn ReadableFile>,
     stats: Arc<IoStats>,
     component: IoComponent,
+    /// Spin on each read's completion for this long before sleeping (`Io`'s setting, for
+    /// files read with `O_DIRECT`).
+    spin: Option<std::time::Duration>,
 }
 
 impl CountingReader {
@@ -264,18 +267,23 @@ impl CountingReader {
         inner: Arc<dyn ReadableFile>,
         stats: Arc<IoStats>,
         component: IoComponent,
+        spin: Option<std::time::Duration>,
     ) -> Self {
         CountingReader {
             inner,
             stats,
             component,
+            spin,
         }
     }
 }
 
 impl ReadableFile for CountingReader {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.inner.read_exact_at(offset, buf)?;
+        match self.spin {
+            Some(spin) => self.inner.read_exact_at_spinning(offset, buf, spin)?,
+            None => self.inner.read_exact_at(offset, buf)?,
+        }
         self.stats.add_read(self.component, buf.len() as u64);
         Ok(())
     }
@@ -291,5 +299,15 @@ impl ReadableFile for CountingReader {
     }
     fn will_need(&self, offset: u64, len: usize) {
         self.inner.will_need(offset, len);
+    }
+    fn read_exact_at_spinning(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        spin: std::time::Duration,
+    ) -> Result<()> {
+        self.inner.read_exact_at_spinning(offset, buf, spin)?;
+        self.stats.add_read(self.component, buf.len() as u64);
+        Ok(())
     }
 }

@@ -72,6 +72,18 @@ pub trait ReadableFile: Send + Sync {
     }
     /// Counts a read of `bytes` that a batch made on this file's behalf.
     fn note_batched_read(&self, _bytes: u64) {}
+    /// [`ReadableFile::read_exact_at`], the thread spinning on each device read's
+    /// completion for up to `spin` before it sleeps, where the file can (an `O_DIRECT` file
+    /// of the real file system: `Options::read_spin_us`); the default reads as
+    /// `read_exact_at` does.
+    fn read_exact_at_spinning(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        _spin: std::time::Duration,
+    ) -> Result<()> {
+        self.read_exact_at(offset, buf)
+    }
     /// Says that `len` bytes at `offset` will be read soon, so the system may start
     /// reading them (a memory-mapped file asks the kernel to fault the pages in ahead;
     /// the default does nothing). Never fails: it is a hint.
@@ -225,6 +237,9 @@ pub struct Io {
     mapped: bool,
     /// The small log is appended to through memory maps (`Options::mmap_log_writes`).
     mapped_log: bool,
+    /// How long a thread spins on a direct read's completion before it sleeps
+    /// (`Options::read_spin_us`; `None`: it sleeps at once).
+    read_spin: Option<std::time::Duration>,
     /// Set by [`Io::seal`]: every change through this handle (and its clones, and files
     /// opened through them) fails with `Error::Closed`.
     sealed: sealed::Seal,
@@ -241,6 +256,7 @@ impl Io {
             direct,
             mapped: false,
             mapped_log: false,
+            read_spin: None,
             sealed,
         }
     }
@@ -256,6 +272,14 @@ impl Io {
     /// (`mapped`: see [`FileSystem::create_mapped`]) or with buffered writes.
     pub fn with_mapped_log_writes(mut self, mapped: bool) -> Self {
         self.mapped_log = mapped;
+        self
+    }
+
+    /// The same handle, its direct reads of level files and log segments waited for by
+    /// spinning on their completion for up to `micros` microseconds before sleeping
+    /// (`Options::read_spin_us`; 0: sleeping at once, as a plain `pread` does).
+    pub fn with_read_spin_us(mut self, micros: u32) -> Self {
+        self.read_spin = (micros > 0).then(|| std::time::Duration::from_micros(u64::from(micros)));
         self
     }
 
@@ -338,10 +362,12 @@ impl Io {
             self.fs
                 .open(path, self.direct && component.reads_direct())?
         };
+        let direct = !mapped && self.direct && component.reads_direct();
         Ok(Arc::new(counting::CountingReader::new(
             inner,
             Arc::clone(&self.stats),
             component,
+            self.read_spin.filter(|_| direct),
         )))
     }
 
@@ -354,7 +380,7 @@ impl Io {
     /// result is what `read_exact_at` gives: one per request, in order.
     pub fn read_batch(&self, reqs: &mut [BatchRead<'_>]) -> Vec<Result<()>> {
         let filled = if reqs.len() > 1 {
-            real::submit_batch(reqs)
+            real::submit_batch(reqs, self.read_spin.filter(|_| self.direct))
         } else {
             vec![false; reqs.len()]
         };
