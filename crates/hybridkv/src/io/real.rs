@@ -503,8 +503,8 @@ impl RealReader {
         spin: Option<std::time::Duration>,
     ) -> std::io::Result<usize> {
         if let Some(spin) = spin {
-            if let Some(r) = spin_read(self.file.as_raw_fd(), dst, at, spin) {
-                return r;
+            if let Some(n) = spin_read(self.file.as_raw_fd(), dst, at, spin) {
+                return Ok(n);
             }
         }
         self.file.read_at(dst, at)
@@ -775,7 +775,13 @@ thread_local! {
     /// This thread spins whatever the number of spinning threads (a test that checks its
     /// reads go through the ring, while other tests' threads spin).
     static UNCAPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Batch rounds this thread began by polling (with a spinning place).
+    static POLLED_ROUNDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
+
+/// The largest read that spins ([`spin_read`]): a larger one (a scan's window) is mostly
+/// transfer, not wake-up, and would take a spinning place for long.
+const SPIN_READ_MAX: usize = 256 << 10;
 
 /// Marks the completion of a [`spin_read`] (a batch's completions carry their index).
 const SPIN_READ_TAG: u64 = u64::MAX;
@@ -788,112 +794,122 @@ const SPIN_READ_TAG: u64 = u64::MAX;
 /// on this project's machine 8 KiB `O_DIRECT` reads took 86 us slept on against 58 us
 /// spun on. The read goes into a buffer the ring owns, then is copied to `dst`, so that a
 /// ring that fails with the read in flight can leak that buffer (and the ring) rather than
-/// leave the kernel writing into `dst`.
+/// leave the kernel writing into `dst`. While it sleeps the thread gives its spinning place
+/// to another. Returns the bytes read (short at the end of the file).
 ///
-/// `None` when this read cannot spin (another thread holds the last spinning place, the
-/// ring is unavailable or in use on this thread, or the submission failed before the
-/// read was in flight): the caller reads with a plain `pread`.
-fn spin_read(
-    fd: i32,
-    dst: &mut [u8],
-    at: u64,
-    spin: std::time::Duration,
-) -> Option<std::io::Result<usize>> {
+/// `None` when this read does not spin (larger than [`SPIN_READ_MAX`], no spinning place
+/// free, the ring unavailable or in use on this thread, the submission refused) or the
+/// ring failed it: the caller reads with a plain `pread`, which reports any real error.
+fn spin_read(fd: i32, dst: &mut [u8], at: u64, spin: std::time::Duration) -> Option<usize> {
     use std::sync::atomic::Ordering;
     if URING_UNAVAILABLE.load(Ordering::Relaxed) {
         return None;
     }
+    if dst.len() > SPIN_READ_MAX {
+        return None;
+    }
     let len = u32::try_from(dst.len()).ok()?;
-    let place = SpinPlace::take()?;
-    let got = RING
-        .try_with(|cell| {
-            let mut slot = cell.try_borrow_mut().ok()?;
-            if slot.is_none() {
-                match io_uring::IoUring::new(RING_ENTRIES) {
-                    Ok(ring) => *slot = Some(ring),
-                    Err(_) => {
-                        URING_UNAVAILABLE.store(true, Ordering::Relaxed);
-                        return None;
-                    }
-                }
-            }
-            let ring = slot.as_mut()?;
-            let mut buf = AlignedBuf::pooled(dst.len());
-            let entry = io_uring::opcode::Read::new(
-                io_uring::types::Fd(fd),
-                buf.full_mut().as_mut_ptr(),
-                len,
-            )
-            .offset(at)
-            .build()
-            .user_data(SPIN_READ_TAG);
-            // SAFETY: `buf` outlives the read: it is dropped only after the read's
-            // completion is reaped below, or leaked with the ring when that cannot be.
-            if unsafe { ring.submission().push(&entry) }.is_err() {
-                return None; // the queue is full (it never is between calls)
-            }
-            match ring.submit() {
-                Ok(1) => {}
-                _ => {
-                    // Whether the kernel took the read is unknown: keep the ring and the
-                    // buffer from ever being used or freed.
-                    std::mem::forget(buf);
-                    if let Some(ring) = slot.take() {
-                        std::mem::forget(ring);
-                    }
+    let mut place = Some(SpinPlace::take()?);
+    RING.try_with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            match io_uring::IoUring::new(RING_ENTRIES) {
+                Ok(ring) => *slot = Some(ring),
+                Err(_) => {
                     URING_UNAVAILABLE.store(true, Ordering::Relaxed);
                     return None;
                 }
             }
-            let started = std::time::Instant::now();
-            let mut polls = 0u32;
-            let result = loop {
-                if let Some(cqe) = ring.completion().next() {
-                    if cqe.user_data() == SPIN_READ_TAG {
-                        break cqe.result();
-                    }
-                    continue; // not ours (none is expected): skipped
+        }
+        let ring = slot.as_mut()?;
+        let mut buf = AlignedBuf::pooled(dst.len());
+        let entry =
+            io_uring::opcode::Read::new(io_uring::types::Fd(fd), buf.full_mut().as_mut_ptr(), len)
+                .offset(at)
+                .build()
+                .user_data(SPIN_READ_TAG);
+        // SAFETY: `buf` outlives the read: it is dropped only after the read's
+        // completion is reaped below, or leaked with the ring when that cannot be.
+        if unsafe { ring.submission().push(&entry) }.is_err() {
+            return None; // the queue is full (it never is between calls)
+        }
+        // A submission refused for a moment (interrupted, queue busy, no memory) left
+        // the read in the queue: submitted again, a few times.
+        let mut tries = 0;
+        let submitted = loop {
+            tries += 1;
+            match ring.submit() {
+                Ok(1) => break true,
+                Err(e) if tries < 4 && retry_enter(&e) => {}
+                _ => break false,
+            }
+        };
+        if !submitted {
+            // Whether the kernel took the read is unknown: keep the ring and the
+            // buffer from ever being used or freed.
+            std::mem::forget(buf);
+            if let Some(ring) = slot.take() {
+                std::mem::forget(ring);
+            }
+            URING_UNAVAILABLE.store(true, Ordering::Relaxed);
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let mut polls = 0u32;
+        let result = loop {
+            if let Some(cqe) = ring.completion().next() {
+                if cqe.user_data() == SPIN_READ_TAG {
+                    break cqe.result();
                 }
-                polls = polls.wrapping_add(1);
-                if polls.is_multiple_of(64) && started.elapsed() >= spin {
-                    // Sleep in the kernel until the read completes.
-                    match ring.submit_and_wait(1) {
-                        Ok(_) => {}
-                        Err(e)
-                            if e.kind() == std::io::ErrorKind::Interrupted
-                                || e.raw_os_error() == Some(libc::EBUSY) => {}
-                        Err(_) => {
-                            std::mem::forget(buf);
-                            if let Some(ring) = slot.take() {
-                                std::mem::forget(ring);
-                            }
-                            URING_UNAVAILABLE.store(true, Ordering::Relaxed);
-                            // The read may still be in flight, into the leaked buffer:
-                            // the caller reads again with `pread`.
-                            return None;
+                continue; // not ours (none is expected): skipped
+            }
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(64) && started.elapsed() >= spin {
+                // Sleep in the kernel until the read completes, giving the spinning
+                // place to another thread meanwhile.
+                place = None;
+                match ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e) if retry_enter(&e) => {}
+                    Err(_) => {
+                        std::mem::forget(buf);
+                        if let Some(ring) = slot.take() {
+                            std::mem::forget(ring);
                         }
+                        URING_UNAVAILABLE.store(true, Ordering::Relaxed);
+                        // The read may still be in flight, into the leaked buffer:
+                        // the caller reads again with `pread`.
+                        return None;
                     }
-                } else {
-                    std::hint::spin_loop();
                 }
-            };
-            #[cfg(test)]
-            SPUN_READS.with(|n| n.set(n.get() + 1));
-            Some(match usize::try_from(result) {
-                Ok(n) => {
-                    let n = n.min(dst.len());
-                    if let (Some(to), Some(from)) = (dst.get_mut(..n), buf.full_mut().get(..n)) {
-                        to.copy_from_slice(from);
-                    }
-                    Ok(n)
-                }
-                Err(_) => Err(std::io::Error::from_raw_os_error(-result)),
-            })
-        })
-        .ok()
-        .flatten();
-    drop(place);
-    got
+            } else {
+                std::hint::spin_loop();
+            }
+        };
+        drop(place.take());
+        let n = match usize::try_from(result) {
+            Ok(n) => n.min(dst.len()),
+            // A ring may fail a read that `pread` would have done (an `O_DIRECT` read
+            // completing with EAGAIN on older kernels): the read is over, so the
+            // caller can read it again with `pread`, which reports a real error.
+            Err(_) => return None,
+        };
+        #[cfg(test)]
+        SPUN_READS.with(|c| c.set(c.get() + 1));
+        if let (Some(to), Some(from)) = (dst.get_mut(..n), buf.full_mut().get(..n)) {
+            to.copy_from_slice(from);
+        }
+        Some(n)
+    })
+    .ok()
+    .flatten()
+}
+
+/// Whether a failed `io_uring_enter` left the ring as it was and may be entered again
+/// (interrupted, the completion queue busy, a moment without memory).
+fn retry_enter(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::Interrupted
+        || matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN))
 }
 
 /// One read of a round: where it goes in the kernel, the aligned buffer it fills, and
@@ -969,6 +985,12 @@ fn submit_round(
     spin: Option<std::time::Duration>,
 ) -> bool {
     use io_uring::{opcode, types};
+    // Taken before any read is queued: nothing between queueing and submitting may fail.
+    let mut place = spin.and_then(|s| Some((SpinPlace::take()?, s)));
+    #[cfg(test)]
+    if place.is_some() {
+        POLLED_ROUNDS.with(|c| c.set(c.get() + 1));
+    }
     let mut pending: Vec<Pending> = Vec::with_capacity(round.len());
     for &i in round {
         let Some(r) = reqs.get(i) else { continue };
@@ -1011,22 +1033,24 @@ fn submit_round(
     }
     let mut results: Vec<Option<i32>> = vec![None; pending.len()];
     let mut reaped = 0;
-    // While spinning: submitted once, then the completion queue is polled.
-    let spinning = spin.and_then(|s| Some((SpinPlace::take()?, std::time::Instant::now(), s)));
-    let mut submitted = false;
+    // While spinning: the reads are submitted (until the queue is empty), then the
+    // completion queue is polled; past the spin, or without a place, the thread sleeps in
+    // the kernel (and gives its place back).
+    let started = std::time::Instant::now();
     while reaped < pending.len() {
-        let poll = spinning
-            .as_ref()
-            .is_some_and(|(_, started, s)| started.elapsed() < *s);
-        let entered = match (poll, submitted) {
+        let poll = place.as_ref().is_some_and(|(_, s)| started.elapsed() < *s);
+        if !poll {
+            place = None;
+        }
+        let queued = !ring.submission().is_empty();
+        let entered = match (poll, !queued) {
             (true, true) => Ok(0),
             (true, false) => ring.submit(),
             (false, _) => ring.submit_and_wait(pending.len() - reaped),
         };
         match entered {
-            Ok(_) => submitted = true,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Ok(_) => {}
+            Err(e) if retry_enter(&e) => {}
             Err(_) => {
                 // Reads may be in flight: their buffers must outlive them.
                 for p in pending {
@@ -1626,20 +1650,20 @@ mod tests {
         std::fs::write(&p, &data).unwrap();
         let r = RealFs.open(&p, true).unwrap();
         UNCAPPED.with(|u| u.set(true));
-        let before = SPUN_READS.with(|n| n.get());
         // A long spin (reads complete while the thread polls) and one that runs out at
         // once (the thread sleeps in the kernel for the rest).
         for spin in [
             std::time::Duration::from_millis(50),
             std::time::Duration::from_nanos(1),
         ] {
+            let before = SPUN_READS.with(|n| n.get());
             spun_reads_match_plain_reads(r.as_ref(), &data, spin);
-        }
-        if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
-            assert!(
-                SPUN_READS.with(|n| n.get()) > before,
-                "no read went through the ring"
-            );
+            if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+                assert!(
+                    SPUN_READS.with(|n| n.get()) > before,
+                    "no read went through the ring with a spin of {spin:?}"
+                );
+            }
         }
         // A buffered file never spins: its reads are plain `pread`s.
         let buffered = RealFs.open(&p, false).unwrap();
@@ -1650,6 +1674,37 @@ mod tests {
             std::time::Duration::from_millis(50),
         );
         assert_eq!(SPUN_READS.with(|n| n.get()), before);
+        UNCAPPED.with(|u| u.set(false));
+    }
+
+    #[test]
+    fn a_read_the_ring_fails_is_left_to_pread() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![7u8; 16_384]).unwrap();
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&p)
+            .unwrap();
+        UNCAPPED.with(|u| u.set(true));
+        let spin = std::time::Duration::from_millis(50);
+        let mut buf = AlignedBuf::new(4096);
+        // A descriptor that is not open (EBADF) and an `O_DIRECT` read at an unaligned
+        // offset (EINVAL): the ring completes each with an error, and the read is not
+        // reported done, so the caller's `pread` reports the error itself.
+        assert_eq!(spin_read(-1, buf.full_mut(), 0, spin), None);
+        assert_eq!(spin_read(file.as_raw_fd(), buf.full_mut(), 1, spin), None);
+        assert!(file.read_at(buf.full_mut(), 1).is_err());
+        // The ring still works after them.
+        let got = spin_read(file.as_raw_fd(), buf.full_mut(), 4096, spin);
+        if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+            assert_eq!(got, Some(4096));
+            assert!(buf.full_mut().iter().all(|&b| b == 7));
+        }
+        // Larger than the spinning bound: never through the ring.
+        let mut big = AlignedBuf::new(SPIN_READ_MAX + 4096);
+        assert_eq!(spin_read(file.as_raw_fd(), big.full_mut(), 0, spin), None);
         UNCAPPED.with(|u| u.set(false));
     }
 
@@ -1668,7 +1723,7 @@ mod tests {
     }
 
     #[test]
-    fn concurrent_spinning_readers_each_get_their_bytes_and_give_back_their_places() {
+    fn concurrent_spinning_readers_each_get_their_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 249) as u8).collect();
@@ -1704,6 +1759,7 @@ mod tests {
         let data: Vec<u8> = (0..40_000u32).map(|i| (i % 241) as u8).collect();
         std::fs::write(&p, &data).unwrap();
         let f = RealFs.open(&p, true).unwrap();
+        UNCAPPED.with(|u| u.set(true));
         for spin in [
             None,
             Some(std::time::Duration::from_millis(50)),
@@ -1727,9 +1783,15 @@ mod tests {
                     buf: &mut z,
                 },
             ];
+            let polled = POLLED_ROUNDS.with(|c| c.get());
             let filled = submit_batch(&mut reqs, spin);
             if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
                 assert_eq!(filled, vec![true, true, false], "{spin:?}");
+                assert_eq!(
+                    POLLED_ROUNDS.with(|c| c.get()) > polled,
+                    spin.is_some(),
+                    "{spin:?}"
+                );
             }
             if filled[0] {
                 assert_eq!(x, &data[8192..16_384]);
@@ -1738,6 +1800,7 @@ mod tests {
                 assert_eq!(y, &data[10..310]);
             }
         }
+        UNCAPPED.with(|u| u.set(false));
     }
 
     #[test]
