@@ -812,16 +812,7 @@ fn spin_read(fd: i32, dst: &mut [u8], at: u64, spin: std::time::Duration) -> Opt
     let mut place = Some(SpinPlace::take()?);
     RING.try_with(|cell| {
         let mut slot = cell.try_borrow_mut().ok()?;
-        if slot.is_none() {
-            match io_uring::IoUring::new(RING_ENTRIES) {
-                Ok(ring) => *slot = Some(ring),
-                Err(_) => {
-                    URING_UNAVAILABLE.store(true, Ordering::Relaxed);
-                    return None;
-                }
-            }
-        }
-        let ring = slot.as_mut()?;
+        let ring = ring_in(&mut slot)?;
         let mut buf = AlignedBuf::pooled(dst.len());
         let entry =
             io_uring::opcode::Read::new(io_uring::types::Fd(fd), buf.full_mut().as_mut_ptr(), len)
@@ -848,10 +839,7 @@ fn spin_read(fd: i32, dst: &mut [u8], at: u64, spin: std::time::Duration) -> Opt
             // Whether the kernel took the read is unknown: keep the ring and the
             // buffer from ever being used or freed.
             std::mem::forget(buf);
-            if let Some(ring) = slot.take() {
-                std::mem::forget(ring);
-            }
-            URING_UNAVAILABLE.store(true, Ordering::Relaxed);
+            abandon_ring(&mut slot);
             return None;
         }
         let started = std::time::Instant::now();
@@ -873,10 +861,7 @@ fn spin_read(fd: i32, dst: &mut [u8], at: u64, spin: std::time::Duration) -> Opt
                     Err(e) if retry_enter(&e) => {}
                     Err(_) => {
                         std::mem::forget(buf);
-                        if let Some(ring) = slot.take() {
-                            std::mem::forget(ring);
-                        }
-                        URING_UNAVAILABLE.store(true, Ordering::Relaxed);
+                        abandon_ring(&mut slot);
                         // The read may still be in flight, into the leaked buffer:
                         // the caller reads again with `pread`.
                         return None;
@@ -903,6 +888,31 @@ fn spin_read(fd: i32, dst: &mut [u8], at: u64, spin: std::time::Duration) -> Opt
     })
     .ok()
     .flatten()
+}
+
+/// This thread's ring in `slot`, made if it has none yet; `None` (and `io_uring` marked
+/// unavailable for the process) if the kernel refuses one.
+fn ring_in(slot: &mut Option<io_uring::IoUring>) -> Option<&mut io_uring::IoUring> {
+    if slot.is_none() {
+        match io_uring::IoUring::new(RING_ENTRIES) {
+            Ok(ring) => *slot = Some(ring),
+            Err(_) => {
+                URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+                return None;
+            }
+        }
+    }
+    slot.as_mut()
+}
+
+/// Takes the ring out of use for good after a failure that may leave reads in flight: it
+/// is leaked, never dropped (the caller leaks their buffers), and `io_uring` is marked
+/// unavailable for the process.
+fn abandon_ring(slot: &mut Option<io_uring::IoUring>) {
+    if let Some(ring) = slot.take() {
+        std::mem::forget(ring);
+    }
+    URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Whether a failed `io_uring_enter` left the ring as it was and may be entered again
@@ -948,24 +958,13 @@ pub(super) fn submit_batch(
     }
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            match io_uring::IoUring::new(RING_ENTRIES) {
-                Ok(ring) => *slot = Some(ring),
-                Err(_) => {
-                    URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
-                    return;
-                }
-            }
-        }
-        let Some(ring) = slot.as_mut() else { return };
         for round in batchable.chunks(RING_ENTRIES as usize) {
+            let Some(ring) = ring_in(&mut slot) else {
+                return;
+            };
             if !submit_round(ring, reqs, round, &mut filled, spin) {
-                // The ring may still own buffers of reads in flight: keep it (and them,
-                // see `submit_round`) out of use for good.
-                if let Some(ring) = slot.take() {
-                    std::mem::forget(ring);
-                }
-                URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+                // The ring may still own buffers of reads in flight (see `submit_round`).
+                abandon_ring(&mut slot);
                 return;
             }
         }
