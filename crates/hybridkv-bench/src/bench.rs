@@ -134,6 +134,8 @@ pub struct BenchOptions {
     pub warm_read_bytes: Option<u64>,
     /// hybridkv's spin on a direct read's completion (`None`: its default).
     pub read_spin_us: Option<u32>,
+    /// hybridkv's leaf size in bytes (`None`: its default).
+    pub leaf_size: Option<usize>,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -201,6 +203,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         prepopulate_cache: opts.prepopulate_cache,
         warm_read_bytes: opts.warm_read_bytes,
         read_spin_us: opts.read_spin_us,
+        leaf_size: opts.leaf_size,
     }
 }
 

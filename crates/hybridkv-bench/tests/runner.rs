@@ -28,6 +28,7 @@ fn config() -> EngineConfig {
         prepopulate_cache: None,
         warm_read_bytes: None,
         read_spin_us: None,
+        leaf_size: None,
     }
 }
 
@@ -427,6 +428,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         prepopulate_cache: None,
         warm_read_bytes: None,
         read_spin_us: None,
+        leaf_size: None,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

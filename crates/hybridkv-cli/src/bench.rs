@@ -177,6 +177,11 @@ pub struct RunArgs {
     /// (200). The peers are unchanged.
     #[arg(long)]
     pub read_spin_us: Option<u32>,
+    /// hybridkv's leaf size in bytes (`Options::leaf_size`, a multiple of 4096 in
+    /// 4 KiB ..= 1 MiB). Default: the engine's default (8 KiB). The peers are unchanged
+    /// (RocksDB's block is 4 KiB).
+    #[arg(long)]
+    pub leaf_size: Option<usize>,
     /// Benchmark directory (one sub-directory per engine). Default: a temporary directory
     /// in the current one, deleted afterwards (only with --phase all).
     #[arg(long)]
@@ -374,6 +379,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         prepopulate_cache: a.prepopulate_cache.as_deref().map(|v| v == "on"),
         warm_read_bytes: a.warm_read_bytes,
         read_spin_us: a.read_spin_us,
+        leaf_size: a.leaf_size,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -193,7 +193,7 @@ fn invalid_options_are_rejected_at_open_naming_the_option() {
         (
             "leaf_size",
             Options {
-                leaf_size: 4096,
+                leaf_size: 2048,
                 ..opts()
             },
         ),

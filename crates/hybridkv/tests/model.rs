@@ -244,6 +244,8 @@ struct Config {
     threads: usize,
     /// Deltas a flush cannot fold go to delta buckets (KDSep), collected at 4 KiB.
     delta_separation: bool,
+    /// `Options::leaf_size`: 4 KiB (RocksDB's block) or the default 8 KiB.
+    leaf_size: usize,
 }
 
 impl Config {
@@ -261,6 +263,7 @@ impl Config {
             merge_operator: Some(std::sync::Arc::new(Append)),
             delta_separation: self.delta_separation,
             delta_bucket_size: 4 << 10,
+            leaf_size: self.leaf_size,
             // GC passes come from `Op::Gc` only, so a case replays identically.
             gc_interval: Duration::from_secs(3600),
             ..Options::default()
@@ -1393,9 +1396,10 @@ fn config() -> impl Strategy<Value = Config> {
         proptest::bool::weighted(0.5),
         1..=2usize,
         proptest::bool::weighted(0.5),
+        prop_oneof![Just(4096usize), Just(8192usize)],
     )
         .prop_map(
-            |(placement, merge_level, max_levels, cache, pin, threads, delta_separation)| Config {
+            |(
                 placement,
                 merge_level,
                 max_levels,
@@ -1403,6 +1407,18 @@ fn config() -> impl Strategy<Value = Config> {
                 pin,
                 threads,
                 delta_separation,
+                leaf_size,
+            )| {
+                Config {
+                    placement,
+                    merge_level,
+                    max_levels,
+                    cache,
+                    pin,
+                    threads,
+                    delta_separation,
+                    leaf_size,
+                }
             },
         )
 }
@@ -1693,6 +1709,7 @@ fn deterministic_long_run_hybrid() {
             pin: true,
             threads: 2,
             delta_separation: false,
+            leaf_size: 8192,
         },
         2000,
     );
@@ -1713,6 +1730,7 @@ fn deterministic_long_run_hybrid_second_to_last_three_levels() {
             pin: false,
             threads: 1,
             delta_separation: false,
+            leaf_size: 8192,
         },
         2000,
     );
@@ -1731,11 +1749,37 @@ fn deterministic_long_run_with_delta_buckets() {
             pin: true,
             threads: 2,
             delta_separation: true,
+            leaf_size: 8192,
         },
         2000,
     );
     assert!(t.compactions > 0, "{t:?}");
     assert!(t.bucket_records > 0 && t.bucket_collections > 0, "{t:?}");
+}
+
+#[test]
+fn deterministic_long_run_with_four_kib_leaves() {
+    // In place: values of every size, from inline to overflow blobs, in 4 KiB leaves.
+    for (seed, placement) in [
+        (0x5eed_0007, Placement::InPlace),
+        (0x5eed_0008, Placement::Hybrid),
+    ] {
+        let t = long_run(
+            seed,
+            Config {
+                placement,
+                merge_level: MediumMergeLevel::Last,
+                max_levels: 4,
+                cache: true,
+                pin: true,
+                threads: 2,
+                delta_separation: false,
+                leaf_size: 4096,
+            },
+            1500,
+        );
+        assert!(t.compactions > 0, "{t:?}");
+    }
 }
 
 #[test]
@@ -1750,6 +1794,7 @@ fn deterministic_long_run_in_place() {
             pin: true,
             threads: 2,
             delta_separation: false,
+            leaf_size: 8192,
         },
         1500,
     );
@@ -1770,6 +1815,7 @@ fn deterministic_long_run_all_log() {
             pin: false,
             threads: 2,
             delta_separation: false,
+            leaf_size: 8192,
         },
         1500,
     );

@@ -562,6 +562,11 @@ fn a_put_caches_its_large_value_only_when_gets_run_between_puts() {
     }
 }
 
+/// Leaf size of the cold-run tests: their group arithmetic (8 leaves to a 64 KiB group,
+/// an index node holding more than 8 pivots) is written for 8 KiB leaves, whatever the
+/// default.
+const LEAF: usize = 8192;
+
 /// One run of `n` sequential small pairs (about 80 leaves per 10,000), then the database
 /// reopened cold with `warm_read_bytes` and `cache_bytes`.
 fn one_cold_run(dir: &std::path::Path, n: u32, warm: usize, cache: usize) -> Db {
@@ -577,6 +582,7 @@ fn one_cold_run_on(open: impl Fn(Options) -> Db, n: u32, warm: usize, cache: usi
         placement: Placement::InPlace,
         prepopulate_cache: false,
         warm_read_bytes: warm,
+        leaf_size: LEAF,
         ..Options::default()
     };
     let db = open(opts(0, 64 << 20));
@@ -596,7 +602,7 @@ fn leaves_of_the_run(db: &Db) -> u64 {
         .iter()
         .map(|l| l.file_bytes)
         .sum::<u64>()
-        / 8192
+        / LEAF as u64
 }
 
 #[test]
@@ -626,7 +632,7 @@ fn a_cold_cache_reads_a_group_of_leaves_per_device_read_while_it_has_room() {
 
     // Groups of 8 leaves: about an eighth of the reads (a group ends early where an
     // index node lies between two leaves), every value the same.
-    let grouped = one_cold_run(dir.path(), n, 8 * 8192, 64 << 20);
+    let grouped = one_cold_run(dir.path(), n, 8 * LEAF, 64 << 20);
     let reads = probe(&grouped);
     let s = grouped.stats().unwrap();
     assert!(
@@ -641,13 +647,13 @@ fn a_cold_cache_reads_a_group_of_leaves_per_device_read_while_it_has_room() {
 
     // A cache with room for a sixth of the leaves: groups only while it has room, then
     // one leaf per read.
-    let small = leaves * 8192 / 6;
-    let tight = one_cold_run(dir.path(), n, 8 * 8192, small as usize);
+    let small = leaves * LEAF as u64 / 6;
+    let tight = one_cold_run(dir.path(), n, 8 * LEAF, small as usize);
     let reads = probe(&tight);
     let s = tight.stats().unwrap();
     assert!(s.warm_reads > 0, "{s}");
     assert!(
-        (s.warm_reads + s.warm_neighbours) * 8192 <= small,
+        (s.warm_reads + s.warm_neighbours) * LEAF as u64 <= small,
         "{} leaves cached by groups in a cache of {small} bytes",
         s.warm_reads + s.warm_neighbours
     );
@@ -672,7 +678,7 @@ fn a_damaged_leaf_in_a_group_is_left_out_and_reported_by_the_get_that_wants_it()
         .find(|p| p.extension().is_some_and(|x| x == "lvl"))
         .unwrap();
     let mut bytes = std::fs::read(&lvl).unwrap();
-    bytes[3 * 8192 + 200] ^= 0xff;
+    bytes[3 * LEAF + 200] ^= 0xff;
     std::fs::write(&lvl, bytes).unwrap();
 
     let db = one_cold_run_reopen(dir.path());
@@ -722,7 +728,7 @@ fn a_failed_group_read_falls_back_to_the_leaf_alone_and_a_failed_leaf_read_is_re
     let sim = SimFs::new();
     let fs = HookedFs::new(Arc::new(sim), FailReads::default());
     let open = |o| Db::open_with_fs("/db", o, Arc::new(fs.clone())).unwrap();
-    let db = one_cold_run_on(open, n, 8 * 8192, 64 << 20);
+    let db = one_cold_run_on(open, n, 8 * LEAF, 64 << 20);
     let value = |i: u32| Some(vec![(i % 251) as u8; 60]);
 
     // Groups are 8 leaves (64 KiB), a leaf alone 8 KiB: fail the next read of 16 KiB or
@@ -765,7 +771,8 @@ fn one_cold_run_reopen(dir: &std::path::Path) -> Db {
             bloom_bits_per_key: 0,
             placement: Placement::InPlace,
             prepopulate_cache: false,
-            warm_read_bytes: 8 * 8192,
+            warm_read_bytes: 8 * LEAF,
+            leaf_size: LEAF,
             ..Options::default()
         },
     )

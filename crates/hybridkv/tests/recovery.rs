@@ -742,7 +742,7 @@ fn check_reports_a_leaf_whose_search_key_lies() {
     }
     let lvl = files_with_ext(dir.path(), "lvl").remove(0);
     let mut data = std::fs::read(&lvl).unwrap();
-    let leaf = 8192usize;
+    let leaf = opts.leaf_size;
     let node = &mut data[leaf..2 * leaf];
     assert_eq!((node[0], node[1]), (1, 3), "a version 3 leaf");
     let skip = usize::from(u16::from_le_bytes([node[2], node[3]]));

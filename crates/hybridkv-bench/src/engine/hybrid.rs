@@ -45,6 +45,9 @@ impl HybridEngine {
         if let Some(micros) = config.read_spin_us {
             o.read_spin_us = micros;
         }
+        if let Some(bytes) = config.leaf_size {
+            o.leaf_size = bytes;
+        }
         match kind {
             EngineKind::HybridkvInPlace => o.placement = Placement::InPlace,
             EngineKind::HybridkvAllLog => o.placement = Placement::AllLog,
@@ -137,6 +140,7 @@ impl Engine for HybridEngine {
             prepopulate_cache: Some(o.prepopulate_cache),
             warm_read_bytes: Some(o.warm_read_bytes as u64),
             read_spin_us: Some(o.read_spin_us),
+            leaf_size: Some(o.leaf_size),
         });
         m.insert(
             "engine".into(),

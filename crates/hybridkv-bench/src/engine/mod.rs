@@ -106,6 +106,9 @@ pub struct EngineConfig {
     /// How long hybridkv spins on a direct read's completion before it sleeps
     /// (`Options::read_spin_us`; `None`: its default). The peers ignore it.
     pub read_spin_us: Option<u32>,
+    /// hybridkv's leaf size in bytes (`Options::leaf_size`; `None`: its default). The
+    /// peers ignore it (RocksDB's block is 4 KiB).
+    pub leaf_size: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -123,6 +126,7 @@ impl Default for EngineConfig {
             prepopulate_cache: None,
             warm_read_bytes: None,
             read_spin_us: None,
+            leaf_size: None,
         }
     }
 }

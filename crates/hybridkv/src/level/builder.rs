@@ -10,7 +10,7 @@ use super::node::{
     KIND_OVERFLOW, NODE_BLOB, NODE_INDEX, NODE_LEAF,
 };
 use crate::cache::{BlockBytes, BlockCache};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::crc32c;
 use crate::io::{WritableFile, IO_ALIGN};
 use crate::log::ptr::LogPtr;
@@ -85,14 +85,26 @@ struct LeafFill {
     hot: bool,
 }
 
+/// Largest entry a leaf of `leaf_size` bytes holds inline (a value beyond it goes to an
+/// overflow blob): a quarter of the leaf, so full leaves hold several pairs, but a third
+/// of a 4 KiB leaf, so that a medium value (up to `large_threshold`, 1 KiB by default)
+/// stays inline there too.
+fn max_inline(leaf_size: usize) -> usize {
+    let capacity = NodeBuf::capacity(leaf_size);
+    if leaf_size < 8192 {
+        capacity / 3
+    } else {
+        capacity / 4
+    }
+}
+
 impl LevelBuilder {
     pub(crate) fn new(file: Box<dyn WritableFile>, leaf_size: usize, index_size: usize) -> Self {
         LevelBuilder {
             file,
             leaf_size,
             index_size,
-            // A quarter leaf at most inline, so full leaves hold several pairs.
-            max_inline: NodeBuf::capacity(leaf_size) / 4,
+            max_inline: max_inline(leaf_size),
             leaf: NodeBuf::new(leaf_size, NODE_LEAF),
             leaf_first_key: Vec::new(),
             index: Vec::new(),
@@ -177,6 +189,17 @@ impl LevelBuilder {
         };
         if !self.leaf.fits(entry_len) {
             self.emit_leaf()?;
+            if !self.leaf.fits(entry_len) {
+                // Only a key over `MAX_KEY_SIZE`, from a database written before it was
+                // lowered, can fail to fit an empty leaf.
+                return Err(Error::InvalidArgument(format!(
+                    "a key of {} bytes (starting {:?}) does not fit a {}-byte leaf: \
+                     open this database with leaf_size 8192 or more",
+                    key.len(),
+                    String::from_utf8_lossy(key.get(..16).unwrap_or(key)),
+                    self.leaf_size
+                )));
+            }
         }
         if self.leaf.count() == 0 {
             self.leaf_first_key.clear();

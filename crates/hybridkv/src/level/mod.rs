@@ -22,7 +22,9 @@ pub(crate) use reader::{LevelCursor, LevelEntry, LevelFile, LevelValue};
 mod tests {
     use super::*;
     use crate::cache::BlockCache;
+    use crate::error::Error;
     use crate::io::{Io, IoComponent, RealFs};
+    use crate::log::ptr::LogPtr;
     use std::ops::Bound;
     use std::sync::Arc;
 
@@ -38,11 +40,21 @@ mod tests {
         entries: &[Entry],
         bits: u32,
     ) -> Arc<LevelFile> {
+        build_sized(dir, id, entries, bits, 8192)
+    }
+
+    fn build_sized(
+        dir: &std::path::Path,
+        id: u64,
+        entries: &[Entry],
+        bits: u32,
+        leaf_size: usize,
+    ) -> Arc<LevelFile> {
         let io = Io::new(Arc::new(RealFs), false);
         let f = io
             .create(&dir.join(reader::file_name(id)), IoComponent::Flush)
             .unwrap();
-        let mut b = LevelBuilder::new(f, 8192, 12288).with_bloom(bits, entries.len() as u64);
+        let mut b = LevelBuilder::new(f, leaf_size, 12288).with_bloom(bits, entries.len() as u64);
         for (k, lsn, v) in entries {
             let ev = v
                 .as_deref()
@@ -323,6 +335,146 @@ mod tests {
         for (k, _, v) in &entries {
             let (_, got) = lf.get(k).unwrap().unwrap();
             assert_eq!(bytes(&lf, got), *v);
+        }
+    }
+
+    #[test]
+    fn four_kib_leaves_hold_every_entry_kind_and_answer_gets_and_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = sample(20_000);
+        let small = build_sized(dir.path(), 5, &entries, 0, 4096);
+        let large = build_sized(dir.path(), 6, &entries, 0, 8192);
+        // Half the leaf: about twice the leaves for the same entries.
+        assert!(
+            small.node_bytes() > large.node_bytes() && small.file_len() > large.file_len() / 2,
+            "{} vs {} node bytes",
+            small.node_bytes(),
+            large.node_bytes()
+        );
+        for (k, _, v) in &entries {
+            let (_, got) = small.get(k).unwrap().unwrap();
+            assert_eq!(bytes(&small, got), *v);
+        }
+        for i in 20_000..21_000u32 {
+            let k = key(i);
+            if entries
+                .binary_search_by(|e| e.0.as_slice().cmp(&k))
+                .is_err()
+            {
+                assert!(small.get(&k).unwrap().is_none());
+            }
+        }
+        let mut c = small.cursor();
+        c.seek(Bound::Unbounded).unwrap();
+        let mut n = 0;
+        while let Some((k, lsn, v)) = c.next_entry().unwrap() {
+            assert_eq!((&k, lsn), (&entries[n].0, entries[n].1));
+            assert_eq!(bytes(&small, v), entries[n].2);
+            n += 1;
+        }
+        assert_eq!(n, entries.len());
+        let mut s = small.scanner(IoComponent::Compaction).unwrap();
+        let mut m = 0;
+        while let Some((k, _, v)) = s.next_entry().unwrap() {
+            assert_eq!(k, entries[m].0);
+            assert_eq!(opt(s.load_overflow(v).unwrap()), entries[m].2);
+            m += 1;
+        }
+        assert_eq!(m, entries.len());
+    }
+
+    #[test]
+    fn a_four_kib_leaf_keeps_a_medium_value_inline_and_holds_the_longest_key_of_any_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let f = io
+            .create(&dir.path().join(reader::file_name(7)), IoComponent::Flush)
+            .unwrap();
+        let mut b = LevelBuilder::new(f, 4096, 12288);
+        // A 1 KiB value (the default large_threshold) with a YCSB-sized key stays inline.
+        b.add(
+            b"a-short-key-of-24-bytes!",
+            9,
+            EntryValue::Bytes(&[5u8; 1024]),
+        )
+        .unwrap();
+        // The longest key, with the largest log pointer (the longest varints), the
+        // largest LSN, an overflow value, a tombstone and a value that just overflows.
+        let long = |c: u8| {
+            let mut k = vec![c; crate::options::MAX_KEY_SIZE];
+            k[0] = b'b';
+            k
+        };
+        let worst = LogPtr {
+            segment: u64::MAX,
+            offset: u64::MAX,
+            len: u32::MAX,
+        };
+        b.add(&long(1), u64::MAX, EntryValue::Medium(worst))
+            .unwrap();
+        b.add(&long(2), u64::MAX, EntryValue::Large(worst)).unwrap();
+        b.add(&long(3), u64::MAX, EntryValue::Tombstone).unwrap();
+        b.add(&long(4), u64::MAX, EntryValue::Bytes(&[6u8; 2000]))
+            .unwrap();
+        b.add(&long(5), u64::MAX, EntryValue::Deltas(&[7u8; 20]))
+            .unwrap();
+        b.finish().unwrap();
+        let lf = LevelFile::open(&io, dir.path(), 7, Arc::new(BlockCache::new(1 << 20))).unwrap();
+        assert_eq!(
+            lf.get(b"a-short-key-of-24-bytes!").unwrap().unwrap().1,
+            LevelValue::Inline(vec![5u8; 1024])
+        );
+        assert_eq!(
+            lf.get(&long(1)).unwrap().unwrap().1,
+            LevelValue::Medium(worst)
+        );
+        assert_eq!(
+            lf.get(&long(2)).unwrap().unwrap().1,
+            LevelValue::Large(worst)
+        );
+        assert_eq!(lf.get(&long(3)).unwrap().unwrap().1, LevelValue::Tombstone);
+        let (lsn, v) = lf.get(&long(4)).unwrap().unwrap();
+        assert_eq!(lsn, u64::MAX);
+        assert!(matches!(v, LevelValue::Overflow { len: 2000, .. }), "{v:?}");
+        assert_eq!(bytes(&lf, v), Some(vec![6u8; 2000]));
+        assert!(lf.get(&long(5)).unwrap().unwrap().1.is_deltas());
+    }
+
+    #[test]
+    fn a_key_too_long_for_the_leaf_size_is_an_error_naming_it_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        // Keys of 4096 bytes were accepted before MAX_KEY_SIZE was lowered.
+        let old = vec![b'k'; 4096];
+        for (leaf, fits) in [(4096, false), (8192, true)] {
+            let f = io
+                .create(
+                    &dir.path().join(reader::file_name(leaf as u64)),
+                    IoComponent::Flush,
+                )
+                .unwrap();
+            let mut b = LevelBuilder::new(f, leaf, 12288);
+            b.add(b"a", 1, EntryValue::Bytes(b"v")).unwrap();
+            let got = b.add(
+                &old,
+                2,
+                EntryValue::Large(LogPtr {
+                    segment: 1 << 40,
+                    offset: 1 << 40,
+                    len: 1 << 20,
+                }),
+            );
+            match got {
+                Ok(()) => assert!(fits, "a 4096-byte key went into a {leaf}-byte leaf"),
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(!fits, "{m}");
+                    assert!(
+                        m.contains("4096 bytes") && m.contains("leaf_size 8192"),
+                        "{m}"
+                    );
+                }
+                Err(e) => panic!("{e}"),
+            }
         }
     }
 

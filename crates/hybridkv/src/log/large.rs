@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::filename::FileKind;
 use crate::format::{crc32c, crc32c_append, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, WritableFile};
-use crate::options::{MAX_KEY_SIZE, MAX_VALUE_SIZE};
+use crate::options::MAX_VALUE_SIZE;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -659,7 +659,10 @@ fn spans_of<'a>(
 }
 
 /// Largest record a pointer can name: a header, the largest key and the largest value.
-const MAX_RECORD: usize = RECORD_HEADER + MAX_KEY_SIZE + MAX_VALUE_SIZE;
+/// Keys up to 4096 bytes were accepted before `MAX_KEY_SIZE` became 4000: records that
+/// hold them are still valid.
+const MAX_STORED_KEY: usize = 4096;
+const MAX_RECORD: usize = RECORD_HEADER + MAX_STORED_KEY + MAX_VALUE_SIZE;
 
 /// Rejects a pointer whose length no record can have, before a buffer is sized by it.
 pub(crate) fn check_ptr_len(ptr: LogPtr, path: &Path) -> Result<()> {
