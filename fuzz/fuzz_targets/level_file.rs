@@ -68,7 +68,7 @@ fuzz_target!(|input: &[u8]| {
         .collect();
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     rows.dedup_by(|a, b| a.0 == b.0);
-    let leaf = 8192 + usize::from(spec.leaf_pages % 4) * 4096;
+    let leaf = 4096 + usize::from(spec.leaf_pages % 5) * 4096;
     let index = 12288 + usize::from(spec.index_pages % 4) * 4096;
     let mut data = encode_level_file(&rows, leaf, index).expect("build");
     if spec.mutations.is_empty() && spec.truncate_blocks.is_none() {
