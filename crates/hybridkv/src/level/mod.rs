@@ -78,6 +78,27 @@ mod tests {
         opt(lf.load_overflow(v).unwrap())
     }
 
+    /// A cursor from the start and a scanner each yield exactly `entries`, in order.
+    fn walk_in_order(lf: &Arc<LevelFile>, entries: &[Entry]) {
+        let mut c = lf.cursor();
+        c.seek(Bound::Unbounded).unwrap();
+        let mut n = 0;
+        while let Some((k, lsn, v)) = c.next_entry().unwrap() {
+            assert_eq!((&k, lsn), (&entries[n].0, entries[n].1));
+            assert_eq!(bytes(lf, v), entries[n].2);
+            n += 1;
+        }
+        assert_eq!(n, entries.len());
+        let mut s = lf.scanner(IoComponent::Compaction).unwrap();
+        let mut m = 0;
+        while let Some((k, _, v)) = s.next_entry().unwrap() {
+            assert_eq!(k, entries[m].0);
+            assert_eq!(opt(s.load_overflow(v).unwrap()), entries[m].2);
+            m += 1;
+        }
+        assert_eq!(m, entries.len());
+    }
+
     fn key(i: u32) -> Vec<u8> {
         format!("user{:08}", i.wrapping_mul(2654435761) % 1_000_000_007).into_bytes()
     }
@@ -285,24 +306,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let entries = sample(20_000);
         let lf = build(dir.path(), 2, &entries);
+        walk_in_order(&lf, &entries);
         let mut c = lf.cursor();
-        c.seek(Bound::Unbounded).unwrap();
-        let mut n = 0;
-        while let Some((k, lsn, v)) = c.next_entry().unwrap() {
-            assert_eq!(k, entries[n].0);
-            assert_eq!(lsn, entries[n].1);
-            assert_eq!(bytes(&lf, v), entries[n].2);
-            n += 1;
-        }
-        assert_eq!(n, entries.len());
-        let mut s = lf.scanner(IoComponent::Compaction).unwrap();
-        let mut m = 0;
-        while let Some((k, _, v)) = s.next_entry().unwrap() {
-            assert_eq!(k, entries[m].0);
-            assert_eq!(opt(s.load_overflow(v).unwrap()), entries[m].2);
-            m += 1;
-        }
-        assert_eq!(m, entries.len());
         // Seeks land on the first key at or after the target.
         for probe in [0usize, 1, 777, entries.len() - 1] {
             let target = &entries[probe].0;
@@ -364,23 +369,7 @@ mod tests {
                 assert!(small.get(&k).unwrap().is_none());
             }
         }
-        let mut c = small.cursor();
-        c.seek(Bound::Unbounded).unwrap();
-        let mut n = 0;
-        while let Some((k, lsn, v)) = c.next_entry().unwrap() {
-            assert_eq!((&k, lsn), (&entries[n].0, entries[n].1));
-            assert_eq!(bytes(&small, v), entries[n].2);
-            n += 1;
-        }
-        assert_eq!(n, entries.len());
-        let mut s = small.scanner(IoComponent::Compaction).unwrap();
-        let mut m = 0;
-        while let Some((k, _, v)) = s.next_entry().unwrap() {
-            assert_eq!(k, entries[m].0);
-            assert_eq!(opt(s.load_overflow(v).unwrap()), entries[m].2);
-            m += 1;
-        }
-        assert_eq!(m, entries.len());
+        walk_in_order(&small, &entries);
     }
 
     #[test]
