@@ -164,8 +164,8 @@ pub struct Options {
     /// read that misses reads this many bytes of the leaves around it in its run (the
     /// pinned fences' group of `warm_read_bytes / leaf_size` leaves holding it, those back
     /// to back with it) in one device read and caches them; a medium value's record that
-    /// misses in a transient segment (sorted by key) is read with the records after it,
-    /// up to this many bytes, each cached. A device read costs about
+    /// misses in a transient segment (sorted by key, cached in 4 KiB blocks) is read with
+    /// the blocks after its own, up to this many bytes. A device read costs about
     /// the same processor time whatever its size up to tens of KiB (50 us for 8 KiB,
     /// 65 us for 64 KiB on this project's 2-core virtual machine, most of it the device
     /// notification and the wait), and a process that starts with a cold cache over
@@ -173,9 +173,10 @@ pub struct Options {
     /// once per group. Once the cache has less than this and a sixteenth of its budget
     /// free (the first time it does: reads around a leaf are for a cold cache), a miss reads
     /// its leaf alone, so neighbours rarely push out what reads use.
-    /// Files without a pinned index read their leaves alone, and large-log records (in
-    /// write order) are read alone. `Stats::warm_reads` and `warm_neighbours` count the
-    /// reads and the neighbours they cached. Default 64 KiB; `0`
+    /// Files without a pinned index read their leaves alone, a transient record's miss
+    /// its own block (or two, for a record across a block's end), and large-log records
+    /// (in write order) are read alone. `Stats::warm_reads` and `warm_neighbours` count
+    /// the reads and the neighbours (leaves, blocks) they cached. Default 64 KiB; `0`
     /// turns it off. At most 4 MiB. A database's setting (like `cache_bytes`).
     pub warm_read_bytes: usize,
     /// The operator that folds deltas written with `Db::merge` (or `WriteBatch::merge`)

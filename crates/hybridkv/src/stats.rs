@@ -154,10 +154,11 @@ pub struct Stats {
     pub cache_misses: u64,
     /// Bytes of pinned level indexes (`Options::pinned_index_bytes`), beside the cache.
     pub pinned_index_bytes: u64,
-    /// Reads of a missing leaf, or of a missing transient-log record, that read their
-    /// neighbours with them while the cache had room (`Options::warm_read_bytes`).
+    /// Reads of a missing leaf, or of a missing transient-log record's block, that read
+    /// their neighbours with them while the cache had room (`Options::warm_read_bytes`).
     pub warm_reads: u64,
-    /// Neighbouring leaves and transient-log records those reads put into the cache.
+    /// Neighbouring leaves and transient-segment blocks (4 KiB each) those reads put into
+    /// the cache.
     pub warm_neighbours: u64,
     /// Iterators opened (`Db::iter`, `Db::scan`, ...).
     pub scans: u64,

@@ -1,5 +1,6 @@
-//! The memory reads go through: the block cache (verified level nodes, and the log records
-//! gets and scans read, and what flushes and merges put in as they write it
+//! The memory reads go through: the block cache (verified level nodes, the log records
+//! gets and scans read, the 4 KiB blocks of sorted transient segments, whose records are
+//! checked as they are taken, and what flushes and merges put in as they write it
 //! (`Options::prepopulate_cache`), bounded by one byte budget) and the budget of pinned indexes (PinK's
 //! level pinning; the fences themselves live with the level files that pin them).
 //!
@@ -9,8 +10,9 @@
 //! [`BlockCache::warm_read_bytes`]); one per
 //! database, each keyspace reading through a view of it (`BlockCache::view`) that names its
 //! keyspace in every key. Never: the only copy of anything (every entry can be re-read from
-//! its file), and never holds an unverified node or record (an entry is either read and
-//! checked, or the very bytes this engine wrote at that offset). File ids (level files and log
+//! its file), and never lets an unverified node or record be used (an entry is either
+//! read and checked, or the very bytes this engine wrote at that offset, or a sorted
+//! segment's block as read, whose reader checks each record it takes from it). File ids (level files and log
 //! segments of a keyspace share one counter) are never reused within a keyspace, so
 //! entries of a deleted file can never be confused with a newer file's; they simply age out.
 
@@ -177,16 +179,21 @@ impl BlockCache {
     }
 
     pub(crate) fn get(&self, file: u64, offset: u64) -> Option<BlockBytes> {
-        let found = self
-            .shared
+        self.count(self.find(file, offset))
+    }
+
+    /// [`BlockCache::get`] without counting a hit or a miss (the entry is marked used):
+    /// for a lookup that may try a second entry before it knows its outcome, which it
+    /// then counts once ([`BlockCache::count`]).
+    pub(crate) fn find(&self, file: u64, offset: u64) -> Option<BlockBytes> {
+        self.shared
             .cache
             .as_ref()
-            .and_then(|c| c.get(&(self.keyspace, file, offset)));
-        self.count(found)
+            .and_then(|c| c.get(&(self.keyspace, file, offset)))
     }
 
     /// Counts a lookup as a hit or a miss; returns what it found.
-    fn count(&self, found: Option<BlockBytes>) -> Option<BlockBytes> {
+    pub(crate) fn count<T>(&self, found: Option<T>) -> Option<T> {
         let counter = if found.is_some() {
             &self.hits
         } else {

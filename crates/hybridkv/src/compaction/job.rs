@@ -665,26 +665,29 @@ mod tests {
         // 3000 medium bases of 300 bytes in one sorted transient segment (about 0.9 MiB).
         let n = 3000u32;
         let base = |i: u32| vec![b'a' + (i % 26) as u8; 300];
+        // Some bases are cached alone (the flush that wrote them put them in the cache).
+        let cache = Arc::new(BlockCache::new(4 << 20));
         let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 1).unwrap();
         let ptrs: Vec<_> = (0..n)
-            .map(|i| w.append(&key(i), &base(i), 10).unwrap())
+            .map(|i| match i {
+                0 | 1000 | 2000 => w.append_cached(&key(i), &base(i), 10, &cache).unwrap(),
+                _ => w.append(&key(i), &base(i), 10).unwrap(),
+            })
             .collect();
         w.commit(true).unwrap();
         drop(w);
-        // Some bases are cached (a get read them, with the records after them).
-        let cache = Arc::new(BlockCache::new(4 << 20));
         let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 1)
             .unwrap()
             .with_cache(Arc::clone(&cache));
-        for i in [0, 1000, 2000] {
-            assert_eq!(
-                seg.read_through_cache(ptrs[i], &key(i as u32)).unwrap(),
-                base(i as u32)
-            );
-        }
         let cached = |p: &crate::log::ptr::LogPtr| cache.contains(1, p.offset);
         let cached_before = ptrs.iter().filter(|p| cached(p)).count();
-        assert!(cached_before >= 3, "{cached_before} bases cached");
+        assert_eq!(cached_before, 3, "{cached_before} bases cached");
+        // A get reads its base's block (cached as a block, not as records).
+        assert_eq!(
+            seg.read_through_cache(ptrs[500], &key(500)).unwrap(),
+            base(500)
+        );
+        assert_eq!(ptrs.iter().filter(|p| cached(p)).count(), 3);
         let mut segments = SegmentSet::new();
         segments.insert(1, Arc::new(seg));
         // The older run points at the bases; the newer one holds a delta for every key.

@@ -287,8 +287,9 @@ pub(crate) struct SegmentFile {
     /// Where gets and scans keep the records they read (`read_through_cache`).
     cache: Option<Arc<BlockCache>>,
     /// A transient segment: its records are sorted by key and it is whole once opened
-    /// (written and synced before it is published), so a miss may read the records
-    /// after the one it wants ([`SegmentFile::read_records_from`]).
+    /// (written and synced before it is published), so it is cached in blocks: a miss
+    /// reads the block that holds its record, whose other records are the values of the
+    /// keys next to it ([`SegmentFile::read_blocks`]).
     sorted: bool,
     io: Io,
     obsolete: AtomicBool,
@@ -356,12 +357,12 @@ impl SegmentFile {
     /// from the file, and is then cached. Segment ids are file ids, never reused, so a
     /// record of a deleted segment can never answer for another file.
     pub(crate) fn read_through_cache(&self, ptr: LogPtr, key: &[u8]) -> Result<Bytes> {
-        if let Some(rec) = self.cached(ptr) {
-            return value_in(&rec, ptr, key, &self.path, false);
+        if let Some((rec, unchecked)) = self.cached(ptr) {
+            return value_in(&rec, ptr, key, &self.path, unchecked);
         }
         check_ptr_len(ptr, &self.path)?;
-        if let Some(value) = self.read_records_from(ptr, key) {
-            return Ok(value);
+        if let Some(value) = self.read_blocks(ptr, key) {
+            return value;
         }
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf)?;
@@ -378,8 +379,8 @@ impl SegmentFile {
     /// is the key's base still), else read alone and not cached, so it does not push out
     /// what later reads want.
     pub(crate) fn read_passing(&self, ptr: LogPtr, key: &[u8]) -> Result<Bytes> {
-        if let Some(rec) = self.cached(ptr) {
-            return value_in(&rec, ptr, key, &self.path, false);
+        if let Some((rec, unchecked)) = self.cached(ptr) {
+            return value_in(&rec, ptr, key, &self.path, unchecked);
         }
         check_ptr_len(ptr, &self.path)?;
         let mut buf = vec![0u8; ptr.len as usize];
@@ -387,50 +388,66 @@ impl SegmentFile {
         value_in(&Bytes::from(buf), ptr, key, &self.path, true)
     }
 
-    /// While the cache has room (`BlockCache::warm_read_bytes`), reads the record `ptr`
-    /// points at in a transient segment together with the records after it, up to that
-    /// many bytes and the end of the file, in one device read, and caches each record
-    /// that passes its checks, until the first that does not (a transient segment holds
-    /// a run's medium values in key order, so these are the values of the keys after
-    /// `key`: the leaf a get read holds them too, and a cold cache reads nearly all of
-    /// them). Returns the value of `key` when its record passed its checks; `None` when no
-    /// such read applies or it failed, and the caller then reads the record alone and
-    /// reports what that read finds.
-    fn read_records_from(&self, ptr: LogPtr, key: &[u8]) -> Option<Bytes> {
-        if !self.sorted {
+    /// For a sorted segment's record of at most a block: reads the
+    /// [`SEGMENT_BLOCK`]-aligned blocks that hold the record `ptr` points at (and, while the cache has room, the blocks after them up to
+    /// `BlockCache::warm_read_bytes`), caches each block whole, unchecked, and returns the
+    /// record's value, checked. A sorted segment holds a run's medium values in key
+    /// order, so a block holds the values of the keys next to `key`: of a recent run,
+    /// keys written together and likely read together. Its records are checked one by one
+    /// as gets take them ([`SegmentFile::cached`]), so damage in a block is reported by
+    /// the get of the damaged record alone. `None` when this read does not apply (not a
+    /// sorted segment, no cache, a pointer past the end) or fails: the caller then reads
+    /// the record alone and reports what that read finds.
+    fn read_blocks(&self, ptr: LogPtr, key: &[u8]) -> Option<Result<Bytes>> {
+        if !self.sorted || u64::from(ptr.len) > SEGMENT_BLOCK {
             return None;
         }
         let cache = self.cache.as_ref()?;
-        let end = ptr
-            .offset
-            .checked_add(cache.warm_read_bytes())?
-            .min(self.file.len());
-        let len = usize::try_from(end.checked_sub(ptr.offset)?).ok()?;
-        let first = ptr.len as usize;
-        // Worth it only if the window holds more than the one record.
-        if len < first.checked_add(RECORD_HEADER)? {
+        let file_len = self.file.len();
+        let rec_end = ptr.offset.checked_add(u64::from(ptr.len))?;
+        if rec_end > file_len || file_len >= BLOCK_TAG {
             return None;
         }
-        let mut buf = vec![0u8; len];
-        self.read_into(ptr, &mut buf).ok()?;
-        // Each record its own allocation: a cached record must not keep the window alive.
-        let rec = Bytes::copy_from_slice(buf.get(..first)?);
-        let value = value_in(&rec, ptr, key, &self.path, true).ok()?;
-        self.keep(ptr, rec);
-        let (mut at, mut added) = (first, 0);
-        while let Some(rest) = buf.get(at..) {
-            let Ok((_, total)) = parse_record(rest, false, true) else {
-                break; // the window's end, or damage: a read of that record reports it
-            };
-            let offset = ptr.offset + at as u64;
-            if total <= CACHE_RECORD_MAX && !cache.contains(self.id, offset) {
-                cache.insert(self.id, offset, Bytes::copy_from_slice(rest.get(..total)?));
-                added += 1;
+        let start = ptr.offset - ptr.offset % SEGMENT_BLOCK;
+        let own_end = rec_end.next_multiple_of(SEGMENT_BLOCK);
+        // The window's end on a block boundary too (the option may be any size), so
+        // that every block cached but the file's last is whole.
+        let window_end = start.saturating_add(cache.warm_read_bytes());
+        let end = own_end
+            .max(window_end - window_end % SEGMENT_BLOCK)
+            .min(file_len);
+        let mut buf = vec![0u8; usize::try_from(end - start).ok()?];
+        self.file.read_exact_at(start, &mut buf).ok()?;
+        let at = usize::try_from(ptr.offset - start).ok()?;
+        let rec_len = ptr.len as usize;
+        let mut value = None;
+        let mut added = 0;
+        for (i, block) in buf.chunks(SEGMENT_BLOCK as usize).enumerate() {
+            let offset = start + i as u64 * SEGMENT_BLOCK;
+            let ours = offset < rec_end;
+            if !ours && cache.contains(self.id, BLOCK_TAG | offset) {
+                continue;
             }
-            at += total;
+            // Each block its own allocation, weighed by its own length.
+            let block = Bytes::copy_from_slice(block);
+            if i == 0 && at + rec_len <= block.len() {
+                value = Some(value_in(
+                    &block.slice(at..at + rec_len),
+                    ptr,
+                    key,
+                    &self.path,
+                    true,
+                ));
+            }
+            cache.insert(self.id, BLOCK_TAG | offset, block);
+            added += u64::from(!ours);
         }
         cache.note_warm_read(added);
-        Some(value)
+        Some(value.unwrap_or_else(|| {
+            // The record crosses into the next block: copied out of the two.
+            let rec = Bytes::copy_from_slice(buf.get(at..at + rec_len).unwrap_or_default());
+            value_in(&rec, ptr, key, &self.path, true)
+        }))
     }
 
     /// The value of the record `ptr` points at, taken out of the block cache if it holds
@@ -443,12 +460,39 @@ impl SegmentFile {
         Some(value_in(&rec, ptr, key, &self.path, false))
     }
 
-    /// The record `ptr` points at, if the block cache holds one of its length.
-    fn cached(&self, ptr: LogPtr) -> Option<crate::cache::BlockBytes> {
-        self.cache
-            .as_ref()?
-            .get(self.id, ptr.offset)
-            .filter(|rec| rec.len() == ptr.len as usize)
+    /// The record `ptr` points at, if the block cache holds one of its length: cached
+    /// alone (checked when it was read), or, in a sorted segment, inside a cached block
+    /// (read unchecked: the flag says the record still needs its check). One lookup
+    /// counted, a hit if either held it.
+    fn cached(&self, ptr: LogPtr) -> Option<(crate::cache::BlockBytes, bool)> {
+        let cache = self.cache.as_ref()?;
+        let len = ptr.len as usize;
+        let alone = cache
+            .find(self.id, ptr.offset)
+            .filter(|rec| rec.len() == len)
+            .map(|rec| (rec, false));
+        let found = alone.or_else(|| {
+            if !self.sorted || ptr.offset >= BLOCK_TAG || u64::from(ptr.len) > SEGMENT_BLOCK {
+                return None;
+            }
+            let start = ptr.offset - ptr.offset % SEGMENT_BLOCK;
+            let at = usize::try_from(ptr.offset - start).ok()?;
+            let end = at.checked_add(len)?;
+            let block = cache.find(self.id, BLOCK_TAG | start)?;
+            if end <= block.len() {
+                return Some((block.slice(at..end), true));
+            }
+            // Across the end of its block (a record is at most a block: into the next
+            // one): copied out of the two.
+            let head = block.get(at..)?;
+            let next = cache.find(self.id, BLOCK_TAG | start.checked_add(SEGMENT_BLOCK)?)?;
+            let tail = next.get(..len.checked_sub(head.len())?)?;
+            let mut rec = Vec::with_capacity(len);
+            rec.extend_from_slice(head);
+            rec.extend_from_slice(tail);
+            Some((Bytes::from(rec), true))
+        });
+        cache.count(found)
     }
 
     /// Caches a record that passed its checks (not one over [`CACHE_RECORD_MAX`]). `rec`
@@ -503,7 +547,9 @@ impl SegmentFile {
                 continue;
             }
             match seg.cached(ptr) {
-                Some(rec) => out.push(Some(value_in(&rec, ptr, key, &seg.path, false))),
+                Some((rec, unchecked)) => {
+                    out.push(Some(value_in(&rec, ptr, key, &seg.path, unchecked)))
+                }
                 None => {
                     out.push(None);
                     to_read.push(i);
@@ -605,6 +651,14 @@ fn give_back_span_buffers(bufs: Vec<Vec<u8>>) {
         }
     });
 }
+
+/// A sorted (transient) segment is cached in blocks of this many bytes, aligned to it
+/// (the last one ends with the file): the device's page, a leaf's default size.
+const SEGMENT_BLOCK: u64 = 4096;
+
+/// Set in the cache offset of a segment block, so that the block at an offset and the
+/// record cached alone at the same offset are two entries (no segment reaches this size).
+const BLOCK_TAG: u64 = 1 << 63;
 
 /// Records larger than this are not kept in the block cache: one long scan of large values
 /// must not push out the leaves and records that gets reuse.
@@ -1117,6 +1171,107 @@ mod tests {
             assert_eq!(v.len(), CACHE_RECORD_MAX + 1);
         }
         assert_eq!(reads(), r0 + 2);
+    }
+
+    #[test]
+    fn a_sorted_segment_is_cached_in_blocks_whose_records_are_checked_as_gets_take_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 3).unwrap();
+        let key = |i: usize| format!("k{i:03}").into_bytes();
+        let value = |i: usize| vec![i as u8; 200];
+        // 100 records of 224 bytes: 18 to a block, the last block partial.
+        let ptrs: Vec<LogPtr> = (0..100)
+            .map(|i| w.append(&key(i), &value(i), i as u64).unwrap())
+            .collect();
+        w.commit(true).unwrap();
+        let in_block = |p: &LogPtr| p.offset / SEGMENT_BLOCK;
+        let whole = |p: &LogPtr| in_block(p) == (p.offset + u64::from(p.len) - 1) / SEGMENT_BLOCK;
+        // Damage a record of the third block that crosses into no other block.
+        let victim = (0..100)
+            .find(|&i| in_block(&ptrs[i]) == 2 && whole(&ptrs[i]) && whole(&ptrs[i - 1]))
+            .unwrap();
+        let path = dir.path().join(SegmentKind::Transient.file_name(3));
+        let mut data = std::fs::read(&path).unwrap();
+        data[ptrs[victim].offset as usize + RECORD_HEADER + 4 + 100] ^= 1;
+        std::fs::write(&path, &data).unwrap();
+
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 3)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let reads = || io.stats().snapshot().read_ops_by(IoComponent::TransientLog);
+        let get = |i: usize| seg.read_through_cache(ptrs[i], &key(i));
+        // The first record's read caches its block: every record wholly inside it is
+        // then served from memory, each lookup counted once.
+        assert_eq!(get(0).unwrap(), value(0));
+        assert_eq!((reads(), cache.hits_and_misses()), (1, (0, 1)));
+        let first_block: Vec<usize> = (0..100)
+            .filter(|&i| in_block(&ptrs[i]) == 0 && whole(&ptrs[i]))
+            .collect();
+        assert!(first_block.len() >= 17, "{first_block:?}");
+        for &i in &first_block {
+            assert_eq!(get(i).unwrap(), value(i), "record {i}");
+        }
+        let n = first_block.len() as u64;
+        assert_eq!((reads(), cache.hits_and_misses()), (1, (n, 1)));
+        // A record across a block boundary is read with both blocks, then served from
+        // the two cached blocks, as is every record of the second block.
+        let across = (0..100).find(|&i| !whole(&ptrs[i])).unwrap();
+        assert_eq!(get(across).unwrap(), value(across));
+        assert_eq!(reads(), 2);
+        assert!(
+            !cache.contains(3, ptrs[across].offset),
+            "cached alone as well"
+        );
+        assert_eq!(get(across).unwrap(), value(across));
+        for i in (0..100).filter(|&i| in_block(&ptrs[i]) == 1 && whole(&ptrs[i])) {
+            assert_eq!(get(i).unwrap(), value(i), "record {i}");
+        }
+        assert_eq!(reads(), 2, "the record across blocks came from the cache");
+        // The damaged record's neighbour brings in its block; the damage is reported by
+        // the damaged record's own get alone, from memory, and its other neighbour is
+        // served.
+        assert_eq!(get(victim - 1).unwrap(), value(victim - 1));
+        let r = reads();
+        assert!(get(victim).unwrap_err().is_corruption());
+        assert!(get(victim).unwrap_err().is_corruption());
+        if whole(&ptrs[victim + 1]) {
+            assert_eq!(get(victim + 1).unwrap(), value(victim + 1));
+        }
+        assert_eq!(
+            reads(),
+            r,
+            "the damaged record was reported from its cached block"
+        );
+        // A cached block still answers only for a record's own key and length.
+        assert!(seg
+            .read_through_cache(ptrs[victim - 1], b"k999")
+            .unwrap_err()
+            .is_corruption());
+        let shorter = LogPtr {
+            len: ptrs[1].len - 1,
+            ..ptrs[1]
+        };
+        assert!(seg
+            .read_through_cache(shorter, &key(1))
+            .unwrap_err()
+            .is_corruption());
+        // The last block ends with the file; every record reads its value.
+        assert_eq!(get(99).unwrap(), value(99));
+        for i in (0..100).filter(|&i| i != victim) {
+            assert_eq!(get(i).unwrap(), value(i), "record {i}");
+        }
+        let blocks = (ptrs[99].offset + u64::from(ptrs[99].len)).div_ceil(SEGMENT_BLOCK);
+        assert!(
+            reads() <= blocks + 2,
+            "{} reads for {blocks} blocks",
+            reads()
+        );
+        // A record read for the last time (a fold's base) is served by its block too.
+        let r = reads();
+        assert_eq!(seg.read_passing(ptrs[50], &key(50)).unwrap(), value(50));
+        assert_eq!(reads(), r);
     }
 
     #[test]
