@@ -157,8 +157,8 @@ pub struct Stats {
     /// Reads of a missing leaf, or of a missing transient-log record's block, that read
     /// their neighbours with them while the cache had room (`Options::warm_read_bytes`).
     pub warm_reads: u64,
-    /// Neighbouring leaves and transient-segment blocks (4 KiB each) those reads put into
-    /// the cache.
+    /// Neighbouring leaves and transient-segment blocks (4 KiB, the last of a segment
+    /// shorter) those reads put into the cache.
     pub warm_neighbours: u64,
     /// Iterators opened (`Db::iter`, `Db::scan`, ...).
     pub scans: u64,
