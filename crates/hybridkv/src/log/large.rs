@@ -390,13 +390,14 @@ impl SegmentFile {
     }
 
     /// For a sorted segment's record of at most a block: reads the
-    /// [`SEGMENT_BLOCK`]-aligned blocks that hold the record `ptr` points at (and, while the cache has room, the blocks after them up to
-    /// `BlockCache::warm_read_bytes`), caches each block whole, unchecked, and returns the
-    /// record's value, checked. A sorted segment holds a run's medium values in key
-    /// order, so a block holds the values of the keys next to `key`: of a recent run,
-    /// keys written together and likely read together. Its records are checked one by one
-    /// as gets take them ([`SegmentFile::cached`]), so damage in a block is reported by
-    /// the get of the damaged record alone. `None` when this read does not apply (not a
+    /// [`SEGMENT_BLOCK`]-aligned blocks that hold the record `ptr` points at (and, while
+    /// the cache has room, the blocks after them up to `BlockCache::warm_read_bytes`),
+    /// caches each block whole, unchecked, and returns the record's value, checked. A
+    /// sorted segment holds a run's medium values in key order, so a block holds the
+    /// values of the keys next to `key`: of a recent run, keys written together and
+    /// likely read together. Its records are checked one by one as gets take them
+    /// ([`SegmentFile::cached_value`]), so damage in a block is reported by the get of
+    /// the damaged record alone. `None` when this read does not apply (not a
     /// sorted segment, no cache, a pointer past the end) or fails: the caller then reads
     /// the record alone and reports what that read finds.
     fn read_blocks(&self, ptr: LogPtr, key: &[u8]) -> Option<Result<Bytes>> {
@@ -423,27 +424,24 @@ impl SegmentFile {
         let rec_len = ptr.len as usize;
         let mut value = None;
         let mut added = 0;
-        for (i, block) in buf.chunks(SEGMENT_BLOCK as usize).enumerate() {
+        for (i, chunk) in buf.chunks(SEGMENT_BLOCK as usize).enumerate() {
             let offset = start + i as u64 * SEGMENT_BLOCK;
-            let ours = offset < rec_end;
+            // The first block, when it holds the record whole: its value is a view of it.
+            let holds_record = i == 0 && at + rec_len <= chunk.len();
             let held = cache.contains(self.id, BLOCK_TAG | offset);
-            if held && !(i == 0 && at + rec_len <= block.len()) {
+            if held && !holds_record {
                 continue;
             }
             // Each block its own allocation, weighed by its own length.
-            let block = Bytes::copy_from_slice(block);
-            if i == 0 && at + rec_len <= block.len() {
-                value = Some(value_in(
-                    &block.slice(at..at + rec_len),
-                    ptr,
-                    key,
-                    &self.path,
-                    true,
-                ));
+            let block = Bytes::copy_from_slice(chunk);
+            if holds_record {
+                let rec = block.slice(at..at + rec_len);
+                value = Some(value_in(&rec, ptr, key, &self.path, true));
             }
             if !held {
                 cache.insert(self.id, BLOCK_TAG | offset, block);
-                added += u64::from(!ours);
+                // A neighbour: a block past the record's own.
+                added += u64::from(offset >= rec_end);
             }
         }
         cache.note_warm_read(added);
@@ -485,12 +483,13 @@ impl SegmentFile {
         if let Some(rec) = cache.find(self.id, ptr.offset).filter(|r| r.len() == len) {
             return cache.count(Some(value_in(&rec, ptr, key, &self.path, false)));
         }
-        let found = self.in_blocks(cache, ptr).and_then(|(rec, blocks)| {
+        let found = self.in_blocks(cache, ptr).and_then(|(rec, first, across)| {
             match value_in(&rec, ptr, key, &self.path, true) {
                 Ok(value) => Some(Ok(value)),
                 Err(_) => {
-                    for offset in blocks {
-                        cache.forget(self.id, BLOCK_TAG | offset);
+                    cache.forget(self.id, BLOCK_TAG | first);
+                    if across {
+                        cache.forget(self.id, BLOCK_TAG | (first + SEGMENT_BLOCK));
                     }
                     None
                 }
@@ -500,9 +499,9 @@ impl SegmentFile {
     }
 
     /// The bytes of record `ptr` inside the cached blocks of this sorted segment
-    /// (unchecked), with the offsets of the one or two blocks they came from: a view of
-    /// the block, or a copy out of the two when the record crosses a block's end.
-    fn in_blocks(&self, cache: &BlockCache, ptr: LogPtr) -> Option<(Bytes, Vec<u64>)> {
+    /// (unchecked), with the offset of the block holding its start and whether it
+    /// crosses into the next one: a view of the block, or a copy out of the two.
+    fn in_blocks(&self, cache: &BlockCache, ptr: LogPtr) -> Option<(Bytes, u64, bool)> {
         if !self.sorted || u64::from(ptr.len) > SEGMENT_BLOCK {
             return None;
         }
@@ -512,7 +511,7 @@ impl SegmentFile {
         let end = at.checked_add(len)?;
         let block = cache.find(self.id, BLOCK_TAG | start)?;
         if end <= block.len() {
-            return Some((block.slice(at..end), vec![start]));
+            return Some((block.slice(at..end), start, false));
         }
         // Across the end of its block (a record is at most a block: into the next one).
         // Only a whole block has a next one.
@@ -526,7 +525,7 @@ impl SegmentFile {
         let mut rec = Vec::with_capacity(len);
         rec.extend_from_slice(head);
         rec.extend_from_slice(tail);
-        Some((Bytes::from(rec), vec![start, second]))
+        Some((Bytes::from(rec), start, true))
     }
 
     /// Caches a record that passed its checks (not one over [`CACHE_RECORD_MAX`]). `rec`
