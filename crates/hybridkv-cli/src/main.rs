@@ -1,5 +1,6 @@
 //! `hybridkv`: inspect a database, run the YCSB benchmark and the load-and-read demo.
 
+mod allocator;
 mod bench;
 mod demo;
 mod scaling;
