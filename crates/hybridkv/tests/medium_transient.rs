@@ -135,6 +135,19 @@ fn upper_mediums_reopened(dir: &std::path::Path, n: u32, warm: usize) -> (Db, Ve
 
 /// [`upper_mediums_reopened`] on whatever file system `open` opens the database on.
 fn upper_mediums_reopened_on(open: impl Fn(Options) -> Db, n: u32, warm: usize) -> (Db, Vec<u32>) {
+    upper_mediums_reopened_as(open, n, |o| Options {
+        warm_read_bytes: warm,
+        ..o
+    })
+}
+
+/// [`upper_mediums_reopened_on`], reopened with the options `reopen` makes of the ones the
+/// database was written with.
+fn upper_mediums_reopened_as(
+    open: impl Fn(Options) -> Db,
+    n: u32,
+    reopen: impl Fn(Options) -> Options,
+) -> (Db, Vec<u32>) {
     // A memtable that holds a whole round: the last round's flush is one L1 run.
     let opts = || Options {
         memtable_size: 4 << 20,
@@ -161,10 +174,7 @@ fn upper_mediums_reopened_on(open: impl Fn(Options) -> Db, n: u32, warm: usize) 
         "{s}"
     );
     drop(db);
-    let db = open(Options {
-        warm_read_bytes: warm,
-        ..opts()
-    });
+    let db = open(reopen(opts()));
     let mut order: Vec<u32> = (n..2 * n).collect();
     order.sort_by_key(|&i| key(i));
     (db, order)
@@ -203,6 +213,47 @@ fn a_cold_get_of_a_medium_value_caches_its_block_and_the_blocks_after_it_while_t
     // the cache fills.
     assert!(reads[0] > 0 && reads[0] * 8 <= u64::from(n), "{reads:?}");
     assert!(reads[1] * 8 <= reads[0], "{reads:?}");
+}
+
+/// Without a cache (`cache_bytes` 0) nothing is read in blocks or around a record: every
+/// get of a medium value in a transient segment reads its record alone, each time, and
+/// gets, a second pass and a scan all return the values written.
+#[test]
+fn without_a_cache_each_get_of_a_medium_value_reads_its_record_alone() {
+    let n = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let (db, order) = upper_mediums_reopened_as(
+        |o| Db::open(dir.path(), o).unwrap(),
+        n,
+        |o| Options {
+            cache_bytes: 0,
+            warm_read_bytes: 64 << 10,
+            ..o
+        },
+    );
+    let transient_bytes = || {
+        db.stats()
+            .unwrap()
+            .io
+            .read_by(hybridkv::io::IoComponent::TransientLog)
+    };
+    for pass in 0..2 {
+        let (before, bytes_before) = (transient_reads(&db), transient_bytes());
+        for &i in &order {
+            assert_eq!(db.get(key(i)).unwrap(), Some(medium(i, 4)), "key {i}");
+        }
+        let reads = transient_reads(&db) - before;
+        assert_eq!(reads, u64::from(n), "pass {pass}: one read per get");
+        // Records of 150 to 350 value bytes plus key and header: far from a 4 KiB block.
+        let bytes = transient_bytes() - bytes_before;
+        assert!(bytes < u64::from(n) * 512, "pass {pass}: {bytes} bytes read");
+    }
+    let s = db.stats().unwrap();
+    assert_eq!((s.warm_reads, s.warm_neighbours, s.cache_hits), (0, 0, 0), "{s}");
+    let scanned: BTreeMap<_, _> = db.iter().map(|r| r.unwrap()).collect();
+    for &i in &order {
+        assert_eq!(scanned.get(&key(i)), Some(&medium(i, 4)), "key {i}");
+    }
 }
 
 /// Threads that miss on the same blocks at once each read and cache them; every get sees
