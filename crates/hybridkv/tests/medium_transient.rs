@@ -246,10 +246,17 @@ fn without_a_cache_each_get_of_a_medium_value_reads_its_record_alone() {
         assert_eq!(reads, u64::from(n), "pass {pass}: one read per get");
         // Records of 150 to 350 value bytes plus key and header: far from a 4 KiB block.
         let bytes = transient_bytes() - bytes_before;
-        assert!(bytes < u64::from(n) * 512, "pass {pass}: {bytes} bytes read");
+        assert!(
+            bytes < u64::from(n) * 512,
+            "pass {pass}: {bytes} bytes read"
+        );
     }
     let s = db.stats().unwrap();
-    assert_eq!((s.warm_reads, s.warm_neighbours, s.cache_hits), (0, 0, 0), "{s}");
+    assert_eq!(
+        (s.warm_reads, s.warm_neighbours, s.cache_hits),
+        (0, 0, 0),
+        "{s}"
+    );
     let scanned: BTreeMap<_, _> = db.iter().map(|r| r.unwrap()).collect();
     for &i in &order {
         assert_eq!(scanned.get(&key(i)), Some(&medium(i, 4)), "key {i}");
