@@ -420,6 +420,10 @@ impl SegmentFile {
             .min(file_len);
         let mut buf = vec![0u8; usize::try_from(end - start).ok()?];
         self.file.read_exact_at(start, &mut buf).ok()?;
+        let buf = Bytes::from(buf);
+        // A read of one block is that block, as read; several are split into blocks of
+        // their own allocation, each weighed by its own length and evicted alone.
+        let single = buf.len() as u64 <= SEGMENT_BLOCK;
         let at = usize::try_from(ptr.offset - start).ok()?;
         let rec_len = ptr.len as usize;
         let mut value = None;
@@ -432,8 +436,11 @@ impl SegmentFile {
             if held && !holds_record {
                 continue;
             }
-            // Each block its own allocation, weighed by its own length.
-            let block = Bytes::copy_from_slice(chunk);
+            let block = if single {
+                buf.clone()
+            } else {
+                Bytes::copy_from_slice(chunk)
+            };
             if holds_record {
                 let rec = block.slice(at..at + rec_len);
                 value = Some(value_in(&rec, ptr, key, &self.path, true));
