@@ -284,6 +284,19 @@ fn main() {
     }
     let n_opts = o.n;
 
+    let mut o = Out::new("cache_hints");
+    let hinted = [
+        vec![],
+        vec![(0, 7, 4096, 4096), (0, 7, 8192, 4096), (0, 9, 700, 1030)],
+        vec![(0, 3, (1 << 63) | 4096, 4096), (2, 11, 0, 8192), (2, 12, 123_456, 1500)],
+    ];
+    for h in &hinted {
+        let b = encode_cache_hints(h);
+        o.add(Some(0), &b);
+        o.add(Some(1), &b);
+    }
+    let n_hints = o.n;
+
     let mut o = Out::new("ops_vs_model");
     for s in 0..12 {
         o.add(None, &noise(s, 48 + 40 * s as usize));
@@ -293,6 +306,6 @@ fn main() {
     println!(
         "seeds: batch {n_batch}, log_ptr {n_ptr}, wal_chunk {n_wal}, log_segment {n_seg}, \
          level_node {n_node}, level_footer {n_footer}, level_file {n_file}, manifest {n_man}, \
-         options_file {n_opts}, ops_vs_model {n_ops}"
+         options_file {n_opts}, cache_hints {n_hints}, ops_vs_model {n_ops}"
     );
 }

@@ -182,3 +182,11 @@ pub fn fix_level_file(data: &mut [u8]) {
         pos += size;
     }
 }
+
+/// Rewrites a cache hint file's checksum (its last four bytes, over everything before).
+pub fn fix_cache_hints(data: &mut [u8]) {
+    if let Some(body) = data.len().checked_sub(4) {
+        let crc = crc32c::crc32c(&data[..body]);
+        put_u32(data, body, crc);
+    }
+}

@@ -136,6 +136,8 @@ pub struct BenchOptions {
     pub read_spin_us: Option<u32>,
     /// hybridkv's leaf size in bytes (`None`: its default).
     pub leaf_size: Option<usize>,
+    /// Whether hybridkv reloads its cache at open (`None`: its default).
+    pub reload_cache: Option<bool>,
 }
 
 /// The workload spec and its name for the results, from a core letter or a property file.
@@ -204,6 +206,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         warm_read_bytes: opts.warm_read_bytes,
         read_spin_us: opts.read_spin_us,
         leaf_size: opts.leaf_size,
+        reload_cache: opts.reload_cache,
     }
 }
 

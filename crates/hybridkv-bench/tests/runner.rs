@@ -29,6 +29,7 @@ fn config() -> EngineConfig {
         warm_read_bytes: None,
         read_spin_us: None,
         leaf_size: None,
+        reload_cache: None,
     }
 }
 
@@ -429,6 +430,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         warm_read_bytes: None,
         read_spin_us: None,
         leaf_size: None,
+        reload_cache: None,
     };
     let mut out = Vec::new();
     let records = hybridkv_bench::run_bench(&opts, &mut out).unwrap();

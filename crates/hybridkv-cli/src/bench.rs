@@ -172,6 +172,11 @@ pub struct RunArgs {
     /// engine's default (64 KiB). The peers are unchanged.
     #[arg(long)]
     pub warm_read_bytes: Option<u64>,
+    /// Whether hybridkv reads back at open what its cache held at the last close
+    /// (`Options::reload_cache`). Default: the engine's default (on). The peers are
+    /// unchanged.
+    #[arg(long, value_parser = ["on", "off"])]
+    pub reload_cache: Option<String>,
     /// Microseconds hybridkv spins on a direct read's completion before it sleeps
     /// (`Options::read_spin_us`; 0 sleeps at once). Default: the engine's default
     /// (200). The peers are unchanged.
@@ -380,6 +385,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         warm_read_bytes: a.warm_read_bytes,
         read_spin_us: a.read_spin_us,
         leaf_size: a.leaf_size,
+        reload_cache: a.reload_cache.as_deref().map(|v| v == "on"),
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -80,6 +80,13 @@ impl Db {
             for k in spaces.open.values_mut() {
                 k.threads = spawn_threads(&k.engine)?;
             }
+            let engines = std::iter::once(Arc::clone(&shared.root))
+                .chain(spaces.open.values().map(|k| Arc::clone(&k.engine)))
+                .collect();
+            if let Some((thread, done)) = crate::reload::start(&shared.io, &shared.dir, engines) {
+                *shared.reload_thread.lock() = Some(thread);
+                *shared.reload_done.lock() = done;
+            }
         }
         Ok(Db {
             default: Keyspace {
@@ -119,6 +126,8 @@ impl Db {
             dir: dir.to_path_buf(),
             opts,
             root_threads: Mutex::new(Vec::new()),
+            reload_thread: Mutex::new(None),
+            reload_done: Mutex::new(Arc::new(crate::reload::ReloadDone::ended())),
             spaces: Mutex::new(Keyspaces { catalog, open }),
         })
     }
@@ -428,6 +437,15 @@ impl Db {
     /// tail of zeros left behind. Dropping the last handle instead only logs it.
     pub fn close(self) -> Result<()> {
         self.default.shared.shutdown()
+    }
+
+    /// Blocks until the cache's reload started at open (`Options::reload_cache`) has
+    /// ended: every entry the last close named that was still live and had room is in the
+    /// cache. Returns at once when no reload runs (none started, it ended, or the
+    /// database was closed). Reads need not wait: they are served meanwhile.
+    pub fn wait_for_cache_reload(&self) {
+        let done = Arc::clone(&self.default.shared.reload_done.lock());
+        done.wait();
     }
 
     /// The database directory.

@@ -679,3 +679,31 @@ pub fn encode_filter(bits_per_key: u32, keys: &[&[u8]]) -> Vec<u8> {
     }
     b.encode()
 }
+
+/// Decodes a cache hint file (`CACHE_HINTS`): `Ok` holds its entries as (keyspace, file
+/// id, tag, length), in the file's order; `Err` says why it was refused.
+pub fn decode_cache_hints(data: &[u8]) -> std::result::Result<Vec<(u32, u64, u64, u32)>, String> {
+    crate::cache::hints::decode(data)
+        .map(|entries| {
+            entries
+                .into_iter()
+                .map(|e| (e.keyspace, e.file, e.tag, e.len))
+                .collect()
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// Encodes a cache hint file naming `entries` ((keyspace, file id, tag, length)).
+pub fn encode_cache_hints(entries: &[(u32, u64, u64, u32)]) -> Vec<u8> {
+    crate::cache::hints::encode(
+        entries
+            .iter()
+            .map(|&(keyspace, file, tag, len)| crate::cache::HintedEntry {
+                keyspace,
+                file,
+                tag,
+                len,
+            })
+            .collect(),
+    )
+}

@@ -319,6 +319,8 @@ impl Keyspace {
         s.cache_bytes = e.cache.used_bytes();
         (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();
         (s.warm_reads, s.warm_neighbours) = e.cache.warm_reads_and_neighbours();
+        (s.cache_reloaded, s.cache_reload_bytes) = e.cache.reloaded();
+        s.cache_hints_rejected = e.cache.hints_rejected();
         s.pinned_index_bytes = e.cache.pins().used();
         s.delta_buckets = sv.version.buckets.slots.len();
         s.delta_bucket_bytes = sv.version.buckets.bytes();

@@ -52,6 +52,7 @@ mod placement;
 mod range_delete;
 mod read;
 mod recovery;
+mod reload;
 mod snapshot;
 mod space;
 mod stats;

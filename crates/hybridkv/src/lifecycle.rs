@@ -3,8 +3,8 @@
 //! closing it all.
 //!
 //! Owns: starting a keyspace's background threads, stopping them, and the order of a close
-//! (refuse every entry point, join the threads, hand the log's tail to the OS, seal the
-//! I/O, release the directory lock). Never: opens, creates or drops a keyspace (`db`
+//! (refuse every entry point, join the threads, name the cache's entries for the next
+//! open, hand the log's tail to the OS, seal the I/O, release the directory lock). Never: opens, creates or drops a keyspace (`db`
 //! does), or serves a read or write.
 
 use crate::catalog::Catalog;
@@ -42,6 +42,11 @@ pub(crate) struct Shared {
     /// operator from them).
     pub opts: Options,
     pub root_threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The thread reading back the cache's entries of the last close (`crate::reload`),
+    /// joined at close.
+    pub reload_thread: Mutex<Option<JoinHandle<()>>>,
+    /// Whether that reload has ended (`Db::wait_for_cache_reload`).
+    pub reload_done: Mutex<Arc<crate::reload::ReloadDone>>,
     /// Taken alone (never under another lock of the engine's).
     pub spaces: Mutex<Keyspaces>,
 }
@@ -67,6 +72,14 @@ impl Shared {
             for t in k.threads.drain(..) {
                 let _ = t.join();
             }
+        }
+        if let Some(t) = self.reload_thread.lock().take() {
+            let _ = t.join();
+        }
+        // The first close of a writable open (the one holding the directory lock) names
+        // what the cache holds for the next open; a poisoned one does not.
+        if self.root.dir_lock.lock().is_some() && !self.root.poisoned.load(Ordering::Acquire) {
+            crate::reload::write_hints(&self.io, &self.dir, &self.root);
         }
         // Hand the acknowledged-but-buffered tail to the OS before letting go (a write
         // acknowledged has been handed over already; this is belt and braces). The logs

@@ -107,7 +107,11 @@ impl LiveFiles {
             }
         }
         let live = match file {
-            DbFile::Manifest | DbFile::Options | DbFile::Lock | DbFile::Keyspaces => true,
+            DbFile::Manifest
+            | DbFile::Options
+            | DbFile::CacheHints
+            | DbFile::Lock
+            | DbFile::Keyspaces => true,
             DbFile::Temp => false,
             DbFile::Numbered(FileKind::Level, id) => self.runs.contains(&id),
             DbFile::Numbered(FileKind::SmallLog, id) => id >= self.log_min_id,

@@ -179,6 +179,21 @@ pub struct Options {
     /// the reads and the neighbours (leaves, blocks) they cached. Default 64 KiB; `0`
     /// turns it off. At most 4 MiB. A database's setting (like `cache_bytes`).
     pub warm_read_bytes: usize,
+    /// A warm restart: at a clean close the database records which entries its node
+    /// cache holds (their files, offsets and lengths, not their bytes) in the file
+    /// `CACHE_HINTS`, and the next open starts a thread that reads them back into the
+    /// cache (adjacent ones in one device read, 16 reads at a time), so that a restarted
+    /// process serves the working set of the last one from memory within seconds instead
+    /// of one device read per miss. Each entry is checked as a read would check it;
+    /// entries of files no longer live are skipped; the reload stops once the cache has
+    /// a sixteenth of its budget free, and never evicts what reads bring in meanwhile
+    /// (while it runs, a miss reads its leaf alone, without `warm_read_bytes`' group).
+    /// The hint file is advice: one that is missing, damaged or stale costs nothing but
+    /// the reload (`Stats::cache_hints_rejected`); `Stats::cache_reloaded` and
+    /// `cache_reload_bytes` count what was read back, and `Db::wait_for_cache_reload`
+    /// waits for it. Not for read-only opens, which neither read nor write hints.
+    /// Default on; no effect without a cache. A database's setting (like `cache_bytes`).
+    pub reload_cache: bool,
     /// The operator that folds deltas written with `Db::merge` (or `WriteBatch::merge`)
     /// into values: on reads, and at flushes, compactions and GC relocations. `None`
     /// (default): `merge` is refused, and reading a key that holds deltas fails with
@@ -246,6 +261,7 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             pinned_index_bytes: 256 << 20,
             warm_read_bytes: 64 << 10,
+            reload_cache: true,
             merge_operator: None,
             fold_on_read: true,
             delta_separation: false,

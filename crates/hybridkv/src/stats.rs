@@ -160,6 +160,16 @@ pub struct Stats {
     /// Neighbouring leaves and transient-segment blocks (4 KiB, the last of a segment
     /// shorter) those reads put into the cache.
     pub warm_neighbours: u64,
+    /// Cache entries this keyspace read back at open from the entries the cache held at
+    /// the last close (`Options::reload_cache`).
+    pub cache_reloaded: u64,
+    /// Bytes those reloads read from their files (spans of nodes and records, and the
+    /// gaps of at most 4 KiB between them read with them); counted in the I/O
+    /// components of the files read, too.
+    pub cache_reload_bytes: u64,
+    /// Hint files found damaged or of an unknown version at open and ignored (the
+    /// default keyspace's count; nothing was reloaded from them).
+    pub cache_hints_rejected: u64,
     /// Iterators opened (`Db::iter`, `Db::scan`, ...).
     pub scans: u64,
     /// Bytes of small-log files on disk (the database's one small log, shared by its
@@ -368,6 +378,13 @@ impl fmt::Display for Stats {
             100.0 * self.cache_hit_ratio(),
             self.warm_reads,
             self.warm_neighbours
+        )?;
+        writeln!(
+            f,
+            "cache reload at open: {} entries, {:.1} MiB read; {} hint files rejected",
+            self.cache_reloaded,
+            mib(self.cache_reload_bytes),
+            self.cache_hints_rejected
         )?;
         writeln!(f, "small log on disk: {:.1} MiB", mib(self.wal_file_bytes))?;
         writeln!(

@@ -18,6 +18,8 @@ fn opts() -> Options {
         max_levels: 3,
         cache_bytes: 4 << 20,
         gc_interval: std::time::Duration::from_secs(3600),
+        // These tests count the reads of a cold cache after a reopen.
+        reload_cache: false,
         ..Options::default()
     }
 }

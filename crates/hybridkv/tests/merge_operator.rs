@@ -548,7 +548,11 @@ fn a_large_value_written_back_by_a_read_is_read_again_from_memory() {
     assert_eq!(db.stats().unwrap().lookup_reads(), before);
     // Still what the log holds: after a reopen (empty cache) the same bytes are read.
     drop(db);
-    let db = Db::open(dir.path(), two_runs_in_l1(Arc::new(Append))).unwrap();
+    let cold = Options {
+        reload_cache: false,
+        ..two_runs_in_l1(Arc::new(Append))
+    };
+    let db = Db::open(dir.path(), cold).unwrap();
     assert_eq!(db.get("k").unwrap(), Some(want));
     let report = db.check().unwrap();
     assert!(report.is_ok(), "{report:?}");

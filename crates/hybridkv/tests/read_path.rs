@@ -138,6 +138,8 @@ fn a_scan_of_large_values_read_in_batches_matches_gets_and_stops_at_damage() {
             memtable_size: 256 << 10,
             direct_io: direct,
             mmap_reads: mapped,
+            // A new open's cache starts empty: these reads are counted.
+            reload_cache: false,
             ..Options::default()
         };
         let db = Db::open(dir.path(), opts.clone()).unwrap();
@@ -327,6 +329,8 @@ fn a_scan_batch_with_records_too_large_to_cache_returns_them_whole() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         memtable_size: 1 << 20,
+        // After the reopen nothing is cached.
+        reload_cache: false,
         ..Options::default()
     };
     let value = |i: u32| {
@@ -585,6 +589,8 @@ fn one_cold_run_on(open: impl Fn(Options) -> Db, n: u32, warm: usize, cache: usi
         prepopulate_cache: false,
         warm_read_bytes: warm,
         leaf_size: LEAF,
+        // Every open starts cold: these tests count its reads.
+        reload_cache: false,
         ..Options::default()
     };
     let db = open(opts(0, 64 << 20));
@@ -775,6 +781,7 @@ fn one_cold_run_reopen(dir: &std::path::Path) -> Db {
             prepopulate_cache: false,
             warm_read_bytes: 8 * LEAF,
             leaf_size: LEAF,
+            reload_cache: false,
             ..Options::default()
         },
     )

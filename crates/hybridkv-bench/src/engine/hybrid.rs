@@ -48,6 +48,9 @@ impl HybridEngine {
         if let Some(bytes) = config.leaf_size {
             o.leaf_size = bytes;
         }
+        if let Some(reload) = config.reload_cache {
+            o.reload_cache = reload;
+        }
         match kind {
             EngineKind::HybridkvInPlace => o.placement = Placement::InPlace,
             EngineKind::HybridkvAllLog => o.placement = Placement::AllLog,
@@ -141,6 +144,7 @@ impl Engine for HybridEngine {
             warm_read_bytes: Some(o.warm_read_bytes as u64),
             read_spin_us: Some(o.read_spin_us),
             leaf_size: Some(o.leaf_size),
+            reload_cache: Some(o.reload_cache),
         });
         m.insert(
             "engine".into(),
@@ -228,6 +232,14 @@ impl Engine for HybridEngine {
             .into(),
         );
         m.insert(
+            "reload_cache".into(),
+            if o.reload_cache {
+                "on: what the cache held at the last close is read back at open".into()
+            } else {
+                "off".into()
+            },
+        );
+        m.insert(
             "warm_read_bytes".into(),
             if o.warm_read_bytes == 0 {
                 "off".into()
@@ -271,6 +283,11 @@ impl Engine for HybridEngine {
             "cache_misses": s.cache_misses,
             "warm_reads": s.warm_reads,
             "warm_neighbours": s.warm_neighbours,
+            "cache_reload": {
+                "entries": s.cache_reloaded,
+                "bytes": s.cache_reload_bytes,
+                "hints_rejected": s.cache_hints_rejected
+            },
             "pinned_index_bytes": s.pinned_index_bytes,
             "memtable_spot_bytes": s.memtable_spot_bytes,
             // Bloom filters are held in memory outside the cache: the level files' and

@@ -109,6 +109,9 @@ pub struct EngineConfig {
     /// hybridkv's leaf size in bytes (`Options::leaf_size`; `None`: its default). The
     /// peers ignore it (RocksDB's block is 4 KiB).
     pub leaf_size: Option<usize>,
+    /// Whether hybridkv reads back at open what its cache held at the last close
+    /// (`Options::reload_cache`; `None`: its default). The peers ignore it.
+    pub reload_cache: Option<bool>,
 }
 
 impl Default for EngineConfig {
@@ -127,6 +130,7 @@ impl Default for EngineConfig {
             warm_read_bytes: None,
             read_spin_us: None,
             leaf_size: None,
+            reload_cache: None,
         }
     }
 }

@@ -16,6 +16,9 @@
 //! segments of a keyspace share one counter) are never reused within a keyspace, so
 //! entries of a deleted file can never be confused with a newer file's; they simply age out.
 
+pub(crate) mod hints;
+
+pub(crate) use hints::HintedEntry;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,6 +108,10 @@ struct Shared {
     /// alone without asking the cache's weight again (reads around a leaf are for a
     /// cold cache).
     warmed: std::sync::atomic::AtomicBool,
+    /// Set while the entries of the last close are read back (`crate::reload`): misses
+    /// then read their leaf alone, so that the room is left to the entries known to
+    /// have been used rather than to a leaf's neighbours.
+    reloading: std::sync::atomic::AtomicBool,
 }
 
 /// Byte-bounded cache of level nodes and log records shared by every file of one database
@@ -119,6 +126,11 @@ pub(crate) struct BlockCache {
     /// neighbours.
     warm_reads: AtomicU64,
     warm_neighbours: AtomicU64,
+    /// Entries read back from the last close's hint file, and the bytes they hold.
+    reloaded: AtomicU64,
+    reloaded_bytes: AtomicU64,
+    /// Hint files this view found unusable.
+    hints_rejected: AtomicU64,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -156,12 +168,16 @@ impl BlockCache {
                 warm_read_bytes,
                 capacity,
                 warmed: std::sync::atomic::AtomicBool::new(false),
+                reloading: std::sync::atomic::AtomicBool::new(false),
             }),
             keyspace: 0,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             warm_reads: AtomicU64::new(0),
             warm_neighbours: AtomicU64::new(0),
+            reloaded: AtomicU64::new(0),
+            reloaded_bytes: AtomicU64::new(0),
+            hints_rejected: AtomicU64::new(0),
         }
     }
 
@@ -175,6 +191,9 @@ impl BlockCache {
             misses: AtomicU64::new(0),
             warm_reads: AtomicU64::new(0),
             warm_neighbours: AtomicU64::new(0),
+            reloaded: AtomicU64::new(0),
+            reloaded_bytes: AtomicU64::new(0),
+            hints_rejected: AtomicU64::new(0),
         }
     }
 
@@ -224,7 +243,7 @@ impl BlockCache {
         let Some(c) = s.cache.as_ref().filter(|_| want > 0) else {
             return 0;
         };
-        if s.warmed.load(Ordering::Relaxed) {
+        if s.warmed.load(Ordering::Relaxed) || s.reloading.load(Ordering::Relaxed) {
             return 0;
         }
         let free = s.capacity.saturating_sub(c.weight());
@@ -252,6 +271,66 @@ impl BlockCache {
         (
             self.warm_reads.load(Ordering::Relaxed),
             self.warm_neighbours.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Every entry the cache holds now, of every keyspace, as the hint file names them.
+    pub(crate) fn hinted_entries(&self) -> Vec<HintedEntry> {
+        let Some(c) = &self.shared.cache else {
+            return Vec::new();
+        };
+        c.iter()
+            .filter_map(|((keyspace, file, tag), bytes)| {
+                Some(HintedEntry {
+                    keyspace,
+                    file,
+                    tag,
+                    len: u32::try_from(bytes.len()).ok()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether an entry of `len` bytes read back at open still fits with a sixteenth of
+    /// the budget left free (for what reads bring in meanwhile): a reload never pushes
+    /// out what the running process has read.
+    pub(crate) fn has_room_to_reload(&self, len: u64) -> bool {
+        let s = &*self.shared;
+        let Some(c) = s.cache.as_ref() else {
+            return false;
+        };
+        let need = len
+            .saturating_add(ENTRY_OVERHEAD)
+            .saturating_add(s.capacity / 16);
+        s.capacity.saturating_sub(c.weight()) >= need
+    }
+
+    /// Marks the start or the end of a reload (see `Shared::reloading`).
+    pub(crate) fn set_reloading(&self, on: bool) {
+        self.shared.reloading.store(on, Ordering::Relaxed);
+    }
+
+    /// Counts entries read back at open, and their bytes.
+    pub(crate) fn note_reloaded(&self, entries: u64, bytes: u64) {
+        self.reloaded.fetch_add(entries, Ordering::Relaxed);
+        self.reloaded_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts a hint file found unusable.
+    pub(crate) fn note_hints_rejected(&self) {
+        self.hints_rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Hint files found unusable.
+    pub(crate) fn hints_rejected(&self) -> u64 {
+        self.hints_rejected.load(Ordering::Relaxed)
+    }
+
+    /// Entries this keyspace read back at open, and their bytes.
+    pub(crate) fn reloaded(&self) -> (u64, u64) {
+        (
+            self.reloaded.load(Ordering::Relaxed),
+            self.reloaded_bytes.load(Ordering::Relaxed),
         )
     }
 
@@ -401,6 +480,35 @@ mod tests {
         off.insert(1, 0, bytes::Bytes::from(vec![0u8; 8192]));
         assert!(off.get(1, 0).is_none());
         assert_eq!(off.hits_and_misses(), (0, 1));
+    }
+
+    #[test]
+    fn hints_name_every_entry_and_a_reload_leaves_a_sixteenth_free() {
+        let c = BlockCache::configured(1 << 20, 0, 64 << 10);
+        let other = c.view(3);
+        c.insert(5, 8192, bytes::Bytes::from(vec![1u8; 4096]));
+        other.insert(6, 100, bytes::Bytes::from(vec![2u8; 1030]));
+        let mut named = c.hinted_entries();
+        named.sort_unstable();
+        let entry = |keyspace, file, tag, len| HintedEntry {
+            keyspace,
+            file,
+            tag,
+            len,
+        };
+        assert_eq!(named, vec![entry(0, 5, 8192, 4096), entry(3, 6, 100, 1030)]);
+        // Room for an entry while a sixteenth of the budget stays free besides it.
+        let free = c.capacity() - c.used_bytes();
+        let most = free - c.capacity() / 16 - ENTRY_OVERHEAD;
+        assert!(c.has_room_to_reload(most));
+        assert!(!c.has_room_to_reload(most + 1));
+        assert!(!BlockCache::new(0).has_room_to_reload(0));
+        // While a reload runs, a miss reads its leaf alone; after it, groups again.
+        assert_eq!(c.warm_read_bytes(), 64 << 10);
+        c.set_reloading(true);
+        assert_eq!(other.warm_read_bytes(), 0);
+        c.set_reloading(false);
+        assert_eq!(other.warm_read_bytes(), 64 << 10);
     }
 
     #[test]

@@ -31,11 +31,14 @@ pub enum IoComponent {
     /// Delta buckets (`Options::delta_separation`): the records a flush appends, the
     /// reads of a key's deltas, and bucket garbage collection.
     DeltaBuckets,
+    /// The cache hint file (`Options::reload_cache`), written at close and read at open
+    /// (the entries it names are read back through their files' own components).
+    CacheHints,
 }
 
 impl IoComponent {
     /// Every component, in report order.
-    pub const ALL: [IoComponent; 10] = [
+    pub const ALL: [IoComponent; 11] = [
         IoComponent::Wal,
         IoComponent::Flush,
         IoComponent::Compaction,
@@ -46,6 +49,7 @@ impl IoComponent {
         IoComponent::Gc,
         IoComponent::Checkpoint,
         IoComponent::DeltaBuckets,
+        IoComponent::CacheHints,
     ];
 
     /// Short name for reports.
@@ -61,6 +65,7 @@ impl IoComponent {
             IoComponent::Gc => "gc",
             IoComponent::Checkpoint => "checkpoint",
             IoComponent::DeltaBuckets => "delta_buckets",
+            IoComponent::CacheHints => "cache_hints",
         }
     }
 
@@ -76,6 +81,7 @@ impl IoComponent {
             IoComponent::Gc => 7,
             IoComponent::Checkpoint => 8,
             IoComponent::DeltaBuckets => 9,
+            IoComponent::CacheHints => 10,
         }
     }
 
@@ -106,10 +112,10 @@ impl IoComponent {
 /// Live counters (shared by all files of one database).
 #[derive(Debug, Default)]
 pub struct IoStats {
-    written: [AtomicU64; 10],
-    read: [AtomicU64; 10],
-    read_ops: [AtomicU64; 10],
-    syncs: [AtomicU64; 10],
+    written: [AtomicU64; 11],
+    read: [AtomicU64; 11],
+    read_ops: [AtomicU64; 11],
+    syncs: [AtomicU64; 11],
 }
 
 /// A copy of the counters at one moment.
@@ -187,7 +193,7 @@ impl IoStats {
 
     /// Copies the counters.
     pub fn snapshot(&self) -> IoStatsSnapshot {
-        let get = |arr: &[AtomicU64; 10], c: IoComponent| {
+        let get = |arr: &[AtomicU64; 11], c: IoComponent| {
             arr.get(c.index()).map_or(0, |a| a.load(Ordering::Relaxed))
         };
         IoStatsSnapshot {

@@ -207,6 +207,62 @@ fn read_whole(
 
 /// Fills `buf` from the bytes at `offset` of `data` (an in-memory file or a bounce
 /// buffer); past the end is an `UnexpectedEof` I/O error naming `path`.
+/// How many reads [`Io::read_spans`] hands the device at once.
+pub(crate) const SPAN_READS_PER_BATCH: usize = 16;
+/// The widest gap between two spans that one read of them crosses: on this project's
+/// machine a device read costs about the same up to tens of KiB, so reading 4 KiB that
+/// no one asked for is cheaper than a second read.
+pub(crate) const SPAN_MAX_GAP: u64 = 4096;
+/// The longest read that joins several spans.
+pub(crate) const SPAN_MAX_READ: u64 = 256 << 10;
+
+/// One read of [`Io::read_spans`]: `len` bytes from `start`, holding `spans`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SpanRead {
+    pub start: u64,
+    pub len: usize,
+    /// Indexes of the spans it holds, ascending.
+    pub spans: Vec<usize>,
+}
+
+/// The reads [`Io::read_spans`] makes of `spans` in a file of `file_len` bytes.
+pub(crate) fn coalesce_spans(
+    spans: &[(u64, u32)],
+    file_len: u64,
+    max_gap: u64,
+    max_read: u64,
+) -> Vec<SpanRead> {
+    let mut reads: Vec<SpanRead> = Vec::new();
+    // The end of the last span taken (a later one must start at or after it).
+    let mut last_end = 0u64;
+    for (i, &(offset, len)) in spans.iter().enumerate() {
+        let Some(end) = offset.checked_add(u64::from(len)) else {
+            continue;
+        };
+        if len == 0 || end > file_len || offset < last_end {
+            continue;
+        }
+        last_end = end;
+        let joined = reads.last_mut().is_some_and(|r| {
+            let r_end = r.start + r.len as u64;
+            let fits = offset - r_end <= max_gap && end - r.start <= max_read;
+            if fits {
+                r.len = (end - r.start) as usize;
+                r.spans.push(i);
+            }
+            fits
+        });
+        if !joined {
+            reads.push(SpanRead {
+                start: offset,
+                len: len as usize,
+                spans: vec![i],
+            });
+        }
+    }
+    reads
+}
+
 pub(crate) fn read_from(data: &[u8], offset: u64, buf: &mut [u8], path: &Path) -> Result<()> {
     let src = usize::try_from(offset)
         .ok()
@@ -379,8 +435,20 @@ impl Io {
     /// where batching is unavailable, is read on its own with `read_exact_at`, so each
     /// result is what `read_exact_at` gives: one per request, in order.
     pub fn read_batch(&self, reqs: &mut [BatchRead<'_>]) -> Vec<Result<()>> {
-        let filled = if reqs.len() > 1 {
-            real::submit_batch(reqs, self.read_spin.filter(|_| self.direct))
+        self.read_batch_spinning(reqs, self.read_spin.filter(|_| self.direct))
+    }
+
+    /// [`Io::read_batch`], spinning on the completions for up to `spin`; with `None`,
+    /// the thread sleeps at once, and a batch of one read goes through the ring too
+    /// (`read_exact_at` would spin where the file was opened to).
+    fn read_batch_spinning(
+        &self,
+        reqs: &mut [BatchRead<'_>],
+        spin: Option<std::time::Duration>,
+    ) -> Vec<Result<()>> {
+        let ring = reqs.len() > 1 || (spin.is_none() && self.read_spin.is_some() && self.direct);
+        let filled = if ring {
+            real::submit_batch(reqs, spin)
         } else {
             vec![false; reqs.len()]
         };
@@ -404,6 +472,60 @@ impl Io {
                 }
             })
             .collect()
+    }
+
+    /// Reads many spans of one file in few device reads: `spans` ((offset, length), in
+    /// ascending order) that lie at most `max_gap` bytes apart are read together, up to
+    /// `max_read` bytes a read (a span longer than that alone), and up to
+    /// [`SPAN_READS_PER_BATCH`] reads go to the device at once ([`Io::read_batch`], the
+    /// thread sleeping on the completions rather than spinning). A
+    /// span that overlaps the one before it, or runs past the file's end, is left out.
+    /// `each(i, bytes)` gets every span `i` read whole; a span whose read failed is left
+    /// out. `go_on()` is asked before each batch: `false` stops. Returns the bytes read.
+    pub(crate) fn read_spans(
+        &self,
+        file: &dyn ReadableFile,
+        spans: &[(u64, u32)],
+        max_gap: u64,
+        max_read: u64,
+        go_on: &mut dyn FnMut() -> bool,
+        each: &mut dyn FnMut(usize, &[u8]),
+    ) -> u64 {
+        let reads = coalesce_spans(spans, file.len(), max_gap, max_read);
+        let mut read_bytes = 0;
+        for batch in reads.chunks(SPAN_READS_PER_BATCH) {
+            if !go_on() {
+                break;
+            }
+            let mut bufs: Vec<Vec<u8>> = batch.iter().map(|r| vec![0u8; r.len]).collect();
+            let mut reqs: Vec<BatchRead<'_>> = batch
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(r, buf)| BatchRead {
+                    file,
+                    offset: r.start,
+                    buf: buf.as_mut_slice(),
+                })
+                .collect();
+            // Never spinning: the places to spin are the foreground reads' (a reload
+            // runs beside them).
+            let results = self.read_batch_spinning(&mut reqs, None);
+            drop(reqs);
+            for ((r, buf), result) in batch.iter().zip(&bufs).zip(results) {
+                if result.is_err() {
+                    continue;
+                }
+                read_bytes += buf.len() as u64;
+                for &i in &r.spans {
+                    let (offset, len) = spans[i];
+                    let at = (offset - r.start) as usize;
+                    if let Some(bytes) = buf.get(at..at + len as usize) {
+                        each(i, bytes);
+                    }
+                }
+            }
+        }
+        read_bytes
     }
 
     /// Reads a whole (small) file, counted under `component`, with `pread`s (direct with
@@ -561,5 +683,76 @@ mod tests {
         assert_eq!((r.len(), &got[..]), (5, &b"large"[..]));
         // The file below was not touched by the overlay.
         assert_eq!(fs.file_len(Path::new("/d/1.vlog")).unwrap(), 13);
+    }
+    #[test]
+    fn spans_close_together_are_read_together_and_impossible_ones_left_out() {
+        let spans = [
+            (0, 4096),
+            (4096, 4096),
+            // A gap of 4 KiB: joined.
+            (12288, 4096),
+            // Overlaps the one before: left out.
+            (14000, 100),
+            // A gap of 4 KiB and one byte: a read of its own.
+            (20481, 100),
+            (20581, 50),
+            // Runs past the end of the file: left out.
+            (99_000, 2000),
+        ];
+        let reads = coalesce_spans(&spans, 100_000, 4096, 1 << 20);
+        let got: Vec<(u64, usize, Vec<usize>)> = reads
+            .into_iter()
+            .map(|r| (r.start, r.len, r.spans))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 16384, vec![0, 1, 2]), (20481, 150, vec![4, 5])]
+        );
+        // The longest read: a span that would make it longer starts a read of its own.
+        let reads = coalesce_spans(&[(0, 4096), (4096, 4096), (8192, 4096)], 1 << 20, 0, 8192);
+        let got: Vec<(u64, usize)> = reads.iter().map(|r| (r.start, r.len)).collect();
+        assert_eq!(got, vec![(0, 8192), (8192, 4096)]);
+    }
+
+    #[test]
+    fn read_spans_hands_out_each_span_read_and_stops_when_told() {
+        let fs = SimFs::new();
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        let mut f = fs.create(Path::new("/f"), false).unwrap();
+        f.append(&data).unwrap();
+        f.sync_data().unwrap();
+        drop(f);
+        let io = Io::new(Arc::new(fs), false);
+        let file = io.open(Path::new("/f"), IoComponent::LevelRead).unwrap();
+        let spans: Vec<(u64, u32)> = (0..40).map(|i| (i * 1200, 1000)).collect();
+        let mut seen = Vec::new();
+        let read = io.read_spans(
+            file.as_ref(),
+            &spans,
+            4096,
+            8192,
+            &mut || true,
+            &mut |i, b| {
+                let (at, len) = spans[i];
+                assert_eq!(b, &data[at as usize..(at + u64::from(len)) as usize]);
+                seen.push(i);
+            },
+        );
+        assert_eq!(seen, (0..40).collect::<Vec<_>>());
+        // Reads of at most 8192 bytes: six of six spans and the gaps between them (7000
+        // bytes), then one of the last four (4600); the gaps after each read's last span
+        // are not read.
+        assert_eq!(read, 6 * 7000 + 4600);
+        // Told to stop before the first batch: nothing read.
+        let mut none = 0;
+        let read = io.read_spans(
+            file.as_ref(),
+            &spans,
+            4096,
+            8192,
+            &mut || false,
+            &mut |_, _| none += 1,
+        );
+        assert_eq!((read, none), (0, 0));
     }
 }

@@ -456,6 +456,52 @@ impl LevelFile {
         wanted
     }
 
+    /// Reads back into the cache the nodes a hint file names for this file (`nodes`:
+    /// (offset, length), ascending) that the cache lacks, in few device reads
+    /// ([`Io::read_spans`]). A node is cached only if it verifies as a leaf or an index
+    /// node of its length and the cache has room for it
+    /// ([`BlockCache::has_room_to_reload`]); one at an impossible offset or length, or
+    /// that does not verify, is left out (a get that wants it reads it and reports what it finds).
+    /// `go_on()` is asked before each batch of reads. Returns (nodes cached, bytes read).
+    pub(crate) fn reload_nodes(
+        &self,
+        nodes: &[(u64, u32)],
+        go_on: &mut dyn FnMut() -> bool,
+    ) -> (u64, u64) {
+        let leaf = self.footer.leaf_size;
+        let index = self.footer.index_size;
+        let spans: Vec<(u64, u32)> = nodes
+            .iter()
+            .copied()
+            .filter(|&(offset, len)| {
+                (len == leaf || len == index)
+                    && offset.is_multiple_of(IO_ALIGN as u64)
+                    && offset.saturating_add(u64::from(len)) <= self.data_end
+                    && !self.cache.contains(self.id, offset)
+            })
+            .collect();
+        let mut cached = 0;
+        let read = self.io.read_spans(
+            self.file.as_ref(),
+            &spans,
+            crate::io::SPAN_MAX_GAP,
+            crate::io::SPAN_MAX_READ,
+            go_on,
+            &mut |i, node| {
+                let len = spans[i].1;
+                let verified = (len == leaf && NodeView::verify(node, NODE_LEAF).is_ok())
+                    || (len == index && NodeView::verify(node, NODE_INDEX).is_ok());
+                if verified && self.cache.has_room_to_reload(u64::from(len)) {
+                    // Each node its own allocation, as a group read caches them.
+                    self.cache
+                        .insert(self.id, spans[i].0, BlockBytes::copy_from_slice(node));
+                    cached += 1;
+                }
+            },
+        );
+        (cached, read)
+    }
+
     /// Reads and verifies the node at `offset` whose subtree height is `height`.
     fn read_node(&self, offset: u64, height: u32) -> Result<BlockBytes> {
         let (kind, size) = self.node_shape(height);

@@ -535,6 +535,83 @@ impl SegmentFile {
         Some((Bytes::from(rec), start, true))
     }
 
+    /// Reads back into the cache the entries a hint file names for this segment
+    /// (`entries`: (cache tag, length), ascending) that the cache lacks, in few device
+    /// reads ([`Io::read_spans`]), each while the cache has room for it
+    /// ([`BlockCache::has_room_to_reload`]): records cached alone, each cached only if it
+    /// parses and passes its CRC (its key is compared by the get that takes it), and a sorted
+    /// segment's whole blocks, cached as read, as [`SegmentFile::read_blocks`] caches
+    /// them (their records are checked as they are taken). An entry at an impossible
+    /// offset or length is left out. `go_on()` is asked before each batch of reads.
+    /// Returns (entries cached, bytes read).
+    pub(crate) fn reload_entries(
+        &self,
+        entries: &[(u64, u32)],
+        go_on: &mut dyn FnMut() -> bool,
+    ) -> (u64, u64) {
+        let Some(cache) = self.cache.as_ref().filter(|c| c.enabled()) else {
+            return (0, 0);
+        };
+        let fresh = |tag: u64| !cache.contains(self.id, tag);
+        let records: Vec<(u64, u32)> = entries
+            .iter()
+            .copied()
+            .filter(|&(tag, len)| {
+                tag & BLOCK_TAG == 0
+                    && (RECORD_HEADER..=CACHE_RECORD_MAX).contains(&(len as usize))
+                    && fresh(tag)
+            })
+            .collect();
+        // Blocks by their offset in the file (ascending, as their tags are).
+        let blocks: Vec<(u64, u32)> = entries
+            .iter()
+            .copied()
+            .filter(|&(tag, len)| {
+                let offset = tag & !BLOCK_TAG;
+                self.sorted
+                    && tag & BLOCK_TAG != 0
+                    && offset.is_multiple_of(SEGMENT_BLOCK)
+                    && u64::from(len) <= SEGMENT_BLOCK
+                    && fresh(tag)
+            })
+            .map(|(tag, len)| (tag & !BLOCK_TAG, len))
+            .collect();
+        let mut cached = 0;
+        let mut read = self.io.read_spans(
+            self.file.as_ref(),
+            &records,
+            crate::io::SPAN_MAX_GAP,
+            crate::io::SPAN_MAX_READ,
+            go_on,
+            &mut |i, rec| {
+                if parse_record(rec, true, true).is_ok()
+                    && cache.has_room_to_reload(rec.len() as u64)
+                {
+                    cache.insert(self.id, records[i].0, Bytes::copy_from_slice(rec));
+                    cached += 1;
+                }
+            },
+        );
+        read += self.io.read_spans(
+            self.file.as_ref(),
+            &blocks,
+            crate::io::SPAN_MAX_GAP,
+            crate::io::SPAN_MAX_READ,
+            go_on,
+            &mut |i, block| {
+                if cache.has_room_to_reload(block.len() as u64) {
+                    cache.insert(
+                        self.id,
+                        BLOCK_TAG | blocks[i].0,
+                        Bytes::copy_from_slice(block),
+                    );
+                    cached += 1;
+                }
+            },
+        );
+        (cached, read)
+    }
+
     /// Caches a record that passed its checks (not one over [`CACHE_RECORD_MAX`]). `rec`
     /// must be exactly the record's bytes, not a view into a larger buffer: the cache
     /// weighs an entry by its length.
