@@ -164,7 +164,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = ["last", "second-to-last"])]
     pub medium_merge_level: Option<String>,
     /// Whether hybridkv puts what its flushes and merges write into its cache
-    /// (`Options::prepopulate_cache`). Default: the engine's default (on).
+    /// (`Options::prepopulate_cache`). Default: the engine's default (off).
     #[arg(long, value_parser = ["on", "off"])]
     pub prepopulate_cache: Option<String>,
     /// Bytes a leaf read that misses hybridkv's cache reads around the leaf while the

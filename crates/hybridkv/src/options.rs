@@ -192,7 +192,10 @@ pub struct Options {
     /// the reload (`Stats::cache_hints_rejected`); `Stats::cache_reloaded` and
     /// `cache_reload_bytes` count what was read back, and `Db::wait_for_cache_reload`
     /// waits for it. Not for read-only opens, which neither read nor write hints.
-    /// Default on; no effect without a cache. A database's setting (like `cache_bytes`).
+    /// Default off: at 40M MD pairs, phase after phase, it made no get faster and scans
+    /// slower (the entries of the last phase take the room a cold cache would fill with
+    /// the new phase's own group reads; `docs/PERFORMANCE.md`, twenty-third round). No
+    /// effect without a cache. A database's setting (like `cache_bytes`).
     pub reload_cache: bool,
     /// The operator that folds deltas written with `Db::merge` (or `WriteBatch::merge`)
     /// into values: on reads, and at flushes, compactions and GC relocations. `None`
@@ -261,7 +264,7 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             pinned_index_bytes: 256 << 20,
             warm_read_bytes: 64 << 10,
-            reload_cache: true,
+            reload_cache: false,
             merge_operator: None,
             fold_on_read: true,
             delta_separation: false,

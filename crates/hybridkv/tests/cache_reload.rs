@@ -16,6 +16,7 @@ fn opts() -> Options {
         max_levels: 3,
         cache_bytes: 32 << 20,
         gc_interval: std::time::Duration::from_secs(3600),
+        reload_cache: true,
         ..Options::default()
     }
 }
