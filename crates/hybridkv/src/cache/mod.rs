@@ -108,7 +108,7 @@ struct Shared {
     /// alone without asking the cache's weight again (reads around a leaf are for a
     /// cold cache).
     warmed: std::sync::atomic::AtomicBool,
-    /// Set while the entries of the last close are read back (`crate::reload`): misses
+    /// Set while the entries of the last close are read back (the reload at open): misses
     /// then read their leaf alone, so that the room is left to the entries known to
     /// have been used rather than to a leaf's neighbours.
     reloading: std::sync::atomic::AtomicBool,
