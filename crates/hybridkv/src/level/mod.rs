@@ -837,6 +837,152 @@ mod tests {
         }
     }
 
+    /// [`open_pinned`], with the cache it reads through.
+    fn open_pinned_cached(
+        dir: &std::path::Path,
+        id: u64,
+        io: &Io,
+        cache: usize,
+    ) -> (Arc<LevelFile>, Arc<BlockCache>) {
+        let cache = Arc::new(BlockCache::with_pinning(cache, 1 << 30));
+        let lf = LevelFile::open(io, dir, id, Arc::clone(&cache)).unwrap();
+        (Arc::new(lf), cache)
+    }
+
+    /// Level-file reads of `io` so far.
+    fn level_reads(io: &Io) -> usize {
+        io.stats().snapshot().read_ops_by(IoComponent::LevelRead) as usize
+    }
+
+    /// A forward walk from `from` over up to `max` entries: their keys.
+    fn walk_forward(lf: &Arc<LevelFile>, from: Bound<&[u8]>, max: usize) -> Vec<Vec<u8>> {
+        let mut c = lf.cursor();
+        c.seek(from).unwrap();
+        (0..max)
+            .map_while(|_| c.next_entry().unwrap().map(|e| e.0))
+            .collect()
+    }
+
+    #[test]
+    fn a_forward_walk_reads_ahead_doubling_and_caches_only_the_leaves_it_entered() {
+        let dir = tempfile::tempdir().unwrap();
+        // Small pairs only: the leaves lie back to back from offset 0.
+        let entries = small_pairs(60_000);
+        drop(build(dir.path(), 21, &entries));
+        let leaves = leaves_of(&dir.path().join(reader::file_name(21)));
+        let n = leaves.len();
+        assert!(n > 300, "{n} leaves");
+        let per_leaf = |i: usize| leaves[i].2.len();
+        let io = Io::new(Arc::new(RealFs), false);
+
+        // No cache at all (so no group reads): the whole walk, one read for the first
+        // leaf, then 2, 4, 8, 16 and 32 leaves (256 KiB of 8 KiB leaves) a read.
+        let lf = open_pinned(dir.path(), 21, &io, 0);
+        let before = level_reads(&io);
+        let all = walk_forward(&lf, Bound::Unbounded, usize::MAX);
+        let expected: Vec<Vec<u8>> = entries.iter().map(|e| e.0.clone()).collect();
+        assert_eq!(all, expected);
+        let reads = level_reads(&io) - before;
+        // Index nodes written between leaves end a read-ahead early: at most one more
+        // read each.
+        let gaps = leaves
+            .windows(2)
+            .filter(|w| w[0].0 + 8192 != w[1].0)
+            .count();
+        let left = n - 1 - (2 + 4 + 8 + 16);
+        let fewest = 1 + 4 + left.div_ceil(32);
+        assert!(
+            (fewest..=fewest + gaps).contains(&reads),
+            "{reads} reads of {n} leaves with {gaps} gaps"
+        );
+
+        // A walk over three leaves from a key in the tenth, to the last entry but one of
+        // the twelfth (taking the last steps onto the next leaf): the seek reads one leaf,
+        // the first step two (the second is taken from the read-ahead).
+        let mid = per_leaf(10) / 2;
+        let from = leaves[10].2[mid].clone();
+        let want = per_leaf(10) - mid + per_leaf(11) + per_leaf(12) - 1;
+        let before = level_reads(&io);
+        let got = walk_forward(&lf, Bound::Included(&from), want);
+        assert_eq!(got.len(), want);
+        assert_eq!(got.last(), leaves[12].2.iter().rev().nth(1));
+        assert_eq!(level_reads(&io) - before, 2);
+        drop(lf);
+
+        // With a cache (no group reads): a walk on to the first entry of leaf 13 caches
+        // leaves 10..=13 and none of those read ahead past them (14..17 are read with 13
+        // and not entered); a second walk reads nothing.
+        let (lf, cache) = open_pinned_cached(dir.path(), 21, &io, 64 << 20);
+        let want = want + 2;
+        let got = walk_forward(&lf, Bound::Included(&from), want);
+        assert_eq!(got.last().map(Vec::as_slice), Some(&leaves[13].2[0][..]));
+        for (i, (offset, _, _)) in leaves.iter().enumerate().take(20) {
+            assert_eq!(
+                cache.contains(lf.id(), *offset),
+                (10..=13).contains(&i),
+                "leaf {i}"
+            );
+        }
+        let before = level_reads(&io);
+        assert_eq!(walk_forward(&lf, Bound::Included(&from), want), got);
+        assert_eq!(level_reads(&io) - before, 0);
+
+        // A read-ahead stops at a leaf the cache holds: from leaf 8, the step to leaf 9
+        // reads leaf 9 alone (leaf 10 is cached), and walks on through the cache.
+        let from = leaves[8].2[0].clone();
+        let before = level_reads(&io);
+        let got = walk_forward(&lf, Bound::Included(&from), per_leaf(8) + per_leaf(9) + 1);
+        assert_eq!(got.first(), Some(&from));
+        assert_eq!(level_reads(&io) - before, 2);
+    }
+
+    #[test]
+    fn a_damaged_leaf_inside_a_read_ahead_is_reported_with_its_offset_after_the_ones_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = small_pairs(30_000);
+        drop(build(dir.path(), 22, &entries));
+        let path = dir.path().join(reader::file_name(22));
+        let leaves = leaves_of(&path);
+        // Leaf 5 lies inside the third read (leaves 3..7: 1, then 1..3, then 3..7).
+        let (bad_at, _, _) = leaves[5];
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[bad_at as usize + 100] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        for cache in [0, 64 << 20] {
+            let (lf, cached) = open_pinned_cached(dir.path(), 22, &io, cache);
+            let mut c = lf.cursor();
+            c.seek(Bound::Unbounded).unwrap();
+            let mut keys = Vec::new();
+            let err = loop {
+                match c.next_entry() {
+                    Ok(Some(e)) => keys.push(e.0),
+                    Ok(None) => panic!("walked {} entries past a damaged leaf", keys.len()),
+                    Err(e) => break e,
+                }
+            };
+            // The entries of leaves 0..5 came back in order, but for the last of leaf 4,
+            // which goes with the error (the step past it reads leaf 5), and the error
+            // names leaf 5.
+            let mut before: Vec<Vec<u8>> = leaves[..5].iter().flat_map(|l| l.2.clone()).collect();
+            before.pop();
+            assert_eq!(
+                (keys.len(), keys.first(), keys.last()),
+                (before.len(), before.first(), before.last()),
+                "cache {cache}"
+            );
+            assert!(keys == before, "cache {cache}");
+            match err {
+                crate::Error::Corruption { offset, .. } => assert_eq!(offset, bad_at),
+                other => panic!("expected corruption, got {other:?}"),
+            }
+            // The damaged leaf was not cached; the good ones read with it were not either
+            // until entered.
+            assert!(!cached.contains(lf.id(), bad_at));
+            assert!(!cached.contains(lf.id(), leaves[6].0));
+        }
+    }
+
     #[test]
     fn a_pinned_lookup_reads_one_leaf_and_none_below_the_first_key() {
         let dir = tempfile::tempdir().unwrap();

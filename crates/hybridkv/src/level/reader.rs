@@ -19,6 +19,10 @@ use std::sync::Arc;
 /// Read size of the compaction scanner (the paper reads levels in 2 MiB segments).
 const SCAN_WINDOW: usize = 2 << 20;
 
+/// Most bytes a cursor reads ahead at once ([`ReadAhead`]); RocksDB's iterators read
+/// ahead up to 256 KiB too.
+const READ_AHEAD_MAX: u64 = 256 << 10;
+
 pub(crate) use crate::value::LevelValue;
 
 impl From<ValueRef<'_>> for LevelValue {
@@ -391,49 +395,29 @@ impl LevelFile {
         }
         let first = pos - pos % group;
         let end = first.saturating_add(group).min(fences.len());
-        // Only leaves back to back with leaf `pos`: an overflow value written between two
-        // leaves ends the span.
-        let adjacent = |a: usize| -> Option<bool> {
-            Some(fences.leaf_offset(a)?.checked_add(leaf)? == fences.leaf_offset(a + 1)?)
-        };
         let mut lo = pos;
-        while lo > first && adjacent(lo - 1)? {
+        while lo > first && self.leaves_adjacent(fences, lo - 1)? {
             lo -= 1;
         }
         let mut hi = pos + 1;
-        while hi < end && adjacent(hi - 1)? {
+        while hi < end && self.leaves_adjacent(fences, hi - 1)? {
             hi += 1;
         }
         // Neighbours at the ends that the cache holds already are not read again (nor,
         // once a group is cached, is it read again for one leaf that failed to verify).
-        let cached = |j: usize| {
-            fences
-                .leaf_offset(j)
-                .is_some_and(|at| self.cache.contains(self.id, at))
-        };
-        while lo < pos && cached(lo) {
+        while lo < pos && self.leaf_cached(fences, lo) {
             lo += 1;
         }
-        while hi > pos + 1 && cached(hi - 1) {
+        while hi > pos + 1 && self.leaf_cached(fences, hi - 1) {
             hi -= 1;
         }
         if hi - lo < 2 {
             return None;
         }
-        let start = fences.leaf_offset(lo)?;
-        let len = leaf.checked_mul((hi - lo) as u64)?;
-        if !start.is_multiple_of(IO_ALIGN as u64) || start.checked_add(len)? > self.data_end {
-            return None;
-        }
-        // An aligned buffer, so a direct read fills it without a bounce copy.
-        let len = usize::try_from(len).ok()?;
-        let mut raw = vec![0u8; len + IO_ALIGN];
-        let at = raw.as_ptr().align_offset(IO_ALIGN);
-        let buf = raw.get_mut(at..at.checked_add(len)?)?;
-        self.file.read_exact_at(start, buf).ok()?;
+        let span = self.read_leaf_span(fences, lo, hi)?;
         let mut wanted = None;
         let mut added = 0;
-        for (j, node) in (lo..hi).zip(buf.chunks_exact(leaf as usize)) {
+        for (j, node) in (lo..hi).zip(span.chunks_exact(leaf as usize)) {
             let node_at = fences.leaf_offset(j)?;
             // A neighbour that does not verify is left out: the read that wants it reads
             // it alone and reports the damage.
@@ -454,6 +438,94 @@ impl LevelFile {
         }
         self.cache.note_warm_read(added);
         wanted
+    }
+
+    /// Whether leaf `a` ends where leaf `a + 1` starts (an overflow value written between
+    /// two leaves separates them); `None` past the fences.
+    fn leaves_adjacent(&self, fences: &Fences, a: usize) -> Option<bool> {
+        let end = fences
+            .leaf_offset(a)?
+            .checked_add(u64::from(self.footer.leaf_size))?;
+        Some(end == fences.leaf_offset(a + 1)?)
+    }
+
+    /// Whether the cache holds leaf `j`.
+    fn leaf_cached(&self, fences: &Fences, j: usize) -> bool {
+        fences
+            .leaf_offset(j)
+            .is_some_and(|at| self.cache.contains(self.id, at))
+    }
+
+    /// Leaves `lo..hi`, back to back in the file, read in one device read into an aligned
+    /// buffer (a direct read fills it without a bounce copy), not yet verified. `None` if
+    /// the span is unaligned or runs past the data, or the read fails: the caller then
+    /// reads its leaf alone and reports what that read finds.
+    fn read_leaf_span(&self, fences: &Fences, lo: usize, hi: usize) -> Option<BlockBytes> {
+        let start = fences.leaf_offset(lo)?;
+        let count = u64::try_from(hi.checked_sub(lo)?).ok()?;
+        let len = u64::from(self.footer.leaf_size).checked_mul(count)?;
+        if !start.is_multiple_of(IO_ALIGN as u64) || start.checked_add(len)? > self.data_end {
+            return None;
+        }
+        let len = usize::try_from(len).ok()?;
+        let mut raw = vec![0u8; len.checked_add(IO_ALIGN)?];
+        let at = raw.as_ptr().align_offset(IO_ALIGN);
+        let end = at.checked_add(len)?;
+        self.file.read_exact_at(start, raw.get_mut(at..end)?).ok()?;
+        Some(BlockBytes::from(raw).slice(at..end))
+    }
+
+    /// Leaf `pos` (at `offset`) for a cursor stepping forward onto it: from the cache,
+    /// else from the cursor's read-ahead, else through a group read while the cache has
+    /// room ([`LevelFile::read_leaves_around`]), else read together with the leaves after
+    /// it ([`ReadAhead`]), else alone. A leaf taken from the read-ahead or read is cached
+    /// as a leaf read alone would be.
+    fn load_leaf_forward(
+        &self,
+        fences: &Fences,
+        pos: usize,
+        offset: u64,
+        ahead: &mut ReadAhead,
+    ) -> Result<BlockBytes> {
+        if let Some(n) = self.cache.get(self.id, offset) {
+            return Ok(n);
+        }
+        let leaf = self.footer.leaf_size as usize;
+        if let Some(n) = ahead.take(pos, leaf) {
+            self.cache.insert(self.id, offset, n.clone());
+            return Ok(n);
+        }
+        if let Some(n) = self.read_leaves_around(fences, pos, offset) {
+            return Ok(n);
+        }
+        if fences.leaf_offset(pos) == Some(offset) {
+            let most = usize::try_from(READ_AHEAD_MAX / leaf.max(1) as u64).unwrap_or(1);
+            let want = ahead.next.clamp(2, most.max(2));
+            let mut hi = pos + 1;
+            while hi < fences.len()
+                && hi - pos < want
+                && self.leaves_adjacent(fences, hi - 1) == Some(true)
+                && !self.leaf_cached(fences, hi)
+            {
+                hi += 1;
+            }
+            if hi - pos >= 2 {
+                if let Some(span) = self.read_leaf_span(fences, pos, hi) {
+                    *ahead = ReadAhead {
+                        first: pos,
+                        span,
+                        next: want.saturating_mul(2).min(most),
+                    };
+                    if let Some(n) = ahead.take(pos, leaf) {
+                        self.cache.insert(self.id, offset, n.clone());
+                        return Ok(n);
+                    }
+                }
+            }
+        }
+        let node = self.read_node(offset, 1)?;
+        self.cache.insert(self.id, offset, node.clone());
+        Ok(node)
     }
 
     /// Reads back into the cache the nodes a hint file names for this file (`nodes`:
@@ -644,6 +716,7 @@ impl LevelFile {
             stack: Vec::new(),
             leaf_pos: 0,
             back: false,
+            ahead: ReadAhead::default(),
         }
     }
 
@@ -666,6 +739,43 @@ impl LevelFile {
     }
 }
 
+/// A cursor's read-ahead over a pinned file, whatever room the cache has (the group reads
+/// of [`LevelFile::read_leaves_around`] stop once it is full): a leaf a forward step
+/// misses is read in one device read with the leaves after it, back to back in the file
+/// and not cached, two the first time, then twice as many each time up to
+/// [`READ_AHEAD_MAX`] bytes (a long scan pays one read per 64 leaves of 4 KiB, a short one
+/// reads at most one leaf it may not use). The cursor holds them, unverified, until it
+/// steps onto them; a leaf taken is verified and cached as a leaf read alone would be, one
+/// that fails to verify is read again alone (which reports the damage), and leaves never
+/// taken go with the cursor, so the cache only ever holds what a walk entered.
+#[derive(Default)]
+struct ReadAhead {
+    /// Position among the pinned fences of the first leaf of `span`.
+    first: usize,
+    /// Leaves `first..`, back to back as read; empty when none is held.
+    span: BlockBytes,
+    /// Leaves the next read-ahead reads (0 before the first: two).
+    next: usize,
+}
+
+impl ReadAhead {
+    /// Leaf `pos` of `leaf` bytes, if the span holds it and it verifies: a copy of its own
+    /// (the cache must not keep the whole span alive). The span is let go once its last
+    /// leaf is taken.
+    fn take(&mut self, pos: usize, leaf: usize) -> Option<BlockBytes> {
+        let i = pos.checked_sub(self.first)?;
+        let at = i.checked_mul(leaf)?;
+        let node = self.span.get(at..at.checked_add(leaf)?)?;
+        let node = NodeView::verify(node, NODE_LEAF)
+            .is_ok()
+            .then(|| BlockBytes::copy_from_slice(node));
+        if at + leaf >= self.span.len() {
+            self.span = BlockBytes::new();
+        }
+        node
+    }
+}
+
 struct Frame {
     node: BlockBytes,
     offset: u64,
@@ -685,6 +795,8 @@ pub(crate) struct LevelCursor {
     leaf_pos: usize,
     /// Walking backward (placed by `seek_back`).
     back: bool,
+    /// Leaves read ahead of a forward walk (pinned files only).
+    ahead: ReadAhead,
 }
 
 impl LevelCursor {
@@ -741,8 +853,8 @@ impl LevelCursor {
     }
 
     /// With a pinned index: makes leaf `pos` the cursor's only frame (empties the stack
-    /// past the last leaf).
-    fn enter_pinned_leaf(&mut self, pos: usize) -> Result<()> {
+    /// past the last leaf); `forward`: a step forward, which may read ahead.
+    fn enter_pinned_leaf(&mut self, pos: usize, forward: bool) -> Result<()> {
         self.stack.clear();
         self.leaf_pos = pos;
         let Some(p) = &self.file.pinned else {
@@ -751,7 +863,12 @@ impl LevelCursor {
         let Some(offset) = p.fences().leaf_offset(pos) else {
             return Ok(());
         };
-        let node = self.file.load_pinned_leaf(p.fences(), pos, offset)?;
+        let node = if forward {
+            self.file
+                .load_leaf_forward(p.fences(), pos, offset, &mut self.ahead)?
+        } else {
+            self.file.load_pinned_leaf(p.fences(), pos, offset)?
+        };
         self.push_loaded(node, offset, 1)
     }
 
@@ -759,7 +876,7 @@ impl LevelCursor {
     fn next_leaf(&mut self) -> Result<()> {
         if self.file.pinned.is_some() {
             loop {
-                self.enter_pinned_leaf(self.leaf_pos + 1)?;
+                self.enter_pinned_leaf(self.leaf_pos + 1, true)?;
                 if self.stack.last().is_none_or(|f| f.count > 0) {
                     return Ok(());
                 }
@@ -812,7 +929,7 @@ impl LevelCursor {
                     self.stack.clear();
                     return Ok(());
                 };
-                self.enter_pinned_leaf(pos)?;
+                self.enter_pinned_leaf(pos, false)?;
                 match self.stack.last_mut() {
                     None => return Ok(()),
                     Some(top) if top.count > 0 => {
@@ -862,7 +979,9 @@ impl LevelCursor {
             let Some(pos) = pos else {
                 return Ok(false);
             };
-            self.enter_pinned_leaf(pos)?;
+            // A new position: what was read ahead of the old one is let go.
+            self.ahead = ReadAhead::default();
+            self.enter_pinned_leaf(pos, false)?;
             return Ok(!self.stack.is_empty());
         }
         self.push(self.file.footer.root)?;
