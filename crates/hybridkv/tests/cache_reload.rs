@@ -5,9 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
+use common::hooked_fs::{injected, FsCall, FsHooks, HookedFs};
 use hybridkv::{Db, Error, Options};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 fn opts() -> Options {
     Options {
@@ -325,6 +330,78 @@ fn the_reload_reads_through_every_read_mode() {
             before.cache_misses,
             "direct {direct_io}, spin {read_spin_us}, mmap {mmap_reads}"
         );
+        db.close().unwrap();
+    }
+}
+
+/// Fails every call named `what` ("create", "append", "sync", "rename") on the hint file
+/// or its temporary name, on the real file system.
+struct FailHints {
+    what: &'static str,
+    failed: AtomicU64,
+}
+
+impl FsHooks for FailHints {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        path: &Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        let hints = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("CACHE_HINTS"));
+        if hints && what.name() == self.what {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(injected(what.name(), path));
+        }
+        call()
+    }
+}
+
+#[test]
+fn a_hint_file_that_cannot_be_written_fails_no_close_and_the_one_left_costs_only_the_reload() {
+    for what in ["create", "append", "sync", "rename"] {
+        let dir = tempfile::tempdir().unwrap();
+        // A first close writes a good hint file.
+        let mut model = fill(dir.path());
+        read_all_and_close(dir.path(), opts(), &model);
+        assert!(dir.path().join("CACHE_HINTS").exists());
+
+        // A second session overwrites a third of the keys and merges, so the hints left
+        // name files merged away; its close cannot write the hint file, and still
+        // succeeds.
+        let fs = Arc::new(HookedFs::new(
+            Arc::new(hybridkv::io::RealFs),
+            FailHints {
+                what,
+                failed: AtomicU64::new(0),
+            },
+        ));
+        let db = Db::open_with_fs(dir.path(), opts(), fs.clone()).unwrap();
+        for i in (0..N).step_by(3) {
+            let mut v = value(i);
+            v.extend_from_slice(b"-second");
+            db.put(key(i), &v).unwrap();
+            model.insert(key(i), v);
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        for (k, v) in &model {
+            assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{what}");
+        }
+        db.close().unwrap();
+        assert!(fs.hooks().failed.load(Ordering::Relaxed) > 0, "{what}");
+
+        // The next open reads what the first close named (stale now): every get still
+        // returns the second session's values, and the temporary file a failed write
+        // left behind is swept.
+        let db = Db::open(dir.path(), opts()).unwrap();
+        db.wait_for_cache_reload();
+        for (k, v) in &model {
+            assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{what}");
+        }
+        assert!(!dir.path().join("CACHE_HINTS.tmp").exists(), "{what}");
         db.close().unwrap();
     }
 }
