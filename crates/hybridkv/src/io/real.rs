@@ -502,12 +502,22 @@ impl RealReader {
         at: u64,
         spin: Option<std::time::Duration>,
     ) -> std::io::Result<usize> {
-        if let Some(spin) = spin {
+        let Some(spin) = spin else {
+            return self.file.read_at(dst, at);
+        };
+        let sampled = dst.len() <= WAIT_SAMPLE_MAX;
+        if !sampled || worth_spinning(WaitKind::One, spin) {
             if let Some(n) = spin_read(self.file.as_raw_fd(), dst, at, spin) {
                 return Ok(n);
             }
         }
-        self.file.read_at(dst, at)
+        // Slept on: still measured, so that spinning resumes once reads are fast again.
+        let started = std::time::Instant::now();
+        let read = self.file.read_at(dst, at);
+        if sampled {
+            note_wait(WaitKind::One, started.elapsed());
+        }
+        read
     }
 
     /// [`ReadableFile::read_exact_at`], each `O_DIRECT` read waited for as
@@ -786,6 +796,69 @@ const SPIN_READ_MAX: usize = 256 << 10;
 /// Marks the completion of a [`spin_read`] (a batch's completions carry their index).
 const SPIN_READ_TAG: u64 = u64::MAX;
 
+/// Reads up to this size count in a thread's average wait for one read ([`WAITS`]): a
+/// larger one (a scan's read-ahead) is mostly transfer and would make point reads look
+/// slow.
+const WAIT_SAMPLE_MAX: usize = 16 << 10;
+
+/// A thread's recent waits for its reads' completions, in nanoseconds: a moving average
+/// (each new wait weighs an eighth) for one read of up to [`WAIT_SAMPLE_MAX`] bytes, and
+/// one for a batch. Whether to spin is decided from them: a spin pays where the read
+/// completes within it (it saves the wake-up of a halted processor), and where the reads
+/// of late took longer than the spin allows, the thread would spin its whole budget and
+/// then sleep anyway, so it sleeps at once (a slow device then costs no processor time
+/// spent polling). Waits are measured slept on as well, so the thread spins again once
+/// the device answers within the budget (a slept wait includes the wake-up, which keeps
+/// a device just under the budget on the sleeping side). Per thread, so that one thread's
+/// large reads or slow files do not decide for another's.
+#[derive(Clone, Copy, Default)]
+struct Waits {
+    one: u64,
+    batch: u64,
+}
+
+thread_local! {
+    static WAITS: std::cell::Cell<Waits> = const { std::cell::Cell::new(Waits { one: 0, batch: 0 }) };
+}
+
+/// Which of a thread's wait averages ([`Waits`]).
+#[derive(Clone, Copy)]
+enum WaitKind {
+    One,
+    Batch,
+}
+
+/// Whether a wait of kind `kind` is worth spinning on for up to `spin`: this thread's
+/// recent waits of that kind ended within it.
+fn worth_spinning(kind: WaitKind, spin: std::time::Duration) -> bool {
+    let w = WAITS.with(std::cell::Cell::get);
+    let avg = match kind {
+        WaitKind::One => w.one,
+        WaitKind::Batch => w.batch,
+    };
+    u128::from(avg) <= spin.as_nanos()
+}
+
+/// Counts a wait of `waited` in this thread's average of kind `kind`.
+fn note_wait(kind: WaitKind, waited: std::time::Duration) {
+    let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+    WAITS.with(|c| {
+        let mut w = c.get();
+        let avg = match kind {
+            WaitKind::One => &mut w.one,
+            WaitKind::Batch => &mut w.batch,
+        };
+        *avg = *avg - *avg / 8 + ns / 8;
+        c.set(w);
+    });
+}
+
+/// Forgets this thread's waits (tests that need a thread that spins at once).
+#[cfg(test)]
+fn forget_waits() {
+    WAITS.with(|c| c.set(Waits::default()));
+}
+
 /// One `pread` of `dst.len()` bytes at `at` of `fd` (an `O_DIRECT` file: `dst`'s length
 /// and `at` aligned as it needs), submitted through this thread's ring, the thread then
 /// spinning on the completion queue for up to `spin` before it sleeps in the kernel for
@@ -872,6 +945,9 @@ fn spin_read(fd: i32, dst: &mut [u8], at: u64, spin: std::time::Duration) -> Opt
             }
         };
         drop(place.take());
+        if dst.len() <= WAIT_SAMPLE_MAX {
+            note_wait(WaitKind::One, started.elapsed());
+        }
         let n = match usize::try_from(result) {
             Ok(n) => n.min(dst.len()),
             // A ring may fail a read that `pread` would have done (an `O_DIRECT` read
@@ -985,6 +1061,7 @@ fn submit_round(
 ) -> bool {
     use io_uring::{opcode, types};
     // Taken before any read is queued: nothing between queueing and submitting may fail.
+    let spin = spin.filter(|&s| worth_spinning(WaitKind::Batch, s));
     let mut place = spin.and_then(|s| Some((SpinPlace::take()?, s)));
     #[cfg(test)]
     if place.is_some() {
@@ -1071,6 +1148,7 @@ fn submit_round(
             std::hint::spin_loop();
         }
     }
+    note_wait(WaitKind::Batch, started.elapsed());
     for (p, res) in pending.iter_mut().zip(results) {
         let got = res.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
         if got < p.need {
@@ -1655,6 +1733,8 @@ mod tests {
             std::time::Duration::from_millis(50),
             std::time::Duration::from_nanos(1),
         ] {
+            // A thread with no waits behind it spins (the first read, at least).
+            forget_waits();
             let before = SPUN_READS.with(|n| n.get());
             spun_reads_match_plain_reads(r.as_ref(), &data, spin);
             if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
@@ -1752,6 +1832,117 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_average_weighs_each_new_wait_an_eighth_per_kind() {
+        let ms = std::time::Duration::from_millis;
+        forget_waits();
+        assert!(worth_spinning(WaitKind::One, ms(0)));
+        note_wait(WaitKind::One, ms(80));
+        assert_eq!(WAITS.with(std::cell::Cell::get).one, 10_000_000);
+        note_wait(WaitKind::One, ms(0));
+        assert_eq!(WAITS.with(std::cell::Cell::get).one, 8_750_000);
+        // The other kind is its own.
+        assert_eq!(WAITS.with(std::cell::Cell::get).batch, 0);
+        assert!(worth_spinning(WaitKind::Batch, ms(0)));
+        assert!(worth_spinning(WaitKind::One, ms(9)));
+        assert!(!worth_spinning(WaitKind::One, ms(8)));
+        // Waits past any duration do not overflow.
+        note_wait(WaitKind::Batch, std::time::Duration::MAX);
+        assert!(!worth_spinning(WaitKind::Batch, ms(1 << 40)));
+        forget_waits();
+    }
+
+    #[test]
+    fn reads_that_outlast_the_spin_sleep_at_once_and_spinning_resumes_when_they_are_fast() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..64_000u32).map(|i| (i % 239) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = RealFs.open(&p, true).unwrap();
+        UNCAPPED.with(|u| u.set(true));
+        let spin = std::time::Duration::from_millis(5);
+        let slow = |kind| {
+            for _ in 0..40 {
+                note_wait(kind, std::time::Duration::from_secs(1000));
+            }
+        };
+        let fast = |kind| {
+            for _ in 0..400 {
+                note_wait(kind, std::time::Duration::from_micros(1));
+            }
+        };
+        let ring = !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed);
+
+        // One read: after waits far past the spin, it does not go through the ring, and
+        // what it waited (slept) is counted: the average falls.
+        forget_waits();
+        slow(WaitKind::One);
+        let before = WAITS.with(std::cell::Cell::get).one;
+        let spun = SPUN_READS.with(|n| n.get());
+        let mut buf = vec![0u8; 4096];
+        f.read_exact_at_spinning(8192, &mut buf, spin).unwrap();
+        assert_eq!(buf, &data[8192..12_288]);
+        assert_eq!(SPUN_READS.with(|n| n.get()), spun, "spun past slow waits");
+        assert!(
+            WAITS.with(std::cell::Cell::get).one < before,
+            "the slept read not counted"
+        );
+        // After fast waits it spins again.
+        fast(WaitKind::One);
+        f.read_exact_at_spinning(4096, &mut buf, spin).unwrap();
+        assert_eq!(buf, &data[4096..8192]);
+        if ring {
+            assert_eq!(
+                SPUN_READS.with(|n| n.get()),
+                spun + 1,
+                "no spin after fast waits"
+            );
+        }
+
+        // A batch: the same, with its own average (the single reads' is fast now).
+        let batch = |f: &dyn ReadableFile| {
+            let (mut x, mut y) = (vec![0u8; 4096], vec![0u8; 4096]);
+            let polled = POLLED_ROUNDS.with(|c| c.get());
+            let mut reqs = [
+                BatchRead {
+                    file: f,
+                    offset: 0,
+                    buf: &mut x,
+                },
+                BatchRead {
+                    file: f,
+                    offset: 40_960,
+                    buf: &mut y,
+                },
+            ];
+            let filled = submit_batch(&mut reqs, Some(spin));
+            if ring {
+                assert_eq!(filled, vec![true, true]);
+            }
+            if filled[0] {
+                assert_eq!(x, &data[..4096]);
+            }
+            if filled[1] {
+                assert_eq!(y, &data[40_960..45_056]);
+            }
+            POLLED_ROUNDS.with(|c| c.get()) > polled
+        };
+        slow(WaitKind::Batch);
+        let before = WAITS.with(std::cell::Cell::get).batch;
+        assert!(!batch(f.as_ref()), "a batch polled past slow waits");
+        if ring {
+            assert!(WAITS.with(std::cell::Cell::get).batch < before);
+        }
+        fast(WaitKind::Batch);
+        assert_eq!(
+            batch(f.as_ref()),
+            ring,
+            "a batch did not poll after fast waits"
+        );
+        forget_waits();
+        UNCAPPED.with(|u| u.set(false));
+    }
+
+    #[test]
     fn a_spun_batch_fills_what_an_unspun_one_does() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
@@ -1782,6 +1973,7 @@ mod tests {
                     buf: &mut z,
                 },
             ];
+            forget_waits();
             let polled = POLLED_ROUNDS.with(|c| c.get());
             let filled = submit_batch(&mut reqs, spin);
             if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
