@@ -366,7 +366,7 @@ fn a_hint_file_that_cannot_be_written_fails_no_close_and_the_one_left_costs_only
         // A first close writes a good hint file.
         let mut model = fill(dir.path());
         read_all_and_close(dir.path(), opts(), &model);
-        assert!(dir.path().join("CACHE_HINTS").exists());
+        let first_hints = std::fs::read(dir.path().join("CACHE_HINTS")).unwrap();
 
         // A second session overwrites a third of the keys and merges, so the hints left
         // name files merged away; its close cannot write the hint file, and still
@@ -392,6 +392,18 @@ fn a_hint_file_that_cannot_be_written_fails_no_close_and_the_one_left_costs_only
         }
         db.close().unwrap();
         assert!(fs.hooks().failed.load(Ordering::Relaxed) > 0, "{what}");
+        // The first session's hint file is left as it was; a write that failed after
+        // the temporary file was made leaves that file behind.
+        assert_eq!(
+            std::fs::read(dir.path().join("CACHE_HINTS")).unwrap(),
+            first_hints,
+            "{what}"
+        );
+        assert_eq!(
+            dir.path().join("CACHE_HINTS.tmp").exists(),
+            what != "create",
+            "{what}"
+        );
 
         // The next open reads what the first close named (stale now): every get still
         // returns the second session's values, and the temporary file a failed write

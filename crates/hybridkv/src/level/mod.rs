@@ -659,8 +659,7 @@ mod tests {
     }
 
     fn open_pinned(dir: &std::path::Path, id: u64, io: &Io, cache: usize) -> Arc<LevelFile> {
-        let cache = Arc::new(BlockCache::with_pinning(cache, 1 << 30));
-        Arc::new(LevelFile::open(io, dir, id, cache).unwrap())
+        open_pinned_cached(dir, id, io, cache).0
     }
 
     #[test]
@@ -928,12 +927,18 @@ mod tests {
         assert_eq!(level_reads(&io) - before, 0);
 
         // A read-ahead stops at a leaf the cache holds: from leaf 8, the step to leaf 9
-        // reads leaf 9 alone (leaf 10 is cached), and walks on through the cache.
+        // reads leaf 9 alone (leaf 10 is cached), and walks on through the cache: two
+        // reads of one leaf each.
         let from = leaves[8].2[0].clone();
         let before = level_reads(&io);
+        let bytes = io.stats().snapshot().read_by(IoComponent::LevelRead);
         let got = walk_forward(&lf, Bound::Included(&from), per_leaf(8) + per_leaf(9) + 1);
         assert_eq!(got.first(), Some(&from));
         assert_eq!(level_reads(&io) - before, 2);
+        assert_eq!(
+            io.stats().snapshot().read_by(IoComponent::LevelRead) - bytes,
+            2 * 8192
+        );
     }
 
     #[test]
@@ -951,6 +956,7 @@ mod tests {
         let io = Io::new(Arc::new(RealFs), false);
         for cache in [0, 64 << 20] {
             let (lf, cached) = open_pinned_cached(dir.path(), 22, &io, cache);
+            let reads = level_reads(&io);
             let mut c = lf.cursor();
             c.seek(Bound::Unbounded).unwrap();
             let mut keys = Vec::new();
@@ -972,6 +978,9 @@ mod tests {
                 "cache {cache}"
             );
             assert!(keys == before, "cache {cache}");
+            // Leaf 0, leaves 1..3, leaves 3..7, then leaf 5 alone: the damaged leaf held
+            // in the read-ahead is read again alone at once, not through another one.
+            assert_eq!(level_reads(&io) - reads, 4, "cache {cache}");
             match err {
                 crate::Error::Corruption { offset, .. } => assert_eq!(offset, bad_at),
                 other => panic!("expected corruption, got {other:?}"),

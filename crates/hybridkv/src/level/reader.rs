@@ -365,17 +365,94 @@ impl LevelFile {
     }
 
     /// Loads leaf `pos` of a pinned file, at `offset`, via the cache; a miss reads its
-    /// neighbours with it while the cache fills ([`LevelFile::read_leaves_around`]).
-    fn load_pinned_leaf(&self, fences: &Fences, pos: usize, offset: u64) -> Result<BlockBytes> {
+    /// neighbours with it while the cache fills ([`LevelFile::read_leaves_around`]), and
+    /// with `ahead` (a cursor stepping forward) first takes it from the cursor's
+    /// read-ahead, or reads it together with the leaves after it ([`ReadAhead`]). A leaf
+    /// taken from the read-ahead or read is cached as a leaf read alone would be; one held
+    /// in the read-ahead that fails to verify is read alone, which reports the damage.
+    fn load_pinned_leaf(
+        &self,
+        fences: &Fences,
+        pos: usize,
+        offset: u64,
+        mut ahead: Option<&mut ReadAhead>,
+    ) -> Result<BlockBytes> {
+        if let Some(a) = ahead.as_deref_mut() {
+            a.let_go_before(pos);
+        }
         if let Some(n) = self.cache.get(self.id, offset) {
             return Ok(n);
+        }
+        let leaf = self.footer.leaf_size as usize;
+        let held = ahead.as_deref_mut().map(|a| a.take(pos, leaf));
+        match held {
+            Some(Held::Leaf(n)) => return Ok(self.cached(offset, n)),
+            Some(Held::Damaged) => return self.read_leaf_alone(offset),
+            Some(Held::Absent) | None => {}
         }
         if let Some(n) = self.read_leaves_around(fences, pos, offset) {
             return Ok(n);
         }
+        if let Some(a) = ahead {
+            if let Some(n) = self.read_ahead(fences, pos, leaf, a) {
+                return Ok(self.cached(offset, n));
+            }
+        }
+        self.read_leaf_alone(offset)
+    }
+
+    /// Leaf `n`, read from `offset` and verified, put in the cache and handed back.
+    fn cached(&self, offset: u64, n: BlockBytes) -> BlockBytes {
+        self.cache.insert(self.id, offset, n.clone());
+        n
+    }
+
+    /// The leaf at `offset`, read alone (and verified) and cached.
+    fn read_leaf_alone(&self, offset: u64) -> Result<BlockBytes> {
         let node = self.read_node(offset, 1)?;
-        self.cache.insert(self.id, offset, node.clone());
-        Ok(node)
+        Ok(self.cached(offset, node))
+    }
+
+    /// Reads leaf `pos` with the leaves back to back after it that the cache lacks, up to
+    /// `ahead.next` of them (two the first time) and [`READ_AHEAD_MAX`] bytes, in one
+    /// device read; `ahead` then holds them, and leaf `pos` is handed back if it
+    /// verifies. `None` when fewer than two leaves would be read (a leaf over half of
+    /// [`READ_AHEAD_MAX`] never reads ahead), the read fails, or leaf `pos` does not
+    /// verify: the caller reads it alone.
+    fn read_ahead(
+        &self,
+        fences: &Fences,
+        pos: usize,
+        leaf: usize,
+        ahead: &mut ReadAhead,
+    ) -> Option<BlockBytes> {
+        let most = usize::try_from(READ_AHEAD_MAX / u64::try_from(leaf.max(1)).ok()?).ok()?;
+        if most < 2 {
+            return None;
+        }
+        let want = ahead.next.clamp(2, most);
+        let mut hi = pos + 1;
+        while hi < fences.len()
+            && hi - pos < want
+            && self.leaves_adjacent(fences, hi - 1) == Some(true)
+            && !self.leaf_cached(fences, hi)
+        {
+            hi += 1;
+        }
+        if hi - pos < 2 {
+            return None;
+        }
+        let span = self.read_leaf_span(fences, pos, hi)?;
+        *ahead = ReadAhead {
+            first: pos,
+            end: hi,
+            span,
+            next: want.saturating_mul(2).min(most),
+        };
+        match ahead.take(pos, leaf) {
+            Held::Leaf(n) => Some(n),
+            Held::Damaged | Held::Absent => None,
+        }
     }
 
     /// While the cache has room (`BlockCache::warm_read_bytes`), reads leaf `pos` (at
@@ -475,59 +552,6 @@ impl LevelFile {
         Some(BlockBytes::from(raw).slice(at..end))
     }
 
-    /// Leaf `pos` (at `offset`) for a cursor stepping forward onto it: from the cache,
-    /// else from the cursor's read-ahead, else through a group read while the cache has
-    /// room ([`LevelFile::read_leaves_around`]), else read together with the leaves after
-    /// it ([`ReadAhead`]), else alone. A leaf taken from the read-ahead or read is cached
-    /// as a leaf read alone would be.
-    fn load_leaf_forward(
-        &self,
-        fences: &Fences,
-        pos: usize,
-        offset: u64,
-        ahead: &mut ReadAhead,
-    ) -> Result<BlockBytes> {
-        if let Some(n) = self.cache.get(self.id, offset) {
-            return Ok(n);
-        }
-        let leaf = self.footer.leaf_size as usize;
-        if let Some(n) = ahead.take(pos, leaf) {
-            self.cache.insert(self.id, offset, n.clone());
-            return Ok(n);
-        }
-        if let Some(n) = self.read_leaves_around(fences, pos, offset) {
-            return Ok(n);
-        }
-        if fences.leaf_offset(pos) == Some(offset) {
-            let most = usize::try_from(READ_AHEAD_MAX / leaf.max(1) as u64).unwrap_or(1);
-            let want = ahead.next.clamp(2, most.max(2));
-            let mut hi = pos + 1;
-            while hi < fences.len()
-                && hi - pos < want
-                && self.leaves_adjacent(fences, hi - 1) == Some(true)
-                && !self.leaf_cached(fences, hi)
-            {
-                hi += 1;
-            }
-            if hi - pos >= 2 {
-                if let Some(span) = self.read_leaf_span(fences, pos, hi) {
-                    *ahead = ReadAhead {
-                        first: pos,
-                        span,
-                        next: want.saturating_mul(2).min(most),
-                    };
-                    if let Some(n) = ahead.take(pos, leaf) {
-                        self.cache.insert(self.id, offset, n.clone());
-                        return Ok(n);
-                    }
-                }
-            }
-        }
-        let node = self.read_node(offset, 1)?;
-        self.cache.insert(self.id, offset, node.clone());
-        Ok(node)
-    }
-
     /// Reads back into the cache the nodes a hint file names for this file (`nodes`:
     /// (offset, length), ascending) that the cache lacks, in few device reads
     /// ([`Io::read_spans`]). A node is cached only if it verifies as a leaf or an index
@@ -605,7 +629,7 @@ impl LevelFile {
             let offset = fences
                 .leaf_offset(i)
                 .ok_or_else(|| self.corrupt(0, "pinned fence without a leaf"))?;
-            let node = self.load_pinned_leaf(fences, i, offset)?;
+            let node = self.load_pinned_leaf(fences, i, offset, None)?;
             return self.search_leaf_node(&node, offset, key);
         }
         let mut offset = self.footer.root;
@@ -744,35 +768,61 @@ impl LevelFile {
 /// misses is read in one device read with the leaves after it, back to back in the file
 /// and not cached, two the first time, then twice as many each time up to
 /// [`READ_AHEAD_MAX`] bytes (a long scan pays one read per 64 leaves of 4 KiB, a short one
-/// reads at most one leaf it may not use). The cursor holds them, unverified, until it
-/// steps onto them; a leaf taken is verified and cached as a leaf read alone would be, one
-/// that fails to verify is read again alone (which reports the damage), and leaves never
-/// taken go with the cursor, so the cache only ever holds what a walk entered.
+/// reads at most one leaf it may not use; a leaf over half of it never reads ahead). The
+/// cursor holds them, unverified, until it steps onto them; a leaf taken is verified and
+/// cached as a leaf read alone would be, one that fails to verify is read again alone
+/// (which reports the damage), and the span is let go once the walk reaches its end,
+/// runs past the file's last leaf, or seeks; leaves never taken go with it, so the cache
+/// only ever holds what a walk entered.
 #[derive(Default)]
 struct ReadAhead {
-    /// Position among the pinned fences of the first leaf of `span`.
+    /// Positions among the pinned fences of the first leaf of `span` and past its last.
     first: usize,
+    end: usize,
     /// Leaves `first..`, back to back as read; empty when none is held.
     span: BlockBytes,
     /// Leaves the next read-ahead reads (0 before the first: two).
     next: usize,
 }
 
+/// What a cursor's read-ahead holds of a leaf.
+enum Held {
+    /// The leaf, verified: a copy of its own (the cache must not keep the whole span).
+    Leaf(BlockBytes),
+    /// The leaf as read, failing to verify.
+    Damaged,
+    /// Not held.
+    Absent,
+}
+
 impl ReadAhead {
-    /// Leaf `pos` of `leaf` bytes, if the span holds it and it verifies: a copy of its own
-    /// (the cache must not keep the whole span alive). The span is let go once its last
-    /// leaf is taken.
-    fn take(&mut self, pos: usize, leaf: usize) -> Option<BlockBytes> {
-        let i = pos.checked_sub(self.first)?;
-        let at = i.checked_mul(leaf)?;
-        let node = self.span.get(at..at.checked_add(leaf)?)?;
-        let node = NodeView::verify(node, NODE_LEAF)
-            .is_ok()
-            .then(|| BlockBytes::copy_from_slice(node));
+    /// What the span holds of leaf `pos` of `leaf` bytes. The span is let go once its
+    /// last leaf is taken.
+    fn take(&mut self, pos: usize, leaf: usize) -> Held {
+        let node = pos
+            .checked_sub(self.first)
+            .and_then(|i| i.checked_mul(leaf))
+            .and_then(|at| Some((at, self.span.get(at..at.checked_add(leaf)?)?)));
+        let Some((at, node)) = node else {
+            return Held::Absent;
+        };
+        let held = if NodeView::verify(node, NODE_LEAF).is_ok() {
+            Held::Leaf(BlockBytes::copy_from_slice(node))
+        } else {
+            Held::Damaged
+        };
         if at + leaf >= self.span.len() {
             self.span = BlockBytes::new();
         }
-        node
+        held
+    }
+
+    /// Lets the span go once a forward walk reaches `pos` at or past its end (whatever
+    /// served the leaves: the cache may have held the last ones).
+    fn let_go_before(&mut self, pos: usize) {
+        if pos >= self.end {
+            self.span = BlockBytes::new();
+        }
     }
 }
 
@@ -861,14 +911,12 @@ impl LevelCursor {
             return Ok(());
         };
         let Some(offset) = p.fences().leaf_offset(pos) else {
+            // Past the last leaf: nothing more to read ahead of.
+            self.ahead = ReadAhead::default();
             return Ok(());
         };
-        let node = if forward {
-            self.file
-                .load_leaf_forward(p.fences(), pos, offset, &mut self.ahead)?
-        } else {
-            self.file.load_pinned_leaf(p.fences(), pos, offset)?
-        };
+        let ahead = forward.then_some(&mut self.ahead);
+        let node = self.file.load_pinned_leaf(p.fences(), pos, offset, ahead)?;
         self.push_loaded(node, offset, 1)
     }
 
