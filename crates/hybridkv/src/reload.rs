@@ -83,19 +83,17 @@ pub(crate) fn start(
     let io = io.clone();
     let path = dir.join(CACHE_HINTS);
     let ended = Arc::clone(&done);
-    let spawned = std::thread::Builder::new()
-        .name("hybridkv-reload".into())
-        .spawn(move || {
-            // Ended however the reload ends (a panic included), so no waiter hangs.
-            struct EndOnDrop(Arc<ReloadDone>);
-            impl Drop for EndOnDrop {
-                fn drop(&mut self) {
-                    self.0.end();
-                }
+    let spawned = spawn_reload(move || {
+        // Ended however the reload ends (a panic included), so no waiter hangs.
+        struct EndOnDrop(Arc<ReloadDone>);
+        impl Drop for EndOnDrop {
+            fn drop(&mut self) {
+                self.0.end();
             }
-            let _end = EndOnDrop(ended);
-            reload(&io, &path, &engines);
-        });
+        }
+        let _end = EndOnDrop(ended);
+        reload(&io, &path, &engines);
+    });
     match spawned {
         Ok(handle) => Some((handle, done)),
         Err(e) => {
@@ -103,6 +101,23 @@ pub(crate) fn start(
             None
         }
     }
+}
+
+/// Starts the reload's thread (a test may make it fail, as a system out of threads would).
+fn spawn_reload(body: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    #[cfg(test)]
+    if NO_RELOAD_THREAD.with(std::cell::Cell::get) {
+        return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+    }
+    std::thread::Builder::new()
+        .name("hybridkv-reload".into())
+        .spawn(body)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Opens on this thread cannot start the reload's thread.
+    static NO_RELOAD_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Reads the hint file at `path` and reads back, file by file, the entries it names of
@@ -161,5 +176,69 @@ fn reload(io: &Io, path: &Path, engines: &[Arc<Engine>]) {
             (0, 0)
         };
         engine.cache.note_reloaded(cached, read);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NO_RELOAD_THREAD;
+    use crate::io::SimFs;
+    use crate::{Db, Options};
+    use std::sync::Arc;
+
+    fn opts() -> Options {
+        Options {
+            memtable_size: 256 << 10,
+            cache_bytes: 16 << 20,
+            reload_cache: true,
+            gc_interval: std::time::Duration::from_secs(3600),
+            ..Options::default()
+        }
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("k{:08}", i.wrapping_mul(2_654_435_761) % 100_000_007).into_bytes()
+    }
+
+    fn value(i: u32) -> Vec<u8> {
+        vec![(i % 251) as u8; [20, 200, 2000][(i % 3) as usize]]
+    }
+
+    #[test]
+    fn an_open_whose_reload_thread_cannot_start_serves_reads_and_closes() {
+        let fs = Arc::new(SimFs::new());
+        let n = 6_000;
+        let db = Db::open_with_fs("/db", opts(), fs.clone()).unwrap();
+        for i in 0..n {
+            db.put(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+        for i in 0..n {
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i)));
+        }
+        db.close().unwrap();
+        assert!(fs
+            .read_file(std::path::Path::new("/db/CACHE_HINTS"))
+            .is_some());
+
+        // No thread for the reload: the open succeeds without it, nothing is reloaded,
+        // every read is served, and the close (which would wait for a reload) returns.
+        NO_RELOAD_THREAD.with(|c| c.set(true));
+        let opened = Db::open_with_fs("/db", opts(), fs.clone());
+        NO_RELOAD_THREAD.with(|c| c.set(false));
+        let db = opened.unwrap();
+        db.wait_for_cache_reload();
+        let s = db.stats().unwrap();
+        assert_eq!((s.cache_reloaded, s.cache_reload_bytes), (0, 0), "{s}");
+        for i in 0..n {
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+        }
+        db.close().unwrap();
+
+        // With a thread, the next open reloads what that close named.
+        let db = Db::open_with_fs("/db", opts(), fs).unwrap();
+        db.wait_for_cache_reload();
+        assert!(db.stats().unwrap().cache_reloaded > 0);
+        db.close().unwrap();
     }
 }

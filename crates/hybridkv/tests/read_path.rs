@@ -787,3 +787,80 @@ fn one_cold_run_reopen(dir: &std::path::Path) -> Db {
     )
     .unwrap()
 }
+
+/// A scan's read-ahead (several leaves in one device read, once group reads are off or
+/// the cache is full) that fails falls back to the leaf alone: the scan returns every
+/// pair, in order. When the leaf alone fails too, the scan reports the error naming the
+/// level file after the pairs before it, and once the device answers again a scan from
+/// there returns the rest.
+#[test]
+fn a_failed_read_ahead_falls_back_to_the_leaf_alone_and_a_failed_leaf_read_is_reported() {
+    let n = 20_000;
+    let sim = SimFs::new();
+    let fs = HookedFs::new(Arc::new(sim), FailReads::default());
+    let open = |o| Db::open_with_fs("/db", o, Arc::new(fs.clone())).unwrap();
+    // No group reads: a forward walk's misses read ahead.
+    let db = one_cold_run_on(open, n, 0, 64 << 20);
+    let value = |i: u32| vec![(i % 251) as u8; 60];
+    let leaves = leaves_of_the_run(&db);
+
+    // Every read of two leaves or more fails: each read-ahead is tried and fails, and its
+    // leaf is read alone.
+    fs.hooks().arm("lvl", 2 * LEAF, u64::MAX);
+    let reads = leaf_reads(&db, || {
+        let mut i = 0u32;
+        for item in db.iter() {
+            let (k, v) = item.unwrap();
+            assert_eq!((k, v), (seq_key(i), value(i)), "pair {i}");
+            i += 1;
+        }
+        assert_eq!(i, n);
+    });
+    assert!(fs.hooks().failed() > 0, "no read-ahead was tried");
+    // Each leaf once, alone (the failed read-aheads count no read; `leaves` counts the
+    // index nodes and the footer too).
+    assert!(
+        reads <= leaves && reads + 10 >= leaves,
+        "{reads} reads for {leaves} leaves"
+    );
+    fs.hooks().disarm();
+    drop(db);
+
+    // Cold again: a scan takes its first pairs, then every level read fails.
+    let db = one_cold_run_on(open, n, 0, 64 << 20);
+    let mut it = db.iter();
+    let first = 3_000u32;
+    for i in 0..first {
+        assert_eq!(
+            it.next().unwrap().unwrap(),
+            (seq_key(i), value(i)),
+            "pair {i}"
+        );
+    }
+    fs.hooks().arm("lvl", 0, u64::MAX);
+    // Pairs the walk had read (the leaves held in its read-ahead) still come, in order,
+    // then the error.
+    let mut i = first;
+    let err = loop {
+        match it.next() {
+            Some(Ok(pair)) => {
+                assert_eq!(pair, (seq_key(i), value(i)), "pair {i}");
+                i += 1;
+            }
+            Some(Err(e)) => break e,
+            None => panic!("the scan ended at pair {i} with every level read failing"),
+        }
+    };
+    assert!(i < n, "every pair came back");
+    assert_io_error_on::<()>(Err(err), "lvl");
+    drop(it);
+
+    // The device answers again: a scan from the first pair not returned returns the rest.
+    fs.hooks().disarm();
+    let rest: Vec<(Vec<u8>, Vec<u8>)> = db.range(seq_key(i)..).map(|r| r.unwrap()).collect();
+    assert_eq!(rest.len() as u32, n - i);
+    for (j, pair) in rest.into_iter().enumerate() {
+        let at = i + j as u32;
+        assert_eq!(pair, (seq_key(at), value(at)), "pair {at}");
+    }
+}
