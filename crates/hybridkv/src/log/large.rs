@@ -625,6 +625,34 @@ impl SegmentFile {
         }
     }
 
+    /// Whether a scan's span of this segment is read in whole blocks and cached as
+    /// blocks ([`Span::widen_to_blocks`]): a sorted segment with a cache, as gets read it
+    /// ([`SegmentFile::read_blocks`]).
+    fn scans_in_blocks(&self) -> bool {
+        self.sorted
+            && self.cache.as_ref().is_some_and(|c| c.enabled())
+            && self.file.len() < BLOCK_TAG
+    }
+
+    /// Caches the blocks of `buf`, read from `start` (a block boundary), that the cache
+    /// lacks: each whole block, and a last partial one only where the file ends. Each its
+    /// own allocation, unchecked: their records are checked as they are taken
+    /// ([`SegmentFile::cached_value`]).
+    fn keep_blocks(&self, start: u64, buf: &[u8]) {
+        let Some(cache) = self.cache.as_ref() else {
+            return;
+        };
+        let file_len = self.file.len();
+        for (i, chunk) in buf.chunks(SEGMENT_BLOCK as usize).enumerate() {
+            let offset = start + i as u64 * SEGMENT_BLOCK;
+            let whole =
+                chunk.len() as u64 == SEGMENT_BLOCK || offset + chunk.len() as u64 == file_len;
+            if whole && !cache.contains(self.id, BLOCK_TAG | offset) {
+                cache.insert(self.id, BLOCK_TAG | offset, Bytes::copy_from_slice(chunk));
+            }
+        }
+    }
+
     /// Reads `buf.len()` bytes at `ptr.offset` (a pointer past the end is corruption).
     pub(crate) fn read_into(&self, ptr: LogPtr, buf: &mut [u8]) -> Result<()> {
         self.file
@@ -671,7 +699,10 @@ impl SegmentFile {
                 }
             }
         }
-        let spans = spans_of(items, to_read);
+        let mut spans = spans_of(items, to_read);
+        for span in &mut spans {
+            span.widen_to_blocks();
+        }
         let mut bufs: Vec<Vec<u8>> = spans
             .iter()
             .map(|s| span_buffer(usize::try_from(s.end - s.start).unwrap_or(0)))
@@ -692,6 +723,9 @@ impl SegmentFile {
             None => Vec::new(),
         };
         for ((span, buf), res) in spans.iter().zip(&bufs).zip(results) {
+            if res.is_ok() && span.blocks {
+                span.seg.keep_blocks(span.start, buf);
+            }
             for &i in &span.members {
                 let Some(&(seg, ptr, key)) = items.get(i) else {
                     continue;
@@ -699,6 +733,11 @@ impl SegmentFile {
                 let value = if res.is_ok() {
                     let at = usize::try_from(ptr.offset - span.start).unwrap_or(usize::MAX);
                     match buf.get(at..at.saturating_add(ptr.len as usize)) {
+                        // The blocks hold the record now: the value is a copy of it,
+                        // checked in full.
+                        Some(rec) if span.blocks => {
+                            value_in(&Bytes::copy_from_slice(rec), ptr, key, &seg.path, true)
+                        }
                         // A record the cache keeps gets a copy of its own (the cache must
                         // never hold the whole span); of a larger one only the value is
                         // copied out.
@@ -791,6 +830,29 @@ struct Span<'a> {
     start: u64,
     end: u64,
     members: Vec<usize>,
+    /// Read in whole blocks, which are cached ([`Span::widen_to_blocks`]).
+    blocks: bool,
+}
+
+impl Span<'_> {
+    /// In a segment whose scans read blocks ([`SegmentFile::scans_in_blocks`]), widens
+    /// the span to the [`SEGMENT_BLOCK`]s that hold it (the last ending with the file),
+    /// so that its blocks are cached: the next scans and gets near these keys (a sorted
+    /// segment holds one run's medium values in key order) find their records there, as
+    /// a get's miss caches its block. Spans of one batch lie more than [`SPAN_GAP`] (a
+    /// block) apart, so no two widened spans share a block.
+    fn widen_to_blocks(&mut self) {
+        if !self.seg.scans_in_blocks() || self.members.is_empty() {
+            return;
+        }
+        let file_len = self.seg.file.len();
+        if self.end > file_len {
+            return; // a pointer past the end: read as it is, for its own error
+        }
+        self.start -= self.start % SEGMENT_BLOCK;
+        self.end = self.end.next_multiple_of(SEGMENT_BLOCK).min(file_len);
+        self.blocks = true;
+    }
 }
 
 /// Groups the records `indices` of `items` names into spans: by segment and offset, a
@@ -821,6 +883,7 @@ fn spans_of<'a>(
                 start: ptr.offset,
                 end,
                 members: vec![i],
+                blocks: false,
             }),
         }
     }
@@ -1480,6 +1543,127 @@ mod tests {
             .map(|(ptr, rec)| (ptr, rec.lsn))
             .collect();
         assert_eq!(scanned, vec![(plain, 7), (cached, 8), (big, 9)]);
+    }
+
+    #[test]
+    fn a_scan_of_a_sorted_segment_caches_the_blocks_it_read_for_the_next_gets_and_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 5).unwrap();
+        let key = |i: usize| format!("k{i:03}").into_bytes();
+        let value = |i: usize| vec![i as u8; 150];
+        // 300 records of 174 bytes: 23 or 24 to a block, the last block partial.
+        let ptrs: Vec<LogPtr> = (0..300)
+            .map(|i| w.append(&key(i), &value(i), i as u64).unwrap())
+            .collect();
+        w.commit(true).unwrap();
+        let block_of = |i: usize| ptrs[i].offset / SEGMENT_BLOCK;
+        let last_block_of =
+            |i: usize| (ptrs[i].offset + u64::from(ptrs[i].len) - 1) / SEGMENT_BLOCK;
+        // Damage a record of block 6 that lies wholly in it.
+        let victim = (0..300)
+            .find(|&i| block_of(i) == 6 && last_block_of(i) == 6 && block_of(i - 1) == 6)
+            .unwrap();
+        let path = dir.path().join(SegmentKind::Transient.file_name(5));
+        let mut data = std::fs::read(&path).unwrap();
+        data[ptrs[victim].offset as usize + RECORD_HEADER + 4 + 50] ^= 1;
+        std::fs::write(&path, &data).unwrap();
+
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 5)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let reads = || io.stats().snapshot().read_ops_by(IoComponent::TransientLog);
+        let keys: Vec<Vec<u8>> = (0..300).map(key).collect();
+        let scan = |range: std::ops::Range<usize>| {
+            let items: Vec<(&SegmentFile, LogPtr, &[u8])> = range
+                .clone()
+                .map(|i| (&seg, ptrs[i], keys[i].as_slice()))
+                .collect();
+            SegmentFile::read_many_through_cache(&items)
+        };
+        // A scan of every fifth record from 10 to 40 (one span): one read, of the
+        // blocks that hold them, all cached.
+        let items: Vec<(&SegmentFile, LogPtr, &[u8])> = (10..40)
+            .step_by(5)
+            .map(|i| (&seg, ptrs[i], keys[i].as_slice()))
+            .collect();
+        for (got, i) in SegmentFile::read_many_through_cache(&items)
+            .iter()
+            .zip((10..40).step_by(5))
+        {
+            assert_eq!(got.as_ref().unwrap(), &value(i), "record {i}");
+        }
+        assert_eq!(reads(), 1);
+        let (lo, hi) = (block_of(10), last_block_of(35));
+        for b in lo..=hi {
+            assert!(
+                cache.contains(5, BLOCK_TAG | (b * SEGMENT_BLOCK)),
+                "block {b}"
+            );
+        }
+        assert!(
+            !cache.contains(5, ptrs[10].offset),
+            "a record cached alone as well"
+        );
+        // Every record those blocks hold whole comes from memory, to a get or a scan.
+        let held: Vec<usize> = (0..300)
+            .filter(|&i| block_of(i) >= lo && last_block_of(i) <= hi)
+            .collect();
+        for &i in &held {
+            assert_eq!(seg.read_through_cache(ptrs[i], &key(i)).unwrap(), value(i));
+        }
+        let (first, last) = (held[0], held[held.len() - 1]);
+        assert!(scan(first..last + 1).iter().all(Result::is_ok));
+        assert_eq!(reads(), 1, "served from the scan's blocks");
+
+        // A scan over the damaged record: it fails alone, its neighbours come back; the
+        // block it lies in was cached unchecked, so a get of it finds the damage there,
+        // forgets the block and reads the record's block from the file, which reports it.
+        let got = scan(victim - 2..victim + 3);
+        assert!(got[2].as_ref().unwrap_err().is_corruption());
+        for (j, i) in (victim - 2..victim + 3)
+            .enumerate()
+            .filter(|&(j, _)| j != 2)
+        {
+            assert_eq!(got[j].as_ref().unwrap(), &value(i), "record {i}");
+        }
+        let r = reads();
+        assert!(seg
+            .read_through_cache(ptrs[victim], &key(victim))
+            .unwrap_err()
+            .is_corruption());
+        assert_eq!(reads(), r + 1, "the damaged record read from the file");
+
+        // The last records: the file's last block, partial, is cached too.
+        let r = reads();
+        assert!(scan(290..300).iter().all(Result::is_ok));
+        let end = ptrs[299].offset + u64::from(ptrs[299].len);
+        assert!(!end.is_multiple_of(SEGMENT_BLOCK));
+        assert!(cache.contains(5, BLOCK_TAG | (end - end % SEGMENT_BLOCK)));
+        assert_eq!(
+            seg.read_through_cache(ptrs[299], &key(299)).unwrap(),
+            value(299)
+        );
+        assert_eq!(reads(), r + 1);
+
+        // Without a cache, a scan reads its records' span alone and caches nothing.
+        let plain = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 5).unwrap();
+        let items: Vec<(&SegmentFile, LogPtr, &[u8])> = (100..103)
+            .map(|i| (&plain, ptrs[i], keys[i].as_slice()))
+            .collect();
+        let spans = spans_of(&items, vec![0, 1, 2]);
+        assert_eq!(spans.len(), 1);
+        let mut span = spans.into_iter().next().unwrap();
+        span.widen_to_blocks();
+        assert!(!span.blocks);
+        assert_eq!(
+            (span.start, span.end),
+            (
+                ptrs[100].offset,
+                ptrs[102].offset + u64::from(ptrs[102].len)
+            )
+        );
     }
 
     #[test]
