@@ -6,12 +6,16 @@
 //! re-encodes with the real writer to exactly its bytes (same pointers), the tolerant
 //! scan and the tail scan agree with it; the tail scan's valid prefix is accepted by the
 //! strict scan with the same records; every record reads back through its pointer, and a
-//! pointer with a wrong key or length is corruption.
+//! pointer with a wrong key or length is corruption. Read as a transient segment through a
+//! cache, by scan batches (spans read and cached in whole blocks) and by gets (each miss
+//! reading its block), every record of a clean segment reads its value and a wrong key
+//! or length is corruption; of any segment, every value either path returns is what the
+//! record's own bytes decode to.
 #![no_main]
 
 use hybridkv::fuzzing::{
-    decode_segment, decode_segment_record, encode_segment, read_segment_value, scan_segment_tail,
-    LogPtr, SegmentTail,
+    decode_segment, decode_segment_record, encode_segment, read_segment_value,
+    read_transient_values, scan_segment_tail, LogPtr, SegmentTail,
 };
 use hybridkv_fuzz::{bounded, fix_segment};
 use libfuzzer_sys::fuzz_target;
@@ -71,6 +75,67 @@ fuzz_target!(|input: &[u8]| {
                     ..*p
                 };
                 assert!(decode_segment_record(&buf[..l - 1], short, &r.key).is_err());
+            }
+        }
+    }
+    // Reads through the cache of a transient segment: scan batches (whole blocks cached)
+    // and gets agree, each record of a clean segment reads its own value, and a pointer
+    // with a key one byte longer, or a length one byte shorter, is refused by both.
+    if let Ok(recs) = &strict {
+        let mut reads = Vec::new();
+        let mut want = Vec::new();
+        for (p, r) in recs.iter().rev() {
+            reads.push((*p, r.key.clone()));
+            want.push(Some(r.value.clone()));
+            let mut other = r.key.clone();
+            other.push(0);
+            reads.push((*p, other));
+            want.push(None);
+            if let Some((_, head)) = r.key.split_last() {
+                reads.push((*p, head.to_vec()));
+                want.push(None);
+            }
+            if p.len > 20 {
+                let short = LogPtr {
+                    len: p.len - 1,
+                    ..*p
+                };
+                reads.push((short, r.key.clone()));
+                want.push(None);
+            }
+        }
+        let (scanned, alone) = read_transient_values(&data, &reads).expect("open");
+        for (i, ((s, a), w)) in scanned.iter().zip(&alone).zip(&want).enumerate() {
+            let p = reads[i].0;
+            match w {
+                Some(v) => {
+                    assert_eq!(s.as_ref().ok(), Some(v), "scan read {i} of {p:?}");
+                    assert_eq!(a.as_ref().ok(), Some(v), "get {i} of {p:?}");
+                }
+                None => assert!(
+                    s.as_ref().is_err_and(|e| e.is_corruption())
+                        && a.as_ref().is_err_and(|e| e.is_corruption()),
+                    "read {i} of {p:?}: {s:?}, {a:?}"
+                ),
+            }
+        }
+    }
+    // Of any segment (damaged ones included), through the records the tolerant scan
+    // finds: a value either path returns is what the record's own bytes decode to.
+    if let Ok(recs) = &tolerant {
+        let reads: Vec<(LogPtr, Vec<u8>)> =
+            recs.iter().take(64).map(|(p, r)| (*p, r.key.clone())).collect();
+        let (scanned, alone) = read_transient_values(&data, &reads).expect("open");
+        for ((p, key), (s, a)) in reads.iter().zip(scanned.iter().zip(&alone)) {
+            let (o, l) = (p.offset as usize, p.len as usize);
+            let own = data.get(o..o + l).map(|b| decode_segment_record(b, *p, key));
+            for got in [s, a] {
+                if let Ok(v) = got {
+                    match &own {
+                        Some(Ok(want)) => assert_eq!(v, want, "{p:?}"),
+                        other => panic!("{p:?} read {v:?}, its bytes decode to {other:?}"),
+                    }
+                }
             }
         }
     }

@@ -214,6 +214,44 @@ pub fn read_segment_value(data: &[u8], ptr: LogPtr, key: &[u8]) -> Result<Vec<u8
     seg.read(ptr, key)
 }
 
+/// Reads the values `reads` ((pointer, key) pairs, the pointers' segment ids ignored) name
+/// from segment file `data` opened as a transient segment with a cache, as scans and gets
+/// do: all of them in scan batches of up to 8, in the order given
+/// (`read_many_through_cache`: spans widened to whole blocks, which are cached), and each
+/// alone through a second, fresh cache (`read_through_cache`: a miss reads its block).
+/// Returns both answers, in order.
+#[allow(clippy::type_complexity)]
+pub fn read_transient_values(
+    data: &[u8],
+    reads: &[(LogPtr, Vec<u8>)],
+) -> Result<(Vec<Result<Vec<u8>>>, Vec<Result<Vec<u8>>>)> {
+    let kind = SegmentKind::Transient;
+    let (_fs, io) = sim_with_file(&kind.file_name(1), data)?;
+    let seg = large::SegmentFile::open(&io, Path::new(DIR), kind, 1)?
+        .with_cache(Arc::new(BlockCache::with_pinning(1 << 20, 0)));
+    let ptr_of = |p: LogPtr| LogPtr { segment: 1, ..p };
+    let mut scanned = Vec::with_capacity(reads.len());
+    for batch in reads.chunks(8) {
+        let items: Vec<(&large::SegmentFile, LogPtr, &[u8])> = batch
+            .iter()
+            .map(|(p, k)| (&seg, ptr_of(*p), k.as_slice()))
+            .collect();
+        scanned.extend(
+            large::SegmentFile::read_many_through_cache(&items)
+                .into_iter()
+                .map(|r| r.map(|v| v.to_vec())),
+        );
+    }
+    // Gets on a fresh cache (their own block reads from the file), then scans.
+    let fresh = large::SegmentFile::open(&io, Path::new(DIR), kind, 1)?
+        .with_cache(Arc::new(BlockCache::with_pinning(1 << 20, 0)));
+    let alone = reads
+        .iter()
+        .map(|(p, k)| fresh.read_through_cache(ptr_of(*p), k).map(|v| v.to_vec()))
+        .collect();
+    Ok((scanned, alone))
+}
+
 /// Writes a segment (id 1) holding `(key, value, lsn)` records with the real writer;
 /// returns its bytes and each record's pointer.
 pub fn encode_segment(records: &[(Vec<u8>, Vec<u8>, u64)]) -> Result<(Vec<u8>, Vec<LogPtr>)> {

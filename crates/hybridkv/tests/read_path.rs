@@ -852,6 +852,10 @@ fn a_failed_read_ahead_falls_back_to_the_leaf_alone_and_a_failed_leaf_read_is_re
         }
     };
     assert!(i < n, "every pair came back");
+    assert!(
+        i > first,
+        "no pair the read-ahead held came back before the error"
+    );
     assert_io_error_on::<()>(Err(err), "lvl");
     drop(it);
 

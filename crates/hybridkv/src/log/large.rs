@@ -830,6 +830,8 @@ struct Span<'a> {
     start: u64,
     end: u64,
     members: Vec<usize>,
+    /// The longest member record's length.
+    longest: u32,
     /// Read in whole blocks, which are cached ([`Span::widen_to_blocks`]).
     blocks: bool,
 }
@@ -839,10 +841,15 @@ impl Span<'_> {
     /// the span to the [`SEGMENT_BLOCK`]s that hold it (the last ending with the file),
     /// so that its blocks are cached: the next scans and gets near these keys (a sorted
     /// segment holds one run's medium values in key order) find their records there, as
-    /// a get's miss caches its block. Spans of one batch lie more than [`SPAN_GAP`] (a
-    /// block) apart, so no two widened spans share a block.
+    /// a get's miss caches its block. Not for a span holding a record longer than a
+    /// block, which blocks never serve ([`SegmentFile::in_blocks`]): its records stay
+    /// cached alone (up to [`CACHE_RECORD_MAX`]). (Two widened spans of a batch may share
+    /// a block where a span was cut at [`SPAN_MAX`]: it is read twice and cached once.)
     fn widen_to_blocks(&mut self) {
-        if !self.seg.scans_in_blocks() || self.members.is_empty() {
+        if !self.seg.scans_in_blocks()
+            || self.members.is_empty()
+            || u64::from(self.longest) > SEGMENT_BLOCK
+        {
             return;
         }
         let file_len = self.seg.file.len();
@@ -877,12 +884,14 @@ fn spans_of<'a>(
             {
                 last.end = last.end.max(end);
                 last.members.push(i);
+                last.longest = last.longest.max(ptr.len);
             }
             _ => spans.push(Span {
                 seg,
                 start: ptr.offset,
                 end,
                 members: vec![i],
+                longest: ptr.len,
                 blocks: false,
             }),
         }
@@ -1664,6 +1673,48 @@ mod tests {
                 ptrs[102].offset + u64::from(ptrs[102].len)
             )
         );
+    }
+
+    #[test]
+    fn a_scan_of_sorted_records_longer_than_a_block_caches_them_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let mut w = SegmentWriter::create(&io, dir.path(), SegmentKind::Transient, 6).unwrap();
+        let key = |i: usize| format!("k{i:03}").into_bytes();
+        let value = |i: usize| vec![i as u8; 5_000 + i * 1_000];
+        let ptrs: Vec<LogPtr> = (0..6)
+            .map(|i| w.append(&key(i), &value(i), i as u64).unwrap())
+            .collect();
+        w.commit(true).unwrap();
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let seg = SegmentFile::open(&io, dir.path(), SegmentKind::Transient, 6)
+            .unwrap()
+            .with_cache(Arc::clone(&cache));
+        let reads = || io.stats().snapshot().read_ops_by(IoComponent::TransientLog);
+        let keys: Vec<Vec<u8>> = (0..6).map(key).collect();
+        let items: Vec<(&SegmentFile, LogPtr, &[u8])> = (0..6)
+            .map(|i| (&seg, ptrs[i], keys[i].as_slice()))
+            .collect();
+        for (i, got) in SegmentFile::read_many_through_cache(&items)
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(got.as_ref().unwrap(), &value(i), "record {i}");
+        }
+        assert_eq!(reads(), 1, "one span");
+        // Each record cached alone, no block: gets and another scan read nothing.
+        for (i, p) in ptrs.iter().enumerate() {
+            assert!(cache.contains(6, p.offset), "record {i}");
+            assert!(!cache.contains(
+                6,
+                BLOCK_TAG | (ptrs[i].offset - ptrs[i].offset % SEGMENT_BLOCK)
+            ));
+            assert_eq!(seg.read_through_cache(ptrs[i], &key(i)).unwrap(), value(i));
+        }
+        assert!(SegmentFile::read_many_through_cache(&items)
+            .iter()
+            .all(Result::is_ok));
+        assert_eq!(reads(), 1);
     }
 
     #[test]
