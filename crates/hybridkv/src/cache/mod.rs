@@ -49,6 +49,16 @@ impl Weighter<Key, BlockBytes> for ByteWeighter {
     }
 }
 
+/// Reads around a missing leaf fill a cold cache up to one `WARM_FILL_SHARE`th of its
+/// budget (a half), no further. The neighbours a group read brings are the run's leaves
+/// next to the one a read wanted, which later reads want only as often as any leaf of the
+/// run: when the levels are several times the cache, most of them are never read before
+/// they are evicted, and each costs the device bytes of a leaf. Measured at 40M MD pairs
+/// (2 GiB cache, a 2M-get Run C in a fresh process, `docs/PERFORMANCE.md`'s twenty-sixth
+/// round): groups until the cache was 15/16 full read 2.25 KiB per get at 0.407 device
+/// reads, until it was half full 1.90 KiB at 0.420, never 1.63 KiB at 0.47.
+pub(crate) const WARM_FILL_SHARE: u64 = 2;
+
 /// The memory every pinned index of one database is charged to.
 #[derive(Debug)]
 pub(crate) struct PinBudget {
@@ -231,12 +241,12 @@ impl BlockCache {
     }
 
     /// How many bytes a leaf read that missed may read around the leaf now: the
-    /// configured `Options::warm_read_bytes` until the cache first has less than that
-    /// much room and a sixteenth of its budget besides, then 0 for good. A cold cache (a
-    /// fresh process, a restart) fills in a few large reads instead of one device read
-    /// per leaf; once it is nearly full, a miss reads its leaf alone, so neighbours
-    /// rarely push out what reads use (concurrent misses may each read a window past
-    /// the check: the sixteenth is their margin).
+    /// configured `Options::warm_read_bytes` until the cache first holds more than
+    /// [`WARM_FILL_SHARE`] of its budget less that much, then 0 for good. A cold cache (a
+    /// fresh process, a restart) fills its first half in a few large reads instead of
+    /// one device read per leaf, and the rest with the leaves and records reads ask for
+    /// (concurrent misses may each read a window past the check: the other half is
+    /// their margin).
     pub(crate) fn warm_read_bytes(&self) -> u64 {
         let s = &*self.shared;
         let want = s.warm_read_bytes;
@@ -246,8 +256,8 @@ impl BlockCache {
         if s.warmed.load(Ordering::Relaxed) || s.reloading.load(Ordering::Relaxed) {
             return 0;
         }
-        let free = s.capacity.saturating_sub(c.weight());
-        if free >= want.saturating_add(s.capacity / 16) {
+        let room = s.capacity / WARM_FILL_SHARE;
+        if c.weight().saturating_add(want) <= room {
             want
         } else {
             s.warmed.store(true, Ordering::Relaxed);
@@ -519,17 +529,17 @@ mod tests {
         assert_eq!(none.warm_read_bytes(), 0, "no cache");
         let c = BlockCache::configured(1 << 20, 0, 64 << 10);
         assert_eq!(c.warm_read_bytes(), 64 << 10, "empty");
-        // Filling: reads around a leaf stop once less than a window and a sixteenth of
-        // the budget is free, and stay stopped.
+        // Filling: reads around a leaf stop once a window more would fill the cache past
+        // half its budget, and stay stopped.
         let mut stopped = false;
         for i in 0..256u64 {
-            let free = (1u64 << 20) - c.used_bytes();
-            let expect = if !stopped && free >= (64 << 10) + (1 << 16) {
+            let used = c.used_bytes();
+            let expect = if !stopped && used + (64 << 10) <= (1 << 20) / 2 {
                 64 << 10
             } else {
                 0
             };
-            assert_eq!(c.warm_read_bytes(), expect, "{free} bytes free");
+            assert_eq!(c.warm_read_bytes(), expect, "{used} bytes held");
             stopped |= expect == 0;
             c.insert(1, i * 8192, bytes::Bytes::from(vec![0u8; 8192]));
         }
