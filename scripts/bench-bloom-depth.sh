@@ -2,7 +2,8 @@
 # Issue 17's "the same with Bloom filters on": the paper's configuration (direct I/O, the
 # cache a fifth of the data up to 2 GiB) with Bloom filters on for every engine, at the
 # paper's depth: Load A, Run A, Run B and Run C (OPS operations each) and Run E (OPS / 10),
-# one engine after the other on the same host, each database deleted after its runs.
+# the engines taking turns phase by phase on the same host (below), each database deleted
+# after its runs.
 #
 # usage: scripts/bench-bloom-depth.sh [MIX=SD] [RECORDS=40000000] [OPS=2000000]
 #        [ENGINES="hybridkv rocksdb"] [RESULTS=docs/bench/bloom-40m-<mix>.jsonl]
@@ -29,23 +30,43 @@ fi
 bin=$(BENCH_BUILD_ONLY=1 ./scripts/bench.sh)
 scratch=${BENCH_MATRIX_DIR:-bench-matrix}
 mkdir -p "$scratch"
-for engine in $engines; do
-  db="$scratch/db-bloom-$bloom-$mix-$engine"
-  rm -rf "$db"
-  common=(--config paper "${bloom_flag[@]}" --records "$records" --mix "$mix" --engines "$engine"
+# The engines take turns phase by phase (every load, then Run A of each, Run B of each, ...,
+# the order reversed from one phase to the next), so that each phase's ratio compares runs
+# minutes apart: this host's device speed drifts by tens of percent within an hour, and
+# one engine's whole sequence after the other's let the drift decide ratios (the 40M MD
+# Bloom-on run at ca58a2b: RocksDB's gets ran 1.3-1.8x faster than an hour before at the
+# same device reads per get). Both databases exist at once: about 25 GB at 40M pairs.
+# BENCH_INTERLEAVE=0 runs one engine's whole sequence after the other's, as before.
+run_phase() { # engine phase workload ops
+  local engine=$1 phase=$2 w=$3 n=$4 t0
+  local db="$scratch/db-bloom-$bloom-$mix-$engine"
+  local common=(--config paper "${bloom_flag[@]}" --records "$records" --mix "$mix" --engines "$engine"
     --db "$db" --results "$results" --label "$label")
   # shellcheck disable=SC2206 # BENCH_EXTRA is a list of flags
   common+=(${BENCH_EXTRA:-})
   t0=$(date +%s)
-  "$bin" bench --phase load --workload a "${common[@]}"
-  echo "# load $engine: $(($(date +%s) - t0)) s"
-  for w in a b c e; do
-    n=$ops
-    if [ "$w" = e ]; then n=$((ops / 10)); fi
-    t0=$(date +%s)
+  if [ "$phase" = load ]; then
+    rm -rf "$db"
+    "$bin" bench --phase load --workload a "${common[@]}"
+  else
     "$bin" bench --phase run --workload "$w" --ops "$n" "${common[@]}"
-    echo "# run $w $engine: $(($(date +%s) - t0)) s"
+  fi
+  echo "# $phase $w $engine: $(($(date +%s) - t0)) s"
+}
+ops_of() { if [ "$1" = e ]; then echo $((ops / 10)); else echo "$ops"; fi; }
+read -r -a order <<<"$engines"
+if [ "${BENCH_INTERLEAVE:-1}" = 1 ]; then
+  for engine in "${order[@]}"; do run_phase "$engine" load a 0; done
+  for w in a b c e; do
+    mapfile -t order < <(printf '%s\n' "${order[@]}" | tac)
+    for engine in "${order[@]}"; do run_phase "$engine" run "$w" "$(ops_of "$w")"; done
   done
-  rm -rf "$db"
-done
+  for engine in "${order[@]}"; do rm -rf "$scratch/db-bloom-$bloom-$mix-$engine"; done
+else
+  for engine in "${order[@]}"; do
+    run_phase "$engine" load a 0
+    for w in a b c e; do run_phase "$engine" run "$w" "$(ops_of "$w")"; done
+    rm -rf "$scratch/db-bloom-$bloom-$mix-$engine"
+  done
+fi
 echo "results appended to $results"
