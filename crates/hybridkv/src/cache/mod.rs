@@ -49,7 +49,7 @@ impl Weighter<Key, BlockBytes> for ByteWeighter {
     }
 }
 
-/// Reads around a missing leaf fill a cold cache up to one `WARM_FILL_SHARE`th of its
+/// Reads around a missing leaf fill a cold cache up to `1 / WARM_FILL_SHARE` of its
 /// budget (a half), no further. The neighbours a group read brings are the run's leaves
 /// next to the one a read wanted, which later reads want only as often as any leaf of the
 /// run: when the levels are several times the cache, most of them are never read before
@@ -241,8 +241,9 @@ impl BlockCache {
     }
 
     /// How many bytes a leaf read that missed may read around the leaf now: the
-    /// configured `Options::warm_read_bytes` until the cache first holds more than
-    /// [`WARM_FILL_SHARE`] of its budget less that much, then 0 for good. A cold cache (a
+    /// configured `Options::warm_read_bytes` while that much more would leave the cache
+    /// holding at most `1 / `[`WARM_FILL_SHARE`] of its budget; from the first time it
+    /// would not, 0 for good. A cold cache (a
     /// fresh process, a restart) fills its first half in a few large reads instead of
     /// one device read per leaf, and the rest with the leaves and records reads ask for
     /// (concurrent misses may each read a window past the check: the other half is
