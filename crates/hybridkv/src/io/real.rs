@@ -726,6 +726,69 @@ const RING_ENTRIES: u32 = 64;
 /// policy, a failed submission): every batch then reads one call at a time.
 static URING_UNAVAILABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether `io_uring` is out of use ([`URING_UNAVAILABLE`]).
+fn uring_unavailable() -> bool {
+    #[cfg(test)]
+    if let Some(here) = UNAVAILABLE_HERE.with(std::cell::Cell::get) {
+        return here;
+    }
+    URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Takes `io_uring` out of use for the process ([`URING_UNAVAILABLE`]).
+fn mark_uring_unavailable() {
+    #[cfg(test)]
+    if UNAVAILABLE_HERE.with(|c| c.get().is_some()) {
+        UNAVAILABLE_HERE.with(|c| c.set(Some(true)));
+        return;
+    }
+    URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// An `io_uring_enter` that submits what is queued and, with `wait`, waits for that many
+/// completions. The one door to the kernel for the reads' rings, so that tests can make it
+/// fail ([`INJECTED_ENTERS`]).
+fn enter(ring: &mut io_uring::IoUring, wait: Option<usize>) -> std::io::Result<usize> {
+    #[cfg(test)]
+    match INJECTED_ENTERS.with(|q| q.borrow_mut().pop_front()) {
+        Some(InjectedEnter::Refused(code)) => return Err(std::io::Error::from_raw_os_error(code)),
+        Some(InjectedEnter::FailedAfter(code)) => {
+            let _ = match wait {
+                Some(n) => ring.submit_and_wait(n),
+                None => ring.submit(),
+            };
+            return Err(std::io::Error::from_raw_os_error(code));
+        }
+        None => {}
+    }
+    match wait {
+        Some(n) => ring.submit_and_wait(n),
+        None => ring.submit(),
+    }
+}
+
+/// A fault a test makes this thread's next [`enter`] return.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug)]
+enum InjectedEnter {
+    /// Fails with this error code without entering: nothing queued reaches the kernel.
+    Refused(i32),
+    /// Enters (the kernel takes the reads, and may complete them), then reports this
+    /// error code: the case where the caller cannot know what is in flight.
+    FailedAfter(i32),
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Faults this thread's next [`enter`]s return, in order; then they enter as usual.
+    static INJECTED_ENTERS: std::cell::RefCell<std::collections::VecDeque<InjectedEnter>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+    /// `Some`: this thread keeps its own "`io_uring` unavailable" flag instead of the
+    /// process's, so that a test that makes its ring fail does not take the ring away from
+    /// the tests running beside it.
+    static UNAVAILABLE_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
 thread_local! {
     /// Each thread's ring, made at its first batch.
     static RING: std::cell::RefCell<Option<io_uring::IoUring>> =
@@ -942,8 +1005,7 @@ fn spin_read(
     spin: std::time::Duration,
     plan: WaitPlan,
 ) -> Option<usize> {
-    use std::sync::atomic::Ordering;
-    if URING_UNAVAILABLE.load(Ordering::Relaxed) {
+    if uring_unavailable() {
         return None;
     }
     if dst.len() > SPIN_READ_MAX {
@@ -970,7 +1032,7 @@ fn spin_read(
         let mut tries = 0;
         let submitted = loop {
             tries += 1;
-            match ring.submit() {
+            match enter(ring, None) {
                 Ok(1) => break true,
                 Err(e) if tries < 4 && retry_enter(&e) => {}
                 _ => break false,
@@ -998,7 +1060,7 @@ fn spin_read(
                 // Sleep in the kernel until the read completes, giving the spinning
                 // place to another thread meanwhile.
                 place = None;
-                match ring.submit_and_wait(1) {
+                match enter(ring, Some(1)) {
                     Ok(_) => {}
                     Err(e) if retry_enter(&e) => {}
                     Err(_) => {
@@ -1043,7 +1105,7 @@ fn ring_in(slot: &mut Option<io_uring::IoUring>) -> Option<&mut io_uring::IoUrin
         match new_ring() {
             Ok(ring) => *slot = Some(ring),
             Err(_) => {
-                URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+                mark_uring_unavailable();
                 return None;
             }
         }
@@ -1097,7 +1159,7 @@ fn abandon_ring(slot: &mut Option<io_uring::IoUring>) {
     if let Some(ring) = slot.take() {
         std::mem::forget(ring);
     }
-    URING_UNAVAILABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    mark_uring_unavailable();
 }
 
 /// Whether a failed `io_uring_enter` left the ring as it was and may be entered again
@@ -1129,7 +1191,7 @@ pub(super) fn submit_batch(
     spin: Option<std::time::Duration>,
 ) -> Vec<bool> {
     let mut filled = vec![false; reqs.len()];
-    if URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+    if uring_unavailable() {
         return filled;
     }
     let batchable: Vec<usize> = (0..reqs.len())
@@ -1234,8 +1296,8 @@ fn submit_round(
                 enter_if_flagged(ring);
                 Ok(0)
             }
-            (true, false) => ring.submit(),
-            (false, _) => ring.submit_and_wait(pending.len() - reaped),
+            (true, false) => enter(ring, None),
+            (false, _) => enter(ring, Some(pending.len() - reaped)),
         };
         match entered {
             Ok(_) => {}
@@ -1854,7 +1916,7 @@ mod tests {
             forget_waits();
             let before = SPUN_READS.with(|n| n.get());
             spun_reads_match_plain_reads(r.as_ref(), &data, spin);
-            if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+            if !uring_unavailable() {
                 assert!(
                     SPUN_READS.with(|n| n.get()) > before,
                     "no read went through the ring with a spin of {spin:?}"
@@ -1905,7 +1967,7 @@ mod tests {
                         &data,
                         std::time::Duration::from_millis(50),
                     );
-                    if URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+                    if uring_unavailable() {
                         return;
                     }
                     assert!(SPUN_READS.with(|n| n.get()) > before, "plain: {plain}");
@@ -1972,7 +2034,7 @@ mod tests {
         assert!(file.read_at(buf.full_mut(), 1).is_err());
         // The ring still works after them.
         let got = spin_read(file.as_raw_fd(), buf.full_mut(), 4096, spin, WaitPlan::Spin);
-        if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+        if !uring_unavailable() {
             assert_eq!(got, Some(4096));
             assert!(buf.full_mut().iter().all(|&b| b == 7));
         }
@@ -1983,6 +2045,157 @@ mod tests {
             None
         );
         UNCAPPED.with(|u| u.set(false));
+    }
+
+    /// Runs `f` on a fresh thread (a fresh ring) that keeps its own "`io_uring`
+    /// unavailable" flag and spins whatever the others do; `f` gets the faults to inject.
+    fn with_ring_faults(f: impl FnOnce(&dyn Fn(&[InjectedEnter])) + Send) {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                UNAVAILABLE_HERE.with(|c| c.set(Some(false)));
+                UNCAPPED.with(|u| u.set(true));
+                forget_waits();
+                let inject = |faults: &[InjectedEnter]| {
+                    INJECTED_ENTERS.with(|q| q.borrow_mut().extend(faults.iter().copied()));
+                };
+                f(&inject);
+                // Every injected fault was met.
+                assert!(INJECTED_ENTERS.with(|q| q.borrow().is_empty()));
+            });
+        });
+    }
+
+    /// A file of `len` patterned bytes in `dir`, its path and its bytes.
+    fn patterned_file(dir: &std::path::Path, len: u32) -> (std::path::PathBuf, Vec<u8>) {
+        let p = dir.join("f");
+        let data: Vec<u8> = (0..len).map(|i| (i * 11 % 241) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        (p, data)
+    }
+
+    #[test]
+    fn a_spun_read_whose_submission_fails_retires_the_ring_and_still_returns_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = patterned_file(dir.path(), 40_000);
+        let r = RealFs.open(&p, true).unwrap();
+        let spin = std::time::Duration::from_millis(50);
+        let read = |at: usize, n: usize| {
+            let mut buf = vec![0u8; n];
+            r.read_exact_at_spinning(at as u64, &mut buf, spin).unwrap();
+            assert_eq!(buf, &data[at..at + n], "at {at}+{n}");
+        };
+        // Interrupted once: entered again, and the read goes through the ring.
+        with_ring_faults(|inject| {
+            if uring_unavailable() {
+                return;
+            }
+            inject(&[InjectedEnter::Refused(libc::EINTR)]);
+            let before = SPUN_READS.with(std::cell::Cell::get);
+            read(4096, 4096);
+            assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 1);
+            assert!(!uring_unavailable());
+        });
+        // Refused, or failed after the kernel took the read: the ring is retired (its
+        // buffer left to the kernel), the read is done again with `pread`, and so is every
+        // read after it.
+        for fault in [
+            InjectedEnter::Refused(libc::EBADF),
+            InjectedEnter::FailedAfter(libc::EIO),
+        ] {
+            with_ring_faults(|inject| {
+                if uring_unavailable() {
+                    return;
+                }
+                inject(&[fault]);
+                let before = SPUN_READS.with(std::cell::Cell::get);
+                read(8192, 4096);
+                assert!(uring_unavailable(), "{fault:?}");
+                assert!(RING.with(|r| r.borrow().is_none()), "{fault:?}");
+                read(100, 9000);
+                read(0, 4096);
+                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before, "{fault:?}");
+            });
+        }
+    }
+
+    #[test]
+    fn a_batch_whose_submission_fails_retires_the_ring_and_each_read_still_returns_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = patterned_file(dir.path(), 200_000);
+        let spans: Vec<(u64, usize)> = (0..12u64)
+            .map(|i| (i * 15_013 % 190_000, 1 + (i as usize * 733) % 8_000))
+            .collect();
+        // Reads the spans in one batch of the ring (`spin`: spinning on the completions, or
+        // not) and checks the reads it filled; then reads them through `Io::read_batch`
+        // and checks every one. Returns what the ring filled.
+        let batch = |spin: Option<u32>| -> Vec<bool> {
+            let mut io = crate::io::Io::new(Arc::new(RealFs), true);
+            if let Some(us) = spin {
+                io = io.with_read_spin_us(us);
+            }
+            let file = io.open(&p, crate::io::IoComponent::LevelRead).unwrap();
+            let read_all = |through_io: bool| {
+                let mut bufs: Vec<Vec<u8>> = spans.iter().map(|&(_, n)| vec![0; n]).collect();
+                let mut reqs: Vec<crate::io::BatchRead<'_>> = spans
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(&(at, _), buf)| crate::io::BatchRead {
+                        file: file.as_ref(),
+                        offset: at,
+                        buf: buf.as_mut_slice(),
+                    })
+                    .collect();
+                let filled = if through_io {
+                    for (i, res) in io.read_batch(&mut reqs).into_iter().enumerate() {
+                        res.unwrap_or_else(|e| panic!("read {i}: {e}"));
+                    }
+                    vec![true; spans.len()]
+                } else {
+                    let spin = spin.map(|us| std::time::Duration::from_micros(u64::from(us)));
+                    submit_batch(&mut reqs, spin)
+                };
+                drop(reqs);
+                for ((&(at, n), buf), &f) in spans.iter().zip(&bufs).zip(&filled) {
+                    let at = at as usize;
+                    if f {
+                        assert_eq!(buf, &data[at..at + n], "at {at}+{n}");
+                    }
+                }
+                filled
+            };
+            let filled = read_all(false);
+            read_all(true);
+            filled
+        };
+        for spin in [None, Some(50_000)] {
+            // Interrupted once: entered again, every read filled by the ring.
+            with_ring_faults(|inject| {
+                if uring_unavailable() {
+                    return;
+                }
+                inject(&[InjectedEnter::Refused(libc::EINTR)]);
+                assert!(batch(spin).iter().all(|&f| f), "spin {spin:?}");
+                assert!(!uring_unavailable());
+            });
+            // Refused, or failed after the kernel took the reads: none is reported filled,
+            // the ring is retired, and each read is done on its own.
+            for fault in [
+                InjectedEnter::Refused(libc::EBADF),
+                InjectedEnter::FailedAfter(libc::EIO),
+            ] {
+                with_ring_faults(|inject| {
+                    if uring_unavailable() {
+                        return;
+                    }
+                    inject(&[fault]);
+                    assert!(batch(spin).iter().all(|&f| !f), "{fault:?}, spin {spin:?}");
+                    assert!(uring_unavailable(), "{fault:?}, spin {spin:?}");
+                    assert!(RING.with(|r| r.borrow().is_none()));
+                    // Later batches read one by one, and right.
+                    assert!(batch(spin).iter().all(|&f| !f));
+                });
+            }
+        }
     }
 
     #[test]
@@ -2104,7 +2317,7 @@ mod tests {
             }
         };
         // (Read after the reads: a thread learns the ring is unavailable at its first use.)
-        let ring = || !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed);
+        let ring = || !uring_unavailable();
         let spun = || SPUN_READS.with(|n| n.get());
 
         // Single reads: after waits far past the spin, 31 reads in a row sleep (plain
@@ -2213,7 +2426,7 @@ mod tests {
             forget_waits();
             let polled = POLLED_ROUNDS.with(|c| c.get());
             let filled = submit_batch(&mut reqs, spin);
-            if !URING_UNAVAILABLE.load(std::sync::atomic::Ordering::Relaxed) {
+            if !uring_unavailable() {
                 assert_eq!(filled, vec![true, true, false], "{spin:?}");
                 assert_eq!(
                     POLLED_ROUNDS.with(|c| c.get()) > polled,
