@@ -2048,13 +2048,19 @@ mod tests {
     }
 
     /// Runs `f` on a fresh thread (a fresh ring) that keeps its own "`io_uring`
-    /// unavailable" flag and spins whatever the others do; `f` gets the faults to inject.
+    /// unavailable" flag (starting from the process's) and spins whatever the others do;
+    /// `f` gets the faults to inject.
     fn with_ring_faults(f: impl FnOnce(&dyn Fn(&[InjectedEnter])) + Send) {
         std::thread::scope(|s| {
             s.spawn(|| {
-                UNAVAILABLE_HERE.with(|c| c.set(Some(false)));
+                UNAVAILABLE_HERE.with(|c| c.set(Some(uring_unavailable())));
                 UNCAPPED.with(|u| u.set(true));
                 forget_waits();
+                // The ring made now: where the kernel refuses one, the thread's flag says
+                // so, and the tests (which need a ring to fail) stop there.
+                RING.with(|r| {
+                    ring_in(&mut r.borrow_mut());
+                });
                 let inject = |faults: &[InjectedEnter]| {
                     INJECTED_ENTERS.with(|q| q.borrow_mut().extend(faults.iter().copied()));
                 };
