@@ -180,6 +180,13 @@ fn main() {
         let bytes = encode_footer(&f);
         o.add(Some(0), &bytes);
         o.add(Some(1), &bytes);
+        // Footers of the versions still read (2 and 3 share today's layout; 1 has no
+        // filter fields), their checksums rewritten by the target (flag bit 0).
+        for version in [1u32, 2, 3] {
+            let mut old = bytes.clone();
+            old[8..12].copy_from_slice(&version.to_le_bytes());
+            o.add(Some(1), &old);
+        }
     }
     let n_footer = o.n;
 

@@ -140,7 +140,9 @@ impl Keyspace {
 
     /// Applies `batch` atomically with explicit write options. Its operations that name
     /// no keyspace go to this one; those added with `put_in` and the like go to theirs,
-    /// in the same atomic commit.
+    /// in the same atomic commit. An empty batch writes nothing; with `sync` it still
+    /// returns only once every write acknowledged before it is durable (a way to make
+    /// unsynced writes durable without writing).
     pub fn write_opt(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
         self.check_writable()?;
         if batch.db_token().is_some_and(|db| db != self.db_token()) {

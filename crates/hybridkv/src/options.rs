@@ -397,7 +397,8 @@ impl Options {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WriteOptions {
     /// Fsync the log before acknowledging, so the write survives power loss
-    /// (not only a process crash). Default `false`.
+    /// (not only a process crash), and with it every write acknowledged before it.
+    /// Default `false`.
     pub sync: bool,
 }
 

@@ -5,8 +5,8 @@
 //! phases:
 //!
 //! - *mixed*: puts of small (pair < 120 B), medium (< 1024 B) and large values (some over
-//!   64 KiB), overwrites, deletes, batches, about one write in ten synced, reads, and
-//!   `flush` / `compact` / `gc` calls;
+//!   64 KiB), overwrites, deletes, batches (some of them empty), about one write in ten
+//!   synced, reads, and `flush` / `compact` / `gc` calls;
 //! - *GC trap* (the pattern that used to lose acknowledged data): large values written and
 //!   flushed, a fraction of them overwritten and flushed, the rest overwritten or deleted
 //!   *without* sync, then `gc()`, so that a pass meets segments whose records are dead
@@ -196,7 +196,13 @@ impl Gen {
                     sync,
                 },
                 60..=73 => {
-                    let m = 2 + self.rng.below(7);
+                    // Now and then an empty batch: synced, it still makes every write
+                    // before it durable.
+                    let m = if self.rng.chance(12) {
+                        0
+                    } else {
+                        2 + self.rng.below(7)
+                    };
                     let mut ops = Vec::new();
                     for _ in 0..m {
                         let k = self.pick_key(keys);
@@ -583,7 +589,13 @@ impl Case<'_> {
     fn bounds(&self, kind: CrashKind, k: u64) -> (usize, usize) {
         let acked = |i: usize| self.outcomes[i].ok() && self.outcomes[i].end <= k;
         let lo = lower_bound(&self.w.ops, acked, kind.is_power_loss());
-        let hi = self.outcomes.iter().take_while(|o| o.start < k).count();
+        // Operations that had started before the crash, or had finished by it (one that
+        // records no mutation, such as an empty batch, may start and end at `k`).
+        let hi = self
+            .outcomes
+            .iter()
+            .take_while(|o| o.start < k || o.end <= k)
+            .count();
         (lo, hi)
     }
 

@@ -223,11 +223,23 @@ pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> 
     let data = io.read_all(path, IoComponent::Wal)?;
     // A crash right after creating the file can leave it shorter than its header, or (a
     // log appended to through a memory map reserves its space first) zeros where the
-    // header was to go.
-    let unwritten = data
+    // header was to go. The header is synced before any record is appended, so a valid
+    // record behind a header of zeros means damage, not a creation cut short: dropping
+    // the file would drop it unseen.
+    let zero_header = data
         .get(..FILE_HEADER)
         .is_some_and(|h| h.iter().all(|&b| b == 0));
-    let Some(header) = data.get(..FILE_HEADER).filter(|_| !unwritten) else {
+    if zero_header
+        && data.iter().any(|&b| b != 0)
+        && (FILE_HEADER..data.len()).any(|p| matches!(parse_at(&data, p), Parsed::Ok(..)))
+    {
+        return Err(Error::corruption(
+            path,
+            0,
+            "small-log header is zeros but a record follows it",
+        ));
+    }
+    let Some(header) = data.get(..FILE_HEADER).filter(|_| !zero_header) else {
         if newest {
             return Ok(Replay {
                 records: Vec::new(),
@@ -426,6 +438,38 @@ mod tests {
         assert_eq!((r.records.len(), r.torn_at), (200, None));
         w.sync().unwrap();
         assert!(!w.has_unsynced());
+    }
+
+    #[test]
+    fn a_header_of_zeros_with_a_record_after_it_is_corruption_even_when_newest() {
+        // The header is synced before any record: records behind a header of zeros were
+        // not left by a crash, and dropping the file would drop them unseen.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(file_name(9));
+        let mut w = SmallLogWriter::create(&io(), dir.path(), 9).unwrap();
+        w.add(1, 1, b"payload");
+        w.commit(true).unwrap();
+        drop(w);
+        let mut data = std::fs::read(&p).unwrap();
+        data[..FILE_HEADER].fill(0);
+        std::fs::write(&p, &data).unwrap();
+        for newest in [true, false] {
+            match replay_file(&io(), &p, newest) {
+                Err(Error::Corruption {
+                    offset: 0, what, ..
+                }) => {
+                    assert!(what.contains("zeros"), "{what}");
+                }
+                other => panic!("newest {newest}: expected corruption, got {other:?}"),
+            }
+        }
+        // Bytes that hold no record behind the zeros (a torn write of a header that never
+        // reached the disk): the newest file is a creation cut short, as before.
+        let mut garbage = vec![0u8; 4096];
+        garbage[100..110].fill(0xA5);
+        std::fs::write(&p, &garbage).unwrap();
+        let r = replay_file(&io(), &p, true).unwrap();
+        assert_eq!((r.records.len(), r.torn_at), (0, Some(0)));
     }
 
     #[test]

@@ -798,7 +798,9 @@ impl WritePath {
     ) -> Result<()> {
         batch.validate()?;
         if batch.is_empty() {
-            return Ok(());
+            // Nothing to write; synced, it still keeps its promise that every write
+            // acknowledged before it survives a power loss.
+            return if sync { self.make_durable() } else { Ok(()) };
         }
         // Decoded once, and only if the batch names keyspaces or holds merges (a plain
         // batch goes to its commit queue as the caller's bytes).
