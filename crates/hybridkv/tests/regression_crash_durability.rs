@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use hybridkv::io::{CrashKind, FileSystem, SimFs};
-use hybridkv::{Db, Options, WriteBatch, WriteOptions};
+use hybridkv::io::{CrashKind, FailMode, FileSystem, SimFs};
+use hybridkv::{Db, Error, Options, WriteBatch, WriteOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +89,34 @@ fn regression_an_empty_synced_batch_makes_earlier_writes_durable() {
     assert_eq!(db.get("small").unwrap().as_deref(), Some(&b"s"[..]));
     assert_eq!(db.get("big").unwrap(), Some(large(3)));
     assert_check_clean(&db);
+}
+
+/// A synced empty batch after a failed sync: the failure poisoned the database, and the
+/// empty batch must say so instead of syncing again (a retried fsync may succeed with the
+/// failed pages dropped, which would promise the earlier writes falsely). Found in review.
+#[test]
+fn an_empty_synced_batch_after_a_failed_sync_reports_the_failure() {
+    let fs = SimFs::new();
+    let db = open(&fs);
+    db.put("a", "1").unwrap(); // acknowledged, not synced
+    let mut failed = false;
+    // The synced write's operations, one after another, until one of them fails it.
+    for k in 0..8 {
+        fs.fail_at(fs.op_count() + k, FailMode::Once);
+        if db.put_opt("b", "2", &SYNC).is_err() {
+            failed = true;
+            break;
+        }
+        fs.clear_faults();
+    }
+    assert!(failed, "no fault failed the synced write");
+    fs.clear_faults();
+    match db.write_opt(WriteBatch::new(), &SYNC) {
+        Err(Error::Poisoned(_)) => {}
+        other => panic!("expected the earlier failure, got {other:?}"),
+    }
+    // Unsynced, an empty batch writes nothing and promises nothing: no error.
+    db.write(WriteBatch::new()).unwrap();
 }
 
 /// Symptom: a power loss that kept the small log's unsynced tail but not the large log's

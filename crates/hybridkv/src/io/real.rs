@@ -767,6 +767,13 @@ fn enter(ring: &mut io_uring::IoUring, wait: Option<usize>) -> std::io::Result<u
     }
 }
 
+/// Leaves `buf` to the kernel, which may still write into it: never freed, never reused.
+fn leak_to_kernel(buf: AlignedBuf) {
+    #[cfg(test)]
+    LEAKED_BUFFERS.with(|c| c.set(c.get() + 1));
+    std::mem::forget(buf);
+}
+
 /// A fault a test makes this thread's next [`enter`] return.
 #[cfg(test)]
 #[derive(Clone, Copy, Debug)]
@@ -787,6 +794,8 @@ thread_local! {
     /// process's, so that a test that makes its ring fail does not take the ring away from
     /// the tests running beside it.
     static UNAVAILABLE_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    /// Read buffers this thread left to the kernel ([`leak_to_kernel`]).
+    static LEAKED_BUFFERS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 thread_local! {
@@ -1041,7 +1050,7 @@ fn spin_read(
         if !submitted {
             // Whether the kernel took the read is unknown: keep the ring and the
             // buffer from ever being used or freed.
-            std::mem::forget(buf);
+            leak_to_kernel(buf);
             abandon_ring(&mut slot);
             return None;
         }
@@ -1064,7 +1073,7 @@ fn spin_read(
                     Ok(_) => {}
                     Err(e) if retry_enter(&e) => {}
                     Err(_) => {
-                        std::mem::forget(buf);
+                        leak_to_kernel(buf);
                         abandon_ring(&mut slot);
                         // The read may still be in flight, into the leaked buffer:
                         // the caller reads again with `pread`.
@@ -1305,7 +1314,7 @@ fn submit_round(
             Err(_) => {
                 // Reads may be in flight: their buffers must outlive them.
                 for p in pending {
-                    std::mem::forget(p.buf);
+                    leak_to_kernel(p.buf);
                 }
                 return false;
             }
@@ -2061,6 +2070,9 @@ mod tests {
                 RING.with(|r| {
                     ring_in(&mut r.borrow_mut());
                 });
+                if uring_unavailable() {
+                    eprintln!("io_uring is unavailable here: the ring-failure checks did not run");
+                }
                 let inject = |faults: &[InjectedEnter]| {
                     INJECTED_ENTERS.with(|q| q.borrow_mut().extend(faults.iter().copied()));
                 };
@@ -2114,7 +2126,14 @@ mod tests {
                 }
                 inject(&[fault]);
                 let before = SPUN_READS.with(std::cell::Cell::get);
+                let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
                 read(8192, 4096);
+                // The read's buffer is left to the kernel, which may have taken the read.
+                assert_eq!(
+                    LEAKED_BUFFERS.with(std::cell::Cell::get),
+                    leaked + 1,
+                    "{fault:?}"
+                );
                 assert!(uring_unavailable(), "{fault:?}");
                 assert!(RING.with(|r| r.borrow().is_none()), "{fault:?}");
                 read(100, 9000);
@@ -2194,7 +2213,14 @@ mod tests {
                         return;
                     }
                     inject(&[fault]);
+                    let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
                     assert!(batch(spin).iter().all(|&f| !f), "{fault:?}, spin {spin:?}");
+                    // Every read's buffer is left to the kernel.
+                    assert_eq!(
+                        LEAKED_BUFFERS.with(std::cell::Cell::get),
+                        leaked + spans.len() as u64,
+                        "{fault:?}, spin {spin:?}"
+                    );
                     assert!(uring_unavailable(), "{fault:?}, spin {spin:?}");
                     assert!(RING.with(|r| r.borrow().is_none()));
                     // Later batches read one by one, and right.

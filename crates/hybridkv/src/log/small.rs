@@ -463,8 +463,9 @@ mod tests {
                 other => panic!("newest {newest}: expected corruption, got {other:?}"),
             }
         }
-        // Bytes that hold no record behind the zeros (a torn write of a header that never
-        // reached the disk): the newest file is a creation cut short, as before.
+        // Bytes behind the zeros that hold no record: nothing is dropped unseen, so the
+        // newest file stays a creation cut short, as before (the rule asks for a record,
+        // as the large log's does, not for any byte).
         let mut garbage = vec![0u8; 4096];
         garbage[100..110].fill(0xA5);
         std::fs::write(&p, &garbage).unwrap();

@@ -799,8 +799,17 @@ impl WritePath {
         batch.validate()?;
         if batch.is_empty() {
             // Nothing to write; synced, it still keeps its promise that every write
-            // acknowledged before it survives a power loss.
-            return if sync { self.make_durable() } else { Ok(()) };
+            // acknowledged before it survives a power loss. Not after a failure: a failed
+            // fsync is never retried (the kernel may have dropped what it could not write
+            // and answer the next one with success).
+            if !sync {
+                return Ok(());
+            }
+            if env.is_shutdown() {
+                return Err(Error::Closed);
+            }
+            env.check_poison()?;
+            return self.make_durable();
         }
         // Decoded once, and only if the batch names keyspaces or holds merges (a plain
         // batch goes to its commit queue as the caller's bytes).
