@@ -11,8 +11,8 @@
 //! Two workloads are enumerated:
 //!
 //! - the mixed one (`common::workload`, a few hundred operations: puts of small, medium
-//!   and large pairs, deletes, batches, some synced; reads; flush, compact and gc calls,
-//!   so flushes, compactions, transient-log merges and GC passes all happen);
+//!   and large pairs, deletes, batches (some empty), some synced; reads; flush, compact and
+//!   gc calls, so flushes, compactions, transient-log merges and GC passes all happen);
 //! - the GC one (`common::gc_workload`): rounds of large values in 64 KiB segments, a
 //!   fifth of them overwritten and flushed (so their segments reach the GC threshold),
 //!   most of the rest overwritten or deleted without sync, then a GC pass. Its victims'
@@ -59,7 +59,13 @@ impl Case<'_> {
     fn check(&self, img: &SimFs, kind: CrashKind, k: u64) -> Result<usize, String> {
         let acked = |i: usize| self.outcomes[i].ok() && self.outcomes[i].end <= k;
         let lo = lower_bound(self.ops, acked, kind.is_power_loss());
-        let hi = self.outcomes.iter().take_while(|o| o.start < k).count();
+        // Operations that had started before the crash, or had finished by it (one that
+        // records no mutation, such as an empty batch, may start and end at `k`).
+        let hi = self
+            .outcomes
+            .iter()
+            .take_while(|o| o.start < k || o.end <= k)
+            .count();
         let db = Db::open_with_fs(DIR, small_opts(), Arc::new(img.clone()))
             .map_err(|e| format!("open failed: {e}"))?;
         let got = read_state(&db, self.universe)?;

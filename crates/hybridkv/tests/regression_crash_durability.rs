@@ -91,9 +91,10 @@ fn regression_an_empty_synced_batch_makes_earlier_writes_durable() {
     assert_check_clean(&db);
 }
 
-/// A synced empty batch after a failed sync: the failure poisoned the database, and the
-/// empty batch must say so instead of syncing again (a retried fsync may succeed with the
-/// failed pages dropped, which would promise the earlier writes falsely). Found in review.
+/// An empty batch after a failed sync: the failure poisoned the database, and the empty
+/// batch must say so, as every write after it does. Synced, it must not sync again: a
+/// retried fsync may succeed with the failed pages dropped, which would promise the
+/// earlier writes falsely. Found in review.
 #[test]
 fn an_empty_synced_batch_after_a_failed_sync_reports_the_failure() {
     let fs = SimFs::new();
@@ -115,8 +116,11 @@ fn an_empty_synced_batch_after_a_failed_sync_reports_the_failure() {
         Err(Error::Poisoned(_)) => {}
         other => panic!("expected the earlier failure, got {other:?}"),
     }
-    // Unsynced, an empty batch writes nothing and promises nothing: no error.
-    db.write(WriteBatch::new()).unwrap();
+    // Unsynced, it is refused too, as every write after the failure is.
+    assert!(matches!(
+        db.write(WriteBatch::new()),
+        Err(Error::Poisoned(_))
+    ));
 }
 
 /// Symptom: a power loss that kept the small log's unsynced tail but not the large log's

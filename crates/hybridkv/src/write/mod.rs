@@ -798,18 +798,16 @@ impl WritePath {
     ) -> Result<()> {
         batch.validate()?;
         if batch.is_empty() {
-            // Nothing to write; synced, it still keeps its promise that every write
-            // acknowledged before it survives a power loss. Not after a failure: a failed
-            // fsync is never retried (the kernel may have dropped what it could not write
-            // and answer the next one with success).
-            if !sync {
-                return Ok(());
-            }
+            // Nothing to write, but refused as any write is after a failure or close.
+            // Synced, it still keeps its promise that every write acknowledged before it
+            // survives a power loss; never after a failure: a failed fsync is not retried
+            // (the kernel may have dropped what it could not write and answer the next one
+            // with success).
             if env.is_shutdown() {
                 return Err(Error::Closed);
             }
             env.check_poison()?;
-            return self.make_durable();
+            return if sync { self.make_durable() } else { Ok(()) };
         }
         // Decoded once, and only if the batch names keyspaces or holds merges (a plain
         // batch goes to its commit queue as the caller's bytes).

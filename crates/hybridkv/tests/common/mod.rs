@@ -189,7 +189,9 @@ pub fn workload(seed: u64, n: usize) -> Vec<Op> {
                     sync,
                 },
                 72..=85 => {
-                    let m = 2 + rng.below(5);
+                    // Now and then an empty batch: synced, it still makes every write
+                    // before it durable.
+                    let m = if rng.chance(10) { 0 } else { 2 + rng.below(5) };
                     let ops = (0..m)
                         .map(|_| {
                             let k = key(rng.below(KEYS));
