@@ -32,7 +32,7 @@ mod common;
 
 use common::{
     count_panics, find_prefix, gc_workload, lower_bound, panics, read_state, run_workload,
-    small_opts, states, universe, workload, Model, Op, Outcome, Rng, DIR,
+    small_opts, states, universe, upper_bound, workload, Model, Op, Outcome, Rng, DIR,
 };
 use hybridkv::io::{CrashKind, SimFs};
 use hybridkv::{Db, Stats, WriteOptions};
@@ -59,13 +59,7 @@ impl Case<'_> {
     fn check(&self, img: &SimFs, kind: CrashKind, k: u64) -> Result<usize, String> {
         let acked = |i: usize| self.outcomes[i].ok() && self.outcomes[i].end <= k;
         let lo = lower_bound(self.ops, acked, kind.is_power_loss());
-        // Operations that had started before the crash, or had finished by it (one that
-        // records no mutation, such as an empty batch, may start and end at `k`).
-        let hi = self
-            .outcomes
-            .iter()
-            .take_while(|o| o.start < k || o.end <= k)
-            .count();
+        let hi = upper_bound(self.outcomes, k);
         let db = Db::open_with_fs(DIR, small_opts(), Arc::new(img.clone()))
             .map_err(|e| format!("open failed: {e}"))?;
         let got = read_state(&db, self.universe)?;

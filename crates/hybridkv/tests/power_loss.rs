@@ -53,7 +53,7 @@ mod common;
 
 use common::{
     apply, count_panics, find_prefix, key, lower_bound, panics, run_op, small_opts, states,
-    universe, Model, Op, Outcome, Rng, DIR,
+    universe, upper_bound, Model, Op, Outcome, Rng, DIR,
 };
 use hybridkv::io::{CrashKind, SimFs};
 use hybridkv::{Db, MediumMergeLevel, Options, Stats, WriteOptions};
@@ -589,13 +589,7 @@ impl Case<'_> {
     fn bounds(&self, kind: CrashKind, k: u64) -> (usize, usize) {
         let acked = |i: usize| self.outcomes[i].ok() && self.outcomes[i].end <= k;
         let lo = lower_bound(&self.w.ops, acked, kind.is_power_loss());
-        // Operations that had started before the crash, or had finished by it (one that
-        // records no mutation, such as an empty batch, may start and end at `k`).
-        let hi = self
-            .outcomes
-            .iter()
-            .take_while(|o| o.start < k || o.end <= k)
-            .count();
+        let hi = upper_bound(self.outcomes, k);
         (lo, hi)
     }
 

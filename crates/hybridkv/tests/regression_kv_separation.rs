@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{find_prefix, lower_bound, read_state, run_workload, states, universe, Model, Op};
+use common::{
+    find_prefix, lower_bound, read_state, run_workload, states, universe, upper_bound, Model, Op,
+};
 use hybridkv::io::{CrashKind, FileSystem, SimFs};
 use hybridkv::{Db, Error, Options, Placement, WriteOptions};
 use std::collections::{BTreeMap, BTreeSet};
@@ -203,7 +205,7 @@ fn replay_never_starts_after_data_that_is_not_yet_flushed() {
         ] {
             let acked = |i: usize| outcomes[i].ok() && outcomes[i].end <= k as u64;
             let lo = lower_bound(&ops, acked, true);
-            let hi = outcomes.iter().take_while(|o| o.start < k as u64).count();
+            let hi = upper_bound(&outcomes, k as u64);
             let db = Db::open_with_fs(
                 DIR,
                 common::small_opts(),

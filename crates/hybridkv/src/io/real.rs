@@ -749,22 +749,22 @@ fn mark_uring_unavailable() {
 /// completions. The one door to the kernel for the reads' rings, so that tests can make it
 /// fail ([`INJECTED_ENTERS`]).
 fn enter(ring: &mut io_uring::IoUring, wait: Option<usize>) -> std::io::Result<usize> {
+    fn enter_now(ring: &mut io_uring::IoUring, wait: Option<usize>) -> std::io::Result<usize> {
+        match wait {
+            Some(n) => ring.submit_and_wait(n),
+            None => ring.submit(),
+        }
+    }
     #[cfg(test)]
     match INJECTED_ENTERS.with(|q| q.borrow_mut().pop_front()) {
         Some(InjectedEnter::Refused(code)) => return Err(std::io::Error::from_raw_os_error(code)),
         Some(InjectedEnter::FailedAfter(code)) => {
-            let _ = match wait {
-                Some(n) => ring.submit_and_wait(n),
-                None => ring.submit(),
-            };
+            let _ = enter_now(ring, wait);
             return Err(std::io::Error::from_raw_os_error(code));
         }
         None => {}
     }
-    match wait {
-        Some(n) => ring.submit_and_wait(n),
-        None => ring.submit(),
-    }
+    enter_now(ring, wait)
 }
 
 /// Leaves `buf` to the kernel, which may still write into it: never freed, never reused.
@@ -2072,6 +2072,7 @@ mod tests {
                 });
                 if uring_unavailable() {
                     eprintln!("io_uring is unavailable here: the ring-failure checks did not run");
+                    return;
                 }
                 let inject = |faults: &[InjectedEnter]| {
                     INJECTED_ENTERS.with(|q| q.borrow_mut().extend(faults.iter().copied()));
@@ -2104,9 +2105,6 @@ mod tests {
         };
         // Interrupted once: entered again, and the read goes through the ring.
         with_ring_faults(|inject| {
-            if uring_unavailable() {
-                return;
-            }
             inject(&[InjectedEnter::Refused(libc::EINTR)]);
             let before = SPUN_READS.with(std::cell::Cell::get);
             read(4096, 4096);
@@ -2121,9 +2119,6 @@ mod tests {
             InjectedEnter::FailedAfter(libc::EIO),
         ] {
             with_ring_faults(|inject| {
-                if uring_unavailable() {
-                    return;
-                }
                 inject(&[fault]);
                 let before = SPUN_READS.with(std::cell::Cell::get);
                 let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
@@ -2195,9 +2190,6 @@ mod tests {
         for spin in [None, Some(50_000)] {
             // Interrupted once: entered again, every read filled by the ring.
             with_ring_faults(|inject| {
-                if uring_unavailable() {
-                    return;
-                }
                 inject(&[InjectedEnter::Refused(libc::EINTR)]);
                 assert!(batch(spin).iter().all(|&f| f), "spin {spin:?}");
                 assert!(!uring_unavailable());
@@ -2209,9 +2201,6 @@ mod tests {
                 InjectedEnter::FailedAfter(libc::EIO),
             ] {
                 with_ring_faults(|inject| {
-                    if uring_unavailable() {
-                        return;
-                    }
                     inject(&[fault]);
                     let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
                     assert!(batch(spin).iter().all(|&f| !f), "{fault:?}, spin {spin:?}");

@@ -216,6 +216,14 @@ pub struct Replay {
     pub torn_at: Option<u64>,
 }
 
+/// Whether a valid record starts anywhere from `from` on. Zeros to the end (the space a
+/// memory-mapped log reserved ahead) hold none: not searched offset by offset.
+fn valid_record_from(data: &[u8], from: usize) -> bool {
+    let rest = data.get(from..).unwrap_or_default();
+    !rest.iter().all(|&b| b == 0)
+        && (from..data.len()).any(|p| matches!(parse_at(data, p), Parsed::Ok(..)))
+}
+
 /// Reads every record of log file `path`. A bad record with no valid record after it is a
 /// torn tail (`torn_at`); one followed by a valid record is corruption. `newest` says
 /// whether the file may be shorter than its header (its creation was cut short).
@@ -229,10 +237,7 @@ pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> 
     let zero_header = data
         .get(..FILE_HEADER)
         .is_some_and(|h| h.iter().all(|&b| b == 0));
-    if zero_header
-        && data.iter().any(|&b| b != 0)
-        && (FILE_HEADER..data.len()).any(|p| matches!(parse_at(&data, p), Parsed::Ok(..)))
-    {
+    if zero_header && valid_record_from(&data, FILE_HEADER) {
         return Err(Error::corruption(
             path,
             0,
@@ -293,9 +298,7 @@ pub(crate) fn replay_file(io: &Io, path: &Path, newest: bool) -> Result<Replay> 
                 });
             }
             Parsed::Bad(what) => {
-                let later_valid =
-                    (pos + 1..data.len()).any(|p| matches!(parse_at(&data, p), Parsed::Ok(..)));
-                if !later_valid {
+                if !valid_record_from(&data, pos + 1) {
                     return Ok(Replay {
                         records,
                         torn_at: Some(pos as u64),

@@ -803,10 +803,7 @@ impl WritePath {
             // survives a power loss; never after a failure: a failed fsync is not retried
             // (the kernel may have dropped what it could not write and answer the next one
             // with success).
-            if env.is_shutdown() {
-                return Err(Error::Closed);
-            }
-            env.check_poison()?;
+            accepts_writes(env)?;
             return if sync { self.make_durable() } else { Ok(()) };
         }
         // Decoded once, and only if the batch names keyspaces or holds merges (a plain
@@ -922,11 +919,8 @@ impl WritePath {
     ) -> Result<()> {
         let mut held = Self::enter_slot(slot, id)?;
         let env = Arc::clone(held.env(id).ok_or(Error::Closed)?);
-        if env.is_shutdown() {
-            return Err(Error::Closed);
-        }
         // Every batch of the group is this keyspace's: one check for all of them.
-        env.check_poison()?;
+        accepts_writes(env.as_ref())?;
         let mut records: SmallVec<[CommitRecord<'_>; 1]> = SmallVec::with_capacity(group.len());
         let mut sync = false;
         for r in group {
@@ -1529,6 +1523,15 @@ impl Drop for SmallLogHold {
 
 /// Starts a new large-log segment: registered (so every manifest from now on names it),
 /// created, then made readable.
+/// Whether keyspace `env` takes writes now: `Error::Closed` once it is shutting down, the
+/// failure that poisoned it after one.
+fn accepts_writes(env: &dyn WriteEnv) -> Result<()> {
+    if env.is_shutdown() {
+        return Err(Error::Closed);
+    }
+    env.check_poison()
+}
+
 fn new_large_segment(env: &dyn WriteEnv) -> Result<SegmentWriter> {
     let versions = env.versions();
     let id = versions.register_segment(SegmentKind::Large, 0);

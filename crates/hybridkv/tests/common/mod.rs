@@ -438,6 +438,16 @@ fn diff(want: &Model, got: &Model) -> Vec<String> {
         .collect()
 }
 
+/// Highest allowed prefix for a crash after `k` counted mutations: every operation that had
+/// started before the crash, or had finished by it (one that records no mutation, such as
+/// an empty batch, may start and end at `k`).
+pub fn upper_bound(outcomes: &[Outcome], k: u64) -> usize {
+    outcomes
+        .iter()
+        .take_while(|o| o.start < k || o.end <= k)
+        .count()
+}
+
 /// Lowest allowed prefix: every acknowledged operation that must survive. For a power
 /// loss, those up to the last acknowledged durability point; for a process crash, all.
 /// `acked(i)` says whether operation `i` was acknowledged before the crash.
