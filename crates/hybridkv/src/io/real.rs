@@ -757,14 +757,38 @@ fn enter(ring: &mut io_uring::IoUring, wait: Option<usize>) -> std::io::Result<u
     }
     #[cfg(test)]
     match INJECTED_ENTERS.with(|q| q.borrow_mut().pop_front()) {
+        Some(InjectedEnter::AsUsual) | None => {}
         Some(InjectedEnter::Refused(code)) => return Err(std::io::Error::from_raw_os_error(code)),
         Some(InjectedEnter::FailedAfter(code)) => {
             let _ = enter_now(ring, wait);
             return Err(std::io::Error::from_raw_os_error(code));
         }
-        None => {}
     }
     enter_now(ring, wait)
+}
+
+/// Whether a thread that began to spin at `started`, for at most `spin`, has spun its time
+/// out, its reads `submitted` or not yet. In tests ([`SPIN_ENDS_AT_SUBMISSION`]) the spin
+/// may instead end the moment the reads are submitted, whatever the clock says, so that
+/// the sleeping wait that follows a spin can be made to fail without a test depending on
+/// how fast a read completes.
+fn spin_over(started: std::time::Instant, spin: std::time::Duration, submitted: bool) -> bool {
+    #[cfg(test)]
+    if SPIN_ENDS_AT_SUBMISSION.with(std::cell::Cell::get) {
+        return submitted;
+    }
+    let _ = submitted;
+    started.elapsed() >= spin
+}
+
+/// Whether a spinning thread looks at its completion queue while it spins (always, but in
+/// tests that end the spin at submission: those look only once they have slept).
+fn polls_while_spinning() -> bool {
+    #[cfg(test)]
+    if SPIN_ENDS_AT_SUBMISSION.with(std::cell::Cell::get) {
+        return false;
+    }
+    true
 }
 
 /// Leaves `buf` to the kernel, which may still write into it: never freed, never reused.
@@ -778,6 +802,9 @@ fn leak_to_kernel(buf: AlignedBuf) {
 #[cfg(test)]
 #[derive(Clone, Copy, Debug)]
 enum InjectedEnter {
+    /// Enters as it would without a fault (to let entries through before the one that
+    /// fails).
+    AsUsual,
     /// Fails with this error code without entering: nothing queued reaches the kernel.
     Refused(i32),
     /// Enters (the kernel takes the reads, and may complete them), then reports this
@@ -794,6 +821,9 @@ thread_local! {
     /// process's, so that a test that makes its ring fail does not take the ring away from
     /// the tests running beside it.
     static UNAVAILABLE_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    /// A spin on this thread ends the moment its reads are submitted ([`spin_over`]),
+    /// before it looks at a completion ([`polls_while_spinning`]).
+    static SPIN_ENDS_AT_SUBMISSION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Read buffers this thread left to the kernel ([`leak_to_kernel`]).
     static LEAKED_BUFFERS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
@@ -1056,21 +1086,25 @@ fn spin_read(
         }
         let started = std::time::Instant::now();
         let mut polls = 0u32;
+        let mut slept = false;
         let result = loop {
-            if let Some(cqe) = ring.completion().next() {
-                if cqe.user_data() == SPIN_READ_TAG {
-                    break cqe.result();
+            if slept || polls_while_spinning() {
+                if let Some(cqe) = ring.completion().next() {
+                    if cqe.user_data() == SPIN_READ_TAG {
+                        break cqe.result();
+                    }
+                    continue; // not ours (none is expected): skipped
                 }
-                continue; // not ours (none is expected): skipped
             }
             enter_if_flagged(ring);
             polls = polls.wrapping_add(1);
-            if polls.is_multiple_of(64) && started.elapsed() >= spin {
+            let look = polls.is_multiple_of(64) || !polls_while_spinning();
+            if look && spin_over(started, spin, true) {
                 // Sleep in the kernel until the read completes, giving the spinning
                 // place to another thread meanwhile.
                 place = None;
                 match enter(ring, Some(1)) {
-                    Ok(_) => {}
+                    Ok(_) => slept = true,
                     Err(e) if retry_enter(&e) => {}
                     Err(_) => {
                         leak_to_kernel(buf);
@@ -1295,11 +1329,13 @@ fn submit_round(
     // the kernel (and gives its place back).
     let started = std::time::Instant::now();
     while reaped < pending.len() {
-        let poll = place.as_ref().is_some_and(|(_, s)| started.elapsed() < *s);
+        let queued = !ring.submission().is_empty();
+        let poll = place
+            .as_ref()
+            .is_some_and(|(_, s)| !spin_over(started, *s, !queued));
         if !poll {
             place = None;
         }
-        let queued = !ring.submission().is_empty();
         let entered = match (poll, !queued) {
             (true, true) => {
                 enter_if_flagged(ring);
@@ -1318,6 +1354,9 @@ fn submit_round(
                 }
                 return false;
             }
+        }
+        if poll && !polls_while_spinning() {
+            continue;
         }
         for cqe in ring.completion() {
             let slot = usize::try_from(cqe.user_data()).ok();
@@ -2216,6 +2255,149 @@ mod tests {
                     assert!(batch(spin).iter().all(|&f| !f));
                 });
             }
+        }
+    }
+
+    /// Runs `f` with this thread's spins ending the moment their reads are submitted, so
+    /// that the next entry into the kernel is the sleeping wait that follows a spin.
+    fn with_spin_ending_at_submission(f: impl FnOnce()) {
+        SPIN_ENDS_AT_SUBMISSION.with(|c| c.set(true));
+        f();
+        SPIN_ENDS_AT_SUBMISSION.with(|c| c.set(false));
+    }
+
+    #[test]
+    fn a_spun_read_whose_wait_after_the_spin_fails_retires_the_ring_and_returns_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = patterned_file(dir.path(), 40_000);
+        let r = RealFs.open(&p, true).unwrap();
+        let spin = std::time::Duration::from_millis(50);
+        let read = |at: usize, n: usize| {
+            let mut buf = vec![0u8; n];
+            r.read_exact_at_spinning(at as u64, &mut buf, spin).unwrap();
+            assert_eq!(buf, &data[at..at + n], "at {at}+{n}");
+        };
+        // The wait interrupted once: waited again, and the read is the ring's.
+        with_ring_faults(|inject| {
+            with_spin_ending_at_submission(|| {
+                inject(&[InjectedEnter::AsUsual, InjectedEnter::Refused(libc::EINTR)]);
+                let before = SPUN_READS.with(std::cell::Cell::get);
+                let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
+                read(4096, 4096);
+                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 1);
+                assert_eq!(LEAKED_BUFFERS.with(std::cell::Cell::get), leaked);
+                assert!(!uring_unavailable());
+                // The ring still serves reads.
+                read(0, 8192);
+                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 2);
+            });
+        });
+        // The wait failed with the read submitted (refused, or failed once in the kernel):
+        // the read may still land in its buffer, which is left to the kernel with the
+        // ring; the read is done again with `pread`, and so is every later one.
+        for fault in [
+            InjectedEnter::Refused(libc::EBADF),
+            InjectedEnter::FailedAfter(libc::EIO),
+        ] {
+            with_ring_faults(|inject| {
+                with_spin_ending_at_submission(|| {
+                    inject(&[InjectedEnter::AsUsual, fault]);
+                    let before = SPUN_READS.with(std::cell::Cell::get);
+                    let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
+                    read(8192, 4096);
+                    assert_eq!(
+                        LEAKED_BUFFERS.with(std::cell::Cell::get),
+                        leaked + 1,
+                        "{fault:?}"
+                    );
+                    assert!(uring_unavailable(), "{fault:?}");
+                    assert!(RING.with(|r| r.borrow().is_none()), "{fault:?}");
+                    read(100, 9000);
+                    read(0, 4096);
+                    assert_eq!(SPUN_READS.with(std::cell::Cell::get), before, "{fault:?}");
+                });
+            });
+        }
+    }
+
+    #[test]
+    fn a_batch_whose_wait_after_the_spin_fails_retires_the_ring_and_each_read_returns_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = patterned_file(dir.path(), 200_000);
+        let spans: Vec<(u64, usize)> = (0..12u64)
+            .map(|i| (i * 17_011 % 190_000, 1 + (i as usize * 911) % 8_000))
+            .collect();
+        let io = crate::io::Io::new(Arc::new(RealFs), true).with_read_spin_us(50_000);
+        let file = io.open(&p, crate::io::IoComponent::LevelRead).unwrap();
+        // Reads the spans in one spinning batch of the ring, then through `Io::read_batch`;
+        // returns which the ring filled, after checking those, and checks every read of
+        // the second pass.
+        let batch = || -> Vec<bool> {
+            let spin = Some(std::time::Duration::from_millis(50));
+            let mut filled = Vec::new();
+            for through_io in [false, true] {
+                let mut bufs: Vec<Vec<u8>> = spans.iter().map(|&(_, n)| vec![0; n]).collect();
+                let mut reqs: Vec<crate::io::BatchRead<'_>> = spans
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(&(at, _), buf)| crate::io::BatchRead {
+                        file: file.as_ref(),
+                        offset: at,
+                        buf: buf.as_mut_slice(),
+                    })
+                    .collect();
+                let got = if through_io {
+                    for (i, res) in io.read_batch(&mut reqs).into_iter().enumerate() {
+                        res.unwrap_or_else(|e| panic!("read {i}: {e}"));
+                    }
+                    vec![true; spans.len()]
+                } else {
+                    submit_batch(&mut reqs, spin)
+                };
+                drop(reqs);
+                for ((&(at, n), buf), &f) in spans.iter().zip(&bufs).zip(&got) {
+                    let at = at as usize;
+                    if f {
+                        assert_eq!(buf, &data[at..at + n], "at {at}+{n}");
+                    }
+                }
+                if !through_io {
+                    filled = got;
+                }
+            }
+            filled
+        };
+        // The wait interrupted once: waited again, every read filled by the ring.
+        with_ring_faults(|inject| {
+            with_spin_ending_at_submission(|| {
+                inject(&[InjectedEnter::AsUsual, InjectedEnter::Refused(libc::EINTR)]);
+                let polled = POLLED_ROUNDS.with(std::cell::Cell::get);
+                assert!(batch().iter().all(|&f| f));
+                // The round spun (and so met the wait after its spin).
+                assert!(POLLED_ROUNDS.with(std::cell::Cell::get) > polled);
+                assert!(!uring_unavailable());
+            });
+        });
+        for fault in [
+            InjectedEnter::Refused(libc::EBADF),
+            InjectedEnter::FailedAfter(libc::EIO),
+        ] {
+            with_ring_faults(|inject| {
+                with_spin_ending_at_submission(|| {
+                    inject(&[InjectedEnter::AsUsual, fault]);
+                    let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
+                    assert!(batch().iter().all(|&f| !f), "{fault:?}");
+                    // Every read's buffer is left to the kernel.
+                    assert_eq!(
+                        LEAKED_BUFFERS.with(std::cell::Cell::get),
+                        leaked + spans.len() as u64,
+                        "{fault:?}"
+                    );
+                    assert!(uring_unavailable(), "{fault:?}");
+                    assert!(RING.with(|r| r.borrow().is_none()), "{fault:?}");
+                    assert!(batch().iter().all(|&f| !f), "{fault:?}");
+                });
+            });
         }
     }
 
