@@ -2131,8 +2131,38 @@ mod tests {
         (p, data)
     }
 
-    #[test]
-    fn a_spun_read_whose_submission_fails_retires_the_ring_and_still_returns_its_bytes() {
+    /// Where a test makes a ring fail: at the entry that submits the reads, or at the
+    /// sleeping wait that follows a spin (the spin then ends the moment the reads are
+    /// submitted, so that the wait is the next entry whatever the read's timing).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum FaultAt {
+        Submission,
+        WaitAfterSpin,
+    }
+
+    impl FaultAt {
+        /// The entries to inject for `fault` to land here.
+        fn entries(self, fault: InjectedEnter) -> Vec<InjectedEnter> {
+            match self {
+                FaultAt::Submission => vec![fault],
+                FaultAt::WaitAfterSpin => vec![InjectedEnter::AsUsual, fault],
+            }
+        }
+
+        /// Runs `f` with this thread's spin ending as this place needs.
+        fn run(self, f: impl FnOnce()) {
+            let ends_at_submission = self == FaultAt::WaitAfterSpin;
+            SPIN_ENDS_AT_SUBMISSION.with(|c| c.set(ends_at_submission));
+            f();
+            SPIN_ENDS_AT_SUBMISSION.with(|c| c.set(false));
+        }
+    }
+
+    /// A spun read whose ring fails at `at`: interrupted once, it is entered again and the
+    /// read is the ring's; refused, or failed after the kernel took the read, the ring is
+    /// retired (its buffer left to the kernel) and that read and every later one return the
+    /// file's bytes through `pread`.
+    fn spun_read_survives_a_ring_failure(at: FaultAt) {
         let dir = tempfile::tempdir().unwrap();
         let (p, data) = patterned_file(dir.path(), 40_000);
         let r = RealFs.open(&p, true).unwrap();
@@ -2142,43 +2172,66 @@ mod tests {
             r.read_exact_at_spinning(at as u64, &mut buf, spin).unwrap();
             assert_eq!(buf, &data[at..at + n], "at {at}+{n}");
         };
-        // Interrupted once: entered again, and the read goes through the ring.
         with_ring_faults(|inject| {
-            inject(&[InjectedEnter::Refused(libc::EINTR)]);
-            let before = SPUN_READS.with(std::cell::Cell::get);
-            read(4096, 4096);
-            assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 1);
-            assert!(!uring_unavailable());
+            at.run(|| {
+                inject(&at.entries(InjectedEnter::Refused(libc::EINTR)));
+                let before = SPUN_READS.with(std::cell::Cell::get);
+                let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
+                read(4096, 4096);
+                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 1, "{at:?}");
+                assert_eq!(LEAKED_BUFFERS.with(std::cell::Cell::get), leaked, "{at:?}");
+                assert!(!uring_unavailable(), "{at:?}");
+                // The ring still serves reads.
+                read(0, 8192);
+                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 2, "{at:?}");
+            });
         });
-        // Refused, or failed after the kernel took the read: the ring is retired (its
-        // buffer left to the kernel), the read is done again with `pread`, and so is every
-        // read after it.
         for fault in [
             InjectedEnter::Refused(libc::EBADF),
             InjectedEnter::FailedAfter(libc::EIO),
         ] {
             with_ring_faults(|inject| {
-                inject(&[fault]);
-                let before = SPUN_READS.with(std::cell::Cell::get);
-                let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
-                read(8192, 4096);
-                // The read's buffer is left to the kernel, which may have taken the read.
-                assert_eq!(
-                    LEAKED_BUFFERS.with(std::cell::Cell::get),
-                    leaked + 1,
-                    "{fault:?}"
-                );
-                assert!(uring_unavailable(), "{fault:?}");
-                assert!(RING.with(|r| r.borrow().is_none()), "{fault:?}");
-                read(100, 9000);
-                read(0, 4096);
-                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before, "{fault:?}");
+                at.run(|| {
+                    inject(&at.entries(fault));
+                    let before = SPUN_READS.with(std::cell::Cell::get);
+                    let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
+                    read(8192, 4096);
+                    // The read's buffer is left to the kernel, which may have taken the read.
+                    assert_eq!(
+                        LEAKED_BUFFERS.with(std::cell::Cell::get),
+                        leaked + 1,
+                        "{at:?} {fault:?}"
+                    );
+                    assert!(uring_unavailable(), "{at:?} {fault:?}");
+                    assert!(RING.with(|r| r.borrow().is_none()), "{at:?} {fault:?}");
+                    read(100, 9000);
+                    read(0, 4096);
+                    assert_eq!(
+                        SPUN_READS.with(std::cell::Cell::get),
+                        before,
+                        "{at:?} {fault:?}"
+                    );
+                });
             });
         }
     }
 
     #[test]
-    fn a_batch_whose_submission_fails_retires_the_ring_and_each_read_still_returns_its_bytes() {
+    fn a_spun_read_whose_submission_fails_retires_the_ring_and_still_returns_its_bytes() {
+        spun_read_survives_a_ring_failure(FaultAt::Submission);
+    }
+
+    #[test]
+    fn a_spun_read_whose_wait_after_the_spin_fails_retires_the_ring_and_returns_its_bytes() {
+        spun_read_survives_a_ring_failure(FaultAt::WaitAfterSpin);
+    }
+
+    /// A batch whose ring fails at `at`, with each spin in `spins` (`None`: not spinning):
+    /// interrupted once, every read is filled by the ring; refused, or failed after the
+    /// kernel took the reads, none is reported filled, every buffer is left to the kernel,
+    /// the ring is retired, and every read, that batch's and later ones, is done on its own
+    /// and returns its bytes.
+    fn batch_survives_a_ring_failure(at: FaultAt, spins: &[Option<u32>]) {
         let dir = tempfile::tempdir().unwrap();
         let (p, data) = patterned_file(dir.path(), 200_000);
         let spans: Vec<(u64, usize)> = (0..12u64)
@@ -2226,179 +2279,55 @@ mod tests {
             read_all(true);
             filled
         };
-        for spin in [None, Some(50_000)] {
-            // Interrupted once: entered again, every read filled by the ring.
+        for &spin in spins {
             with_ring_faults(|inject| {
-                inject(&[InjectedEnter::Refused(libc::EINTR)]);
-                assert!(batch(spin).iter().all(|&f| f), "spin {spin:?}");
-                assert!(!uring_unavailable());
+                at.run(|| {
+                    inject(&at.entries(InjectedEnter::Refused(libc::EINTR)));
+                    let polled = POLLED_ROUNDS.with(std::cell::Cell::get);
+                    assert!(batch(spin).iter().all(|&f| f), "{at:?}, spin {spin:?}");
+                    // A spinning round spun (and so, at a wait, met the wait after its spin).
+                    if spin.is_some() {
+                        assert!(POLLED_ROUNDS.with(std::cell::Cell::get) > polled);
+                    }
+                    assert!(!uring_unavailable());
+                });
             });
-            // Refused, or failed after the kernel took the reads: none is reported filled,
-            // the ring is retired, and each read is done on its own.
             for fault in [
                 InjectedEnter::Refused(libc::EBADF),
                 InjectedEnter::FailedAfter(libc::EIO),
             ] {
                 with_ring_faults(|inject| {
-                    inject(&[fault]);
-                    let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
-                    assert!(batch(spin).iter().all(|&f| !f), "{fault:?}, spin {spin:?}");
-                    // Every read's buffer is left to the kernel.
-                    assert_eq!(
-                        LEAKED_BUFFERS.with(std::cell::Cell::get),
-                        leaked + spans.len() as u64,
-                        "{fault:?}, spin {spin:?}"
-                    );
-                    assert!(uring_unavailable(), "{fault:?}, spin {spin:?}");
-                    assert!(RING.with(|r| r.borrow().is_none()));
-                    // Later batches read one by one, and right.
-                    assert!(batch(spin).iter().all(|&f| !f));
+                    at.run(|| {
+                        inject(&at.entries(fault));
+                        let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
+                        let what = format!("{at:?}, {fault:?}, spin {spin:?}");
+                        assert!(batch(spin).iter().all(|&f| !f), "{what}");
+                        // Every read's buffer is left to the kernel.
+                        assert_eq!(
+                            LEAKED_BUFFERS.with(std::cell::Cell::get),
+                            leaked + spans.len() as u64,
+                            "{what}"
+                        );
+                        assert!(uring_unavailable(), "{what}");
+                        assert!(RING.with(|r| r.borrow().is_none()), "{what}");
+                        // Later batches read one by one, and right.
+                        assert!(batch(spin).iter().all(|&f| !f), "{what}");
+                    });
                 });
             }
         }
     }
 
-    /// Runs `f` with this thread's spins ending the moment their reads are submitted, so
-    /// that the next entry into the kernel is the sleeping wait that follows a spin.
-    fn with_spin_ending_at_submission(f: impl FnOnce()) {
-        SPIN_ENDS_AT_SUBMISSION.with(|c| c.set(true));
-        f();
-        SPIN_ENDS_AT_SUBMISSION.with(|c| c.set(false));
-    }
-
     #[test]
-    fn a_spun_read_whose_wait_after_the_spin_fails_retires_the_ring_and_returns_its_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        let (p, data) = patterned_file(dir.path(), 40_000);
-        let r = RealFs.open(&p, true).unwrap();
-        let spin = std::time::Duration::from_millis(50);
-        let read = |at: usize, n: usize| {
-            let mut buf = vec![0u8; n];
-            r.read_exact_at_spinning(at as u64, &mut buf, spin).unwrap();
-            assert_eq!(buf, &data[at..at + n], "at {at}+{n}");
-        };
-        // The wait interrupted once: waited again, and the read is the ring's.
-        with_ring_faults(|inject| {
-            with_spin_ending_at_submission(|| {
-                inject(&[InjectedEnter::AsUsual, InjectedEnter::Refused(libc::EINTR)]);
-                let before = SPUN_READS.with(std::cell::Cell::get);
-                let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
-                read(4096, 4096);
-                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 1);
-                assert_eq!(LEAKED_BUFFERS.with(std::cell::Cell::get), leaked);
-                assert!(!uring_unavailable());
-                // The ring still serves reads.
-                read(0, 8192);
-                assert_eq!(SPUN_READS.with(std::cell::Cell::get), before + 2);
-            });
-        });
-        // The wait failed with the read submitted (refused, or failed once in the kernel):
-        // the read may still land in its buffer, which is left to the kernel with the
-        // ring; the read is done again with `pread`, and so is every later one.
-        for fault in [
-            InjectedEnter::Refused(libc::EBADF),
-            InjectedEnter::FailedAfter(libc::EIO),
-        ] {
-            with_ring_faults(|inject| {
-                with_spin_ending_at_submission(|| {
-                    inject(&[InjectedEnter::AsUsual, fault]);
-                    let before = SPUN_READS.with(std::cell::Cell::get);
-                    let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
-                    read(8192, 4096);
-                    assert_eq!(
-                        LEAKED_BUFFERS.with(std::cell::Cell::get),
-                        leaked + 1,
-                        "{fault:?}"
-                    );
-                    assert!(uring_unavailable(), "{fault:?}");
-                    assert!(RING.with(|r| r.borrow().is_none()), "{fault:?}");
-                    read(100, 9000);
-                    read(0, 4096);
-                    assert_eq!(SPUN_READS.with(std::cell::Cell::get), before, "{fault:?}");
-                });
-            });
-        }
+    fn a_batch_whose_submission_fails_retires_the_ring_and_each_read_still_returns_its_bytes() {
+        batch_survives_a_ring_failure(FaultAt::Submission, &[None, Some(50_000)]);
     }
 
     #[test]
     fn a_batch_whose_wait_after_the_spin_fails_retires_the_ring_and_each_read_returns_its_bytes() {
-        let dir = tempfile::tempdir().unwrap();
-        let (p, data) = patterned_file(dir.path(), 200_000);
-        let spans: Vec<(u64, usize)> = (0..12u64)
-            .map(|i| (i * 17_011 % 190_000, 1 + (i as usize * 911) % 8_000))
-            .collect();
-        let io = crate::io::Io::new(Arc::new(RealFs), true).with_read_spin_us(50_000);
-        let file = io.open(&p, crate::io::IoComponent::LevelRead).unwrap();
-        // Reads the spans in one spinning batch of the ring, then through `Io::read_batch`;
-        // returns which the ring filled, after checking those, and checks every read of
-        // the second pass.
-        let batch = || -> Vec<bool> {
-            let spin = Some(std::time::Duration::from_millis(50));
-            let mut filled = Vec::new();
-            for through_io in [false, true] {
-                let mut bufs: Vec<Vec<u8>> = spans.iter().map(|&(_, n)| vec![0; n]).collect();
-                let mut reqs: Vec<crate::io::BatchRead<'_>> = spans
-                    .iter()
-                    .zip(bufs.iter_mut())
-                    .map(|(&(at, _), buf)| crate::io::BatchRead {
-                        file: file.as_ref(),
-                        offset: at,
-                        buf: buf.as_mut_slice(),
-                    })
-                    .collect();
-                let got = if through_io {
-                    for (i, res) in io.read_batch(&mut reqs).into_iter().enumerate() {
-                        res.unwrap_or_else(|e| panic!("read {i}: {e}"));
-                    }
-                    vec![true; spans.len()]
-                } else {
-                    submit_batch(&mut reqs, spin)
-                };
-                drop(reqs);
-                for ((&(at, n), buf), &f) in spans.iter().zip(&bufs).zip(&got) {
-                    let at = at as usize;
-                    if f {
-                        assert_eq!(buf, &data[at..at + n], "at {at}+{n}");
-                    }
-                }
-                if !through_io {
-                    filled = got;
-                }
-            }
-            filled
-        };
-        // The wait interrupted once: waited again, every read filled by the ring.
-        with_ring_faults(|inject| {
-            with_spin_ending_at_submission(|| {
-                inject(&[InjectedEnter::AsUsual, InjectedEnter::Refused(libc::EINTR)]);
-                let polled = POLLED_ROUNDS.with(std::cell::Cell::get);
-                assert!(batch().iter().all(|&f| f));
-                // The round spun (and so met the wait after its spin).
-                assert!(POLLED_ROUNDS.with(std::cell::Cell::get) > polled);
-                assert!(!uring_unavailable());
-            });
-        });
-        for fault in [
-            InjectedEnter::Refused(libc::EBADF),
-            InjectedEnter::FailedAfter(libc::EIO),
-        ] {
-            with_ring_faults(|inject| {
-                with_spin_ending_at_submission(|| {
-                    inject(&[InjectedEnter::AsUsual, fault]);
-                    let leaked = LEAKED_BUFFERS.with(std::cell::Cell::get);
-                    assert!(batch().iter().all(|&f| !f), "{fault:?}");
-                    // Every read's buffer is left to the kernel.
-                    assert_eq!(
-                        LEAKED_BUFFERS.with(std::cell::Cell::get),
-                        leaked + spans.len() as u64,
-                        "{fault:?}"
-                    );
-                    assert!(uring_unavailable(), "{fault:?}");
-                    assert!(RING.with(|r| r.borrow().is_none()), "{fault:?}");
-                    assert!(batch().iter().all(|&f| !f), "{fault:?}");
-                });
-            });
-        }
+        // Only a spinning round has a wait after its spin (one that does not spin submits
+        // and waits in one entry, the case above).
+        batch_survives_a_ring_failure(FaultAt::WaitAfterSpin, &[Some(50_000)]);
     }
 
     #[test]
