@@ -23,8 +23,11 @@
 //!   module).
 //!
 //! Generation is deterministic: each worker thread owns an [`OpGenerator`]
-//! whose Xoshiro256++ RNG is seeded from the workload seed and the thread
-//! index, and the threads share the insert counter (an `Arc<AtomicU64>`).
+//! whose Xoshiro256++ RNG is seeded from the workload seed, the thread
+//! index, the phase (load or run) and, in the run phase, the workload itself
+//! (its proportions, distribution and scan lengths), so that workloads run
+//! one after the other on one seed draw independent records; the threads
+//! share the insert counter (an `Arc<AtomicU64>`).
 //!
 //! ```
 //! use hybridkv_ycsb::{Operation, ValueMix, Workload};
