@@ -132,6 +132,8 @@ pub struct BenchOptions {
     pub prepopulate_cache: Option<bool>,
     /// hybridkv's reads around a missing leaf while its cache fills (`None`: its default).
     pub warm_read_bytes: Option<u64>,
+    /// hybridkv's bytes of merging per wasted search (`None`: its default).
+    pub merge_bytes_per_wasted_search: Option<u64>,
     /// hybridkv's spin on a direct read's completion (`None`: its default).
     pub read_spin_us: Option<u32>,
     /// hybridkv's leaf size in bytes (`None`: its default).
@@ -204,6 +206,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         medium_merge_level: opts.medium_merge_level,
         prepopulate_cache: opts.prepopulate_cache,
         warm_read_bytes: opts.warm_read_bytes,
+        merge_bytes_per_wasted_search: opts.merge_bytes_per_wasted_search,
         read_spin_us: opts.read_spin_us,
         leaf_size: opts.leaf_size,
         reload_cache: opts.reload_cache,

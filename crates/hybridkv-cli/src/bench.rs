@@ -164,7 +164,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = ["last", "second-to-last"])]
     pub medium_merge_level: Option<String>,
     /// Whether hybridkv puts what its flushes and merges write into its cache
-    /// (`Options::prepopulate_cache`). Default: the engine's default (off).
+    /// (`Options::prepopulate_cache`). Default: the engine's default (on).
     #[arg(long, value_parser = ["on", "off"])]
     pub prepopulate_cache: Option<String>,
     /// Bytes a leaf read that misses hybridkv's cache reads around the leaf while the
@@ -172,8 +172,14 @@ pub struct RunArgs {
     /// engine's default (64 KiB). The peers are unchanged.
     #[arg(long)]
     pub warm_read_bytes: Option<u64>,
+    /// Bytes of merging one wasted search of a run pays for: hybridkv merges a level into
+    /// the next once its runs' wasted searches times this reach what the merge rewrites
+    /// (`Options::merge_bytes_per_wasted_search`; 0 turns it off). Default: the engine's
+    /// default (256). The peers are unchanged.
+    #[arg(long)]
+    pub merge_bytes_per_wasted_search: Option<u64>,
     /// Whether hybridkv reads back at open what its cache held at the last close
-    /// (`Options::reload_cache`). Default: the engine's default (on). The peers are
+    /// (`Options::reload_cache`). Default: the engine's default (off). The peers are
     /// unchanged.
     #[arg(long, value_parser = ["on", "off"])]
     pub reload_cache: Option<String>,
@@ -383,6 +389,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         }),
         prepopulate_cache: a.prepopulate_cache.as_deref().map(|v| v == "on"),
         warm_read_bytes: a.warm_read_bytes,
+        merge_bytes_per_wasted_search: a.merge_bytes_per_wasted_search,
         read_spin_us: a.read_spin_us,
         leaf_size: a.leaf_size,
         reload_cache: a.reload_cache.as_deref().map(|v| v == "on"),

@@ -34,6 +34,23 @@ pub struct Options {
     /// `growth_factor` times what the level above holds when it is merged down.
     /// Default 8 (the paper's value). Range 2 ..= 64.
     pub growth_factor: u32,
+    /// Merges driven by lookups (LevelDB's seek compaction, weighed against the merge's
+    /// size): a point lookup that searches a run of a level above the last and does not
+    /// find its key there wasted that search (a leaf searched, from the cache or the
+    /// device; a run its Bloom filter or key range rules out costs nothing and counts
+    /// nothing). A level is due for a merge into the next once its runs' wasted searches
+    /// times this many bytes reach the bytes the merge rewrites (the level and the next),
+    /// so a read-heavy phase that pays for L1's runs on every get merges them after it has
+    /// spent about what the merge costs, however few writes come. At 40 million SD pairs
+    /// right after a load (seven L1 runs, Bloom filters off), a 2M-get Run C merged L1 into
+    /// L2 (530 MB) on the way and ran 1.26x faster than with this off; the next Run C, on
+    /// one L1-less tree, 1.56x (`docs/PERFORMANCE.md`, thirtieth round). Counts live in
+    /// memory and start again at each open; `Stats`
+    /// reports them per level (`LevelStats::wasted_searches`). Default 256 (a search of a
+    /// cached leaf costs the client about what a merge spends on 128 bytes, on this
+    /// project's 2-core machine, and the merge runs on a background thread). `0` turns
+    /// lookup-driven merges off. Range 0 ..= 1 MiB.
+    pub merge_bytes_per_wasted_search: u64,
     /// Number of on-disk levels (L1..=Lmax). Default 7. Range 2 ..= 12.
     pub max_levels: usize,
     /// Leaf node size in bytes (paper: 8 KiB). Default 4096. A multiple of 4096 in
@@ -245,6 +262,7 @@ impl Default for Options {
             memtable_size: 64 << 20,
             max_immutable_memtables: 2,
             growth_factor: 8,
+            merge_bytes_per_wasted_search: 256,
             max_levels: 7,
             leaf_size: 4096,
             index_node_size: 12288,
@@ -307,6 +325,12 @@ impl Options {
             format!(
                 "max_immutable_memtables = {} (must be 1 ..= 16)",
                 self.max_immutable_memtables
+            )
+        })?;
+        check(self.merge_bytes_per_wasted_search <= 1 << 20, || {
+            format!(
+                "merge_bytes_per_wasted_search = {} (must be 0 ..= 1 MiB)",
+                self.merge_bytes_per_wasted_search
             )
         })?;
         check(
@@ -464,6 +488,13 @@ mod tests {
                     ..Options::default()
                 },
                 "leaf_size",
+            ),
+            (
+                Options {
+                    merge_bytes_per_wasted_search: (1 << 20) + 1,
+                    ..Options::default()
+                },
+                "merge_bytes_per_wasted_search",
             ),
             (
                 Options {

@@ -246,6 +246,9 @@ struct Config {
     delta_separation: bool,
     /// `Options::leaf_size`: 4 KiB (RocksDB's block) or the default 8 KiB.
     leaf_size: usize,
+    /// `Options::merge_bytes_per_wasted_search`: off, the default, or the most (about
+    /// every wasted search makes its level due, so merges run between the gets).
+    lookup_merges: u64,
 }
 
 impl Config {
@@ -264,6 +267,7 @@ impl Config {
             delta_separation: self.delta_separation,
             delta_bucket_size: 4 << 10,
             leaf_size: self.leaf_size,
+            merge_bytes_per_wasted_search: self.lookup_merges,
             // GC passes come from `Op::Gc` only, so a case replays identically.
             gc_interval: Duration::from_secs(3600),
             ..Options::default()
@@ -1397,6 +1401,7 @@ fn config() -> impl Strategy<Value = Config> {
         1..=2usize,
         proptest::bool::weighted(0.5),
         prop_oneof![Just(4096usize), Just(8192usize)],
+        prop_oneof![Just(0u64), Just(256u64), Just(1u64 << 20)],
     )
         .prop_map(
             |(
@@ -1408,6 +1413,7 @@ fn config() -> impl Strategy<Value = Config> {
                 threads,
                 delta_separation,
                 leaf_size,
+                lookup_merges,
             )| {
                 Config {
                     placement,
@@ -1418,6 +1424,7 @@ fn config() -> impl Strategy<Value = Config> {
                     threads,
                     delta_separation,
                     leaf_size,
+                    lookup_merges,
                 }
             },
         )
@@ -1710,6 +1717,7 @@ fn deterministic_long_run_hybrid() {
             threads: 2,
             delta_separation: false,
             leaf_size: 8192,
+            lookup_merges: 0,
         },
         2000,
     );
@@ -1731,6 +1739,7 @@ fn deterministic_long_run_hybrid_second_to_last_three_levels() {
             threads: 1,
             delta_separation: false,
             leaf_size: 8192,
+            lookup_merges: 0,
         },
         2000,
     );
@@ -1750,6 +1759,7 @@ fn deterministic_long_run_with_delta_buckets() {
             threads: 2,
             delta_separation: true,
             leaf_size: 8192,
+            lookup_merges: 0,
         },
         2000,
     );
@@ -1775,6 +1785,7 @@ fn deterministic_long_run_with_four_kib_leaves() {
                 threads: 2,
                 delta_separation: false,
                 leaf_size: 4096,
+                lookup_merges: 0,
             },
             1500,
         );
@@ -1795,6 +1806,7 @@ fn deterministic_long_run_in_place() {
             threads: 2,
             delta_separation: false,
             leaf_size: 8192,
+            lookup_merges: 0,
         },
         1500,
     );
@@ -1816,6 +1828,7 @@ fn deterministic_long_run_all_log() {
             threads: 2,
             delta_separation: false,
             leaf_size: 8192,
+            lookup_merges: 0,
         },
         1500,
     );

@@ -42,6 +42,9 @@ impl HybridEngine {
         if let Some(bytes) = config.warm_read_bytes {
             o.warm_read_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
+        if let Some(bytes) = config.merge_bytes_per_wasted_search {
+            o.merge_bytes_per_wasted_search = bytes;
+        }
         if let Some(micros) = config.read_spin_us {
             o.read_spin_us = micros;
         }
@@ -142,6 +145,7 @@ impl Engine for HybridEngine {
             medium_merge_level: Some(o.medium_merge_level),
             prepopulate_cache: Some(o.prepopulate_cache),
             warm_read_bytes: Some(o.warm_read_bytes as u64),
+            merge_bytes_per_wasted_search: Some(o.merge_bytes_per_wasted_search),
             read_spin_us: Some(o.read_spin_us),
             leaf_size: Some(o.leaf_size),
             reload_cache: Some(o.reload_cache),
@@ -251,6 +255,17 @@ impl Engine for HybridEngine {
             },
         );
         m.insert(
+            "lookup_merges".into(),
+            if o.merge_bytes_per_wasted_search == 0 {
+                "off".into()
+            } else {
+                format!(
+                    "a level merges once its runs' wasted searches x {} B reach what the merge rewrites",
+                    o.merge_bytes_per_wasted_search
+                )
+            },
+        );
+        m.insert(
             "read_spin_us".into(),
             if o.read_spin_us == 0 || !o.direct_io || o.mmap_reads {
                 "off: a thread sleeps on each device read".into()
@@ -317,7 +332,7 @@ impl Engine for HybridEngine {
             "gc_entries_checked": s.gc_entries_checked,
             "gc_bytes_relocated": s.gc_bytes_relocated,
             "levels": s.levels.iter().map(|l| json!({
-                "level": l.level, "runs": l.files, "file_bytes": l.file_bytes, "entries": l.entries
+                "level": l.level, "runs": l.files, "file_bytes": l.file_bytes, "entries": l.entries, "wasted_searches": l.wasted_searches
             })).collect::<Vec<_>>(),
         }))
     }

@@ -103,6 +103,9 @@ pub struct EngineConfig {
     /// How much a leaf read that misses hybridkv's cache reads around it while the cache
     /// has room (`Options::warm_read_bytes`; `None`: its default). The peers ignore it.
     pub warm_read_bytes: Option<u64>,
+    /// Bytes of merging one wasted search of a run pays for in hybridkv
+    /// (`Options::merge_bytes_per_wasted_search`; `None`: its default). The peers ignore it.
+    pub merge_bytes_per_wasted_search: Option<u64>,
     /// How long hybridkv spins on a direct read's completion before it sleeps
     /// (`Options::read_spin_us`; `None`: its default). The peers ignore it.
     pub read_spin_us: Option<u32>,
@@ -128,6 +131,7 @@ impl Default for EngineConfig {
             medium_merge_level: None,
             prepopulate_cache: None,
             warm_read_bytes: None,
+            merge_bytes_per_wasted_search: None,
             read_spin_us: None,
             leaf_size: None,
             reload_cache: None,

@@ -17,6 +17,10 @@ pub(crate) struct LevelShape {
     /// Estimated bytes of older versions, in this level or the next, that this level's
     /// runs shadow (a merge into the next level drops them).
     pub dead_bytes: u64,
+    /// Point lookups that searched this level's runs in vain, weighed in bytes of merging
+    /// (`Options::merge_bytes_per_wasted_search`): once they reach what a merge into the
+    /// next level rewrites, the merge has been paid for.
+    pub wasted_bytes: u64,
 }
 
 /// A level is due for a merge once the estimated dead share of what the merge rewrites (it
@@ -97,6 +101,10 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
             let dead_share = src.dead_bytes as f64 / (src.bytes + dst.bytes) as f64;
             score = score.max(dead_share / DEAD_SHARE_DUE);
         }
+        if src.wasted_bytes > 0 {
+            let rewrites = src.bytes.saturating_add(dst.bytes);
+            score = score.max(src.wasted_bytes as f64 / rewrites as f64);
+        }
         if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
             best = Some((i + 1, score));
         }
@@ -116,7 +124,28 @@ mod tests {
             runs: 1,
             run_limit: 0,
             dead_bytes: 0,
+            wasted_bytes: 0,
         }
+    }
+
+    #[test]
+    fn a_level_whose_wasted_searches_paid_for_its_merge_is_due() {
+        let mut v = vec![shape(600, 10_000), shape(300, 80_000), shape(5_000, 0)];
+        v[0].runs = 3;
+        v[0].run_limit = 8;
+        v[0].wasted_bytes = 899; // short of the 900 bytes a merge into L2 rewrites
+        assert_eq!(pick(&v), None);
+        v[0].wasted_bytes = 900;
+        assert_eq!(pick(&v), Some(1));
+        // The same waste in L2 weighs against L2 and L3 together.
+        v[0].wasted_bytes = 0;
+        v[1].wasted_bytes = 5_000;
+        assert_eq!(pick(&v), None);
+        v[1].wasted_bytes = 5_300;
+        assert_eq!(pick(&v), Some(2));
+        // A busy destination waits, whatever the waste.
+        v[2].busy = true;
+        assert_eq!(pick(&v), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, IO_ALIGN};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Read size of the compaction scanner (the paper reads levels in 2 MiB segments).
@@ -109,6 +109,8 @@ pub(crate) struct LevelFile {
     cache: Arc<BlockCache>,
     io: Io,
     obsolete: AtomicBool,
+    /// See [`LevelFile::wasted_searches`].
+    wasted_searches: AtomicU64,
 }
 
 impl std::fmt::Debug for LevelFile {
@@ -202,6 +204,7 @@ impl LevelFile {
             cache,
             io: io.clone(),
             obsolete: AtomicBool::new(false),
+            wasted_searches: AtomicU64::new(0),
         };
         if lf.cache.pins().has_room() {
             // A damaged or unreadable index is not pinned: lookups then descend it through
@@ -615,6 +618,18 @@ impl LevelFile {
 
     /// Newest entry for `key` in this level, if any.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
+        self.find(key, false)
+    }
+
+    /// [`LevelFile::get`] for a point lookup that goes on to the runs below when this one
+    /// lacks the key: a leaf searched without finding it is counted as a wasted search
+    /// ([`LevelFile::wasted_searches`]). Other searches (a flush's estimate of what it
+    /// shadows) use `get`.
+    pub(crate) fn search(&self, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
+        self.find(key, true)
+    }
+
+    fn find(&self, key: &[u8], count_waste: bool) -> Result<Option<(u64, LevelValue)>> {
         if self.footer.height == 0 {
             return Ok(None);
         }
@@ -630,7 +645,7 @@ impl LevelFile {
                 .leaf_offset(i)
                 .ok_or_else(|| self.corrupt(0, "pinned fence without a leaf"))?;
             let node = self.load_pinned_leaf(fences, i, offset, None)?;
-            return self.search_leaf_node(&node, offset, key);
+            return self.searched(self.search_leaf_node(&node, offset, key), count_waste);
         }
         let mut offset = self.footer.root;
         let mut height = self.footer.height;
@@ -643,7 +658,27 @@ impl LevelFile {
                 .ok_or_else(|| self.corrupt(offset, "undecodable index entry"))?;
             height -= 1;
         }
-        self.search_leaf(offset, key)
+        self.searched(self.search_leaf(offset, key), count_waste)
+    }
+
+    /// Counts a leaf search that did not find its key, when `count_waste` (see
+    /// [`LevelFile::wasted_searches`]), and passes its result on.
+    fn searched(
+        &self,
+        found: Result<Option<(u64, LevelValue)>>,
+        count_waste: bool,
+    ) -> Result<Option<(u64, LevelValue)>> {
+        if count_waste && matches!(found, Ok(None)) {
+            self.wasted_searches.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// Point lookups ([`LevelFile::search`]) that searched one of this file's leaves and did
+    /// not find their key since the file was opened: work a merge of the file's level into
+    /// the next would have spared them (`Options::merge_bytes_per_wasted_search`).
+    pub(crate) fn wasted_searches(&self) -> u64 {
+        self.wasted_searches.load(Ordering::Relaxed)
     }
 
     /// The offset of the leaf [`LevelFile::get`] of `key` would read from the device: the

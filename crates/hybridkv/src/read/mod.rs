@@ -218,7 +218,7 @@ impl KeySearch {
 
     /// Looks for `key` in level run `file`; returns whether the lookup must look further.
     fn step(&mut self, sv: &SuperVersion, file: &Arc<LevelFile>, key: &[u8]) -> Result<bool> {
-        if let Some((lsn, v)) = file.get(key)? {
+        if let Some((lsn, v)) = file.search(key)? {
             self.more = if lsn < self.cut {
                 self.found
                     .take(LevelValue::Tombstone, None, &sv.version.buckets)?;

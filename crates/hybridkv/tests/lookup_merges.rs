@@ -1,0 +1,152 @@
+//! Merges that point lookups pay for (`Options::merge_bytes_per_wasted_search`): a level
+//! whose runs gets search in vain is merged into the next once the searches it wasted,
+//! weighed in bytes, reach what the merge rewrites, with no write to set it off; Bloom
+//! filters that rule the runs out leave nothing wasted; `0` turns it off.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use hybridkv::{Db, Options};
+
+const RUNS: u32 = 4;
+const PER_RUN: u32 = 2_000;
+
+/// Keys spread over the key space, so that every run covers nearly all of it and no run
+/// is skipped for its key range.
+fn key(i: u32) -> Vec<u8> {
+    format!("key{:010}", i.wrapping_mul(2_654_435_761)).into_bytes()
+}
+
+fn value(i: u32) -> Vec<u8> {
+    vec![(i % 251) as u8; 50]
+}
+
+fn opts(bytes_per_search: u64, bloom: u32) -> Options {
+    Options {
+        memtable_size: 256 << 10,
+        bloom_bits_per_key: bloom,
+        merge_bytes_per_wasted_search: bytes_per_search,
+        ..Options::default()
+    }
+}
+
+/// `RUNS` flushed runs in L1, the oldest holding keys `0..PER_RUN`.
+fn l1_of_runs(dir: &std::path::Path, o: Options) -> Db {
+    let db = Db::open(dir, o).unwrap();
+    for r in 0..RUNS {
+        for i in r * PER_RUN..(r + 1) * PER_RUN {
+            db.put(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.compact().unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, RUNS as usize, "{s}");
+    assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
+    db
+}
+
+/// Gets `count` keys of the oldest run (each searches the newer runs first), then waits
+/// for every merge due; returns L1's runs and wasted searches then.
+fn get_oldest(db: &Db, from: u32, count: u32) -> (usize, u64) {
+    for i in from..from + count {
+        let i = i % PER_RUN;
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+    let wasted = db.stats().unwrap().levels[0].wasted_searches;
+    db.compact().unwrap();
+    (db.stats().unwrap().levels[0].files, wasted)
+}
+
+/// `gets` of the oldest run's keys searched each newer run in vain, but for the few keys
+/// below a newer run's first key, which that run's range rules out.
+fn in_vain(wasted: u64, gets: u32) {
+    let most = u64::from(gets) * u64::from(RUNS - 1);
+    assert!(
+        wasted <= most && wasted >= most * 95 / 100,
+        "{wasted} of {most}"
+    );
+}
+
+fn every_pair_is_there(db: &Db) {
+    for i in 0..RUNS * PER_RUN {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+}
+
+#[test]
+fn runs_that_gets_search_in_vain_are_merged_once_the_waste_pays_for_the_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(256, 0));
+    let s = db.stats().unwrap();
+    let rewrites: u64 = s.levels[0].file_bytes + s.levels[1].file_bytes;
+    let compactions = s.compactions;
+
+    // 100 gets waste 300 searches (77 KB at 256 bytes each): far from what the merge
+    // rewrites, so no merge is due and L1 keeps its runs.
+    let (runs, wasted) = get_oldest(&db, 0, 100);
+    in_vain(wasted, 100);
+    assert!(
+        wasted * 256 < rewrites,
+        "{wasted} searches, {rewrites} bytes"
+    );
+    assert_eq!(runs, RUNS as usize);
+    assert_eq!(db.stats().unwrap().compactions, compactions);
+
+    // Enough gets to pass it: the merge runs without a single write.
+    let needed = rewrites / 256 / u64::from(RUNS - 1) * 6 / 5;
+    let (runs, wasted) = get_oldest(&db, 100, u32::try_from(needed).unwrap());
+    assert!(
+        wasted * 256 >= rewrites,
+        "{wasted} searches, {rewrites} bytes"
+    );
+    assert_eq!(runs, 0, "{}", db.stats().unwrap());
+    let s = db.stats().unwrap();
+    assert!(s.compactions > compactions, "{s}");
+    assert_eq!(s.levels[1].files, 1, "{s}");
+    assert_eq!(s.levels[1].entries, u64::from(RUNS * PER_RUN), "{s}");
+    every_pair_is_there(&db);
+
+    // The merged runs' count is gone with them; a key now takes one search.
+    let before = db.stats().unwrap().levels[1].wasted_searches;
+    assert_eq!(db.get(key(7)).unwrap(), Some(value(7)));
+    assert_eq!(db.stats().unwrap().levels[1].wasted_searches, before);
+    assert_eq!(db.get(b"absent").unwrap(), None);
+}
+
+#[test]
+fn with_lookup_merges_off_the_runs_stay_however_many_searches_they_waste() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(0, 0));
+    let compactions = db.stats().unwrap().compactions;
+    let (runs, wasted) = get_oldest(&db, 0, 3 * PER_RUN);
+    in_vain(wasted, 3 * PER_RUN);
+    assert_eq!(runs, RUNS as usize);
+    assert_eq!(db.stats().unwrap().compactions, compactions);
+    every_pair_is_there(&db);
+}
+
+#[test]
+fn runs_a_bloom_filter_rules_out_waste_next_to_nothing_and_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(256, 10));
+    let gets = 3 * PER_RUN;
+    let (runs, wasted) = get_oldest(&db, 0, gets);
+    // Only the filters' false positives (about 1% at 10 bits per key) search in vain.
+    let searched = u64::from(gets) * u64::from(RUNS - 1);
+    assert!(wasted * 20 < searched, "{wasted} of {searched}");
+    assert_eq!(runs, RUNS as usize);
+}
+
+#[test]
+fn counts_start_again_at_each_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(0, 0));
+    let (_, wasted) = get_oldest(&db, 0, 100);
+    in_vain(wasted, 100);
+    drop(db);
+    let db = Db::open(dir.path(), opts(0, 0)).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, RUNS as usize, "{s}");
+    assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
+    every_pair_is_there(&db);
+}
