@@ -35,21 +35,25 @@ pub struct Options {
     /// Default 8 (the paper's value). Range 2 ..= 64.
     pub growth_factor: u32,
     /// Merges driven by lookups (LevelDB's seek compaction, weighed against the merge's
-    /// size): a point lookup that searches a run of a level above the last and does not
-    /// find its key there wasted that search (a leaf searched, from the cache or the
-    /// device; a run its Bloom filter or key range rules out costs nothing and counts
+    /// size): a client's get that searches a leaf of a run and does not find its key there
+    /// wasted that search (from the cache or the device alike; a run whose Bloom filter
+    /// rules the key out, or whose pinned index puts the key below its first key, is not
+    /// searched and counts nothing; the engine's own lookups, GC's and `check`'s, count
     /// nothing). A level is due for a merge into the next once its runs' wasted searches
     /// times this many bytes reach the bytes the merge rewrites (the level and the next),
-    /// so a read-heavy phase that pays for L1's runs on every get merges them after it has
-    /// spent about what the merge costs, however few writes come. At 40 million SD pairs
+    /// provided the merge leaves fewer runs to search (not a lone run over an empty
+    /// level); so a read-heavy phase that pays for L1's runs on every get merges them
+    /// after it has spent about what the merge costs, however few writes come. At 40 million SD pairs
     /// right after a load (seven L1 runs, Bloom filters off), a 2M-get Run C merged L1 into
     /// L2 (530 MB) on the way and ran 1.26x faster than with this off; the next Run C, on
     /// one L1-less tree, 1.56x (`docs/PERFORMANCE.md`, thirtieth round). Counts live in
-    /// memory and start again at each open; `Stats`
-    /// reports them per level (`LevelStats::wasted_searches`). Default 256 (a search of a
-    /// cached leaf costs the client about what a merge spends on 128 bytes, on this
-    /// project's 2-core machine, and the merge runs on a background thread). `0` turns
-    /// lookup-driven merges off. Range 0 ..= 1 MiB.
+    /// memory, go with a run when it is merged away and start again at each open; `Stats`
+    /// reports them per level (`LevelStats::wasted_searches`). Default 256: there a search
+    /// in vain of a cached leaf cost a get about 1.9 us, and the merge about 15 ns of
+    /// processor time per byte rewritten, so one search was worth about 128 bytes; the
+    /// default counts the client's time twice, since the merge runs beside it on a
+    /// background thread. `0` turns lookup-driven merges off. Range 0 ..= 1 MiB. A
+    /// keyspace's setting (like `growth_factor`), stored with it.
     pub merge_bytes_per_wasted_search: u64,
     /// Number of on-disk levels (L1..=Lmax). Default 7. Range 2 ..= 12.
     pub max_levels: usize,

@@ -83,8 +83,9 @@ pub struct LevelStats {
     pub filter_bytes: u64,
     /// Bytes of the level's pinned indexes (leaf fences), held in memory.
     pub pinned_bytes: u64,
-    /// Point lookups since the open that searched one of the level's runs and did not
-    /// find their key there (`Options::merge_bytes_per_wasted_search`).
+    /// Clients' gets that searched one of the level's current runs and did not find their
+    /// key there, since this process opened those runs
+    /// (`Options::merge_bytes_per_wasted_search`).
     pub wasted_searches: u64,
 }
 

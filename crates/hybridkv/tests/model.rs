@@ -247,7 +247,8 @@ struct Config {
     /// `Options::leaf_size`: 4 KiB (RocksDB's block) or the default 8 KiB.
     leaf_size: usize,
     /// `Options::merge_bytes_per_wasted_search`: off, the default, or the most (about
-    /// every wasted search makes its level due, so merges run between the gets).
+    /// every wasted search makes its level due, so merges run between the gets; the
+    /// case's files then have no Bloom filters, which would spare most searches).
     lookup_merges: u64,
 }
 
@@ -268,6 +269,7 @@ impl Config {
             delta_bucket_size: 4 << 10,
             leaf_size: self.leaf_size,
             merge_bytes_per_wasted_search: self.lookup_merges,
+            bloom_bits_per_key: if self.lookup_merges == 1 << 20 { 0 } else { 10 },
             // GC passes come from `Op::Gc` only, so a case replays identically.
             gc_interval: Duration::from_secs(3600),
             ..Options::default()

@@ -101,7 +101,10 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
             let dead_share = src.dead_bytes as f64 / (src.bytes + dst.bytes) as f64;
             score = score.max(dead_share / DEAD_SHARE_DUE);
         }
-        if src.wasted_bytes > 0 {
+        // Waste counts only where the merge leaves fewer runs to search: a lone run merged
+        // into an empty level is searched just as before (a missing key's lookups charge
+        // the deepest run they search, which may be the only one).
+        if src.wasted_bytes > 0 && src.runs + dst.runs >= 2 {
             let rewrites = src.bytes.saturating_add(dst.bytes);
             score = score.max(src.wasted_bytes as f64 / rewrites as f64);
         }
@@ -146,6 +149,13 @@ mod tests {
         // A busy destination waits, whatever the waste.
         v[2].busy = true;
         assert_eq!(pick(&v), None);
+        // A lone run over an empty level: merging it saves no search.
+        let mut w = vec![shape(600, 10_000), shape(0, 80_000)];
+        w[1].runs = 0;
+        w[0].wasted_bytes = 1_000_000;
+        assert_eq!(pick(&w), None);
+        w[0].runs = 2;
+        assert_eq!(pick(&w), Some(1));
     }
 
     #[test]

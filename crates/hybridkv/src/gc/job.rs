@@ -137,7 +137,7 @@ impl Engine {
     /// their operand list); `None` when the record is dead.
     fn deltas_over(&self, key: &[u8], ptr: LogPtr) -> Result<Option<Option<Vec<u8>>>> {
         let (sv, _) = self.snapshot();
-        let found = crate::read::lookup(&sv, u64::MAX, key)?;
+        let found = crate::read::lookup(&sv, u64::MAX, key, crate::read::Asker::Engine)?;
         Ok(match found.base {
             Some((LevelValue::Large(p), _)) if p == ptr => {
                 if found.deltas.is_empty() {

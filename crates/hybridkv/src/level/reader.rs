@@ -621,10 +621,10 @@ impl LevelFile {
         self.find(key, false)
     }
 
-    /// [`LevelFile::get`] for a point lookup that goes on to the runs below when this one
-    /// lacks the key: a leaf searched without finding it is counted as a wasted search
-    /// ([`LevelFile::wasted_searches`]). Other searches (a flush's estimate of what it
-    /// shadows) use `get`.
+    /// [`LevelFile::get`] for a client's get, which goes on to the runs below when this
+    /// one lacks the key: a leaf searched without finding it is counted as a wasted search
+    /// ([`LevelFile::wasted_searches`]). The engine's own lookups (GC's liveness checks,
+    /// `check`, a flush's estimate of what it shadows) use `get`.
     pub(crate) fn search(&self, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
         self.find(key, true)
     }
@@ -674,7 +674,7 @@ impl LevelFile {
         found
     }
 
-    /// Point lookups ([`LevelFile::search`]) that searched one of this file's leaves and did
+    /// Clients' gets ([`LevelFile::search`]) that searched one of this file's leaves and did
     /// not find their key since the file was opened: work a merge of the file's level into
     /// the next would have spared them (`Options::merge_bytes_per_wasted_search`).
     pub(crate) fn wasted_searches(&self) -> u64 {

@@ -116,8 +116,8 @@ pub(crate) fn range_tombstones(sv: &SuperVersion, snapshot: u64) -> RangeTombsto
 /// The versions of `key` visible at `snapshot` that make its value: the newest, and below
 /// a delta every older one down to the first that is not a delta. A version older than a
 /// range tombstone covering the key counts as a tombstone (and ends the search).
-pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Lookup> {
-    let mut pending = KeySearch::start(sv, snapshot, key)?;
+pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8], asker: Asker) -> Result<Lookup> {
+    let mut pending = KeySearch::start(sv, snapshot, key, asker)?;
     for file in sv.version.all_runs() {
         if !pending.more || !pending.step(sv, file, key)? {
             break;
@@ -126,10 +126,23 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<Loo
     Ok(pending.found)
 }
 
+/// Who a lookup is for. A client's get counts each run it searched in vain
+/// (`LevelFile::search`), which can make that run's level due for a merge
+/// (`Options::merge_bytes_per_wasted_search`); the engine's own lookups (GC's liveness
+/// checks, `check`) count nothing, so that they never set off a merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asker {
+    /// `Db::get` and the gets of a snapshot.
+    Client,
+    /// Garbage collection and `check`.
+    Engine,
+}
+
 /// Keys whose leaf reads in one run are batched together (one `io_uring` round).
 const PREFETCH_BATCH: usize = 64;
 
-/// [`lookup`] of each of `keys` (at the newest snapshot), the reads of each level run
+/// [`lookup`] of each of `keys` (at the newest snapshot, for the engine: GC's liveness
+/// checks), the reads of each level run
 /// batched for [`PREFETCH_BATCH`] keys at a time: before those keys still searching step
 /// into a run, the leaves their gets there will read are read together
 /// (`level::reader::prefetch_leaves`). The same versions, reads and errors as one
@@ -145,7 +158,7 @@ pub(crate) fn lookup_many(sv: &SuperVersion, keys: &[&[u8]]) -> Vec<Result<Looku
 fn lookup_batch(sv: &SuperVersion, keys: &[&[u8]]) -> Vec<Result<Lookup>> {
     let mut states: Vec<Result<KeySearch>> = keys
         .iter()
-        .map(|key| KeySearch::start(sv, u64::MAX, key))
+        .map(|key| KeySearch::start(sv, u64::MAX, key, Asker::Engine))
         .collect();
     for file in sv.version.all_runs() {
         let searching: Vec<(&LevelFile, &[u8])> = states
@@ -174,6 +187,7 @@ fn lookup_batch(sv: &SuperVersion, keys: &[&[u8]]) -> Vec<Result<Lookup>> {
 /// A lookup under way: what it found so far, and whether it must look further down.
 struct KeySearch {
     found: Lookup,
+    asker: Asker,
     /// The range tombstones' cut for the key (see [`range_cut`]).
     cut: u64,
     more: bool,
@@ -181,7 +195,7 @@ struct KeySearch {
 
 impl KeySearch {
     /// Searches the memtables for `key`: `more` is false when they settle the lookup.
-    fn start(sv: &SuperVersion, snapshot: u64, key: &[u8]) -> Result<KeySearch> {
+    fn start(sv: &SuperVersion, snapshot: u64, key: &[u8], asker: Asker) -> Result<KeySearch> {
         let mut found = Lookup::default();
         let cut = range_cut(sv, snapshot, key);
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
@@ -204,6 +218,7 @@ impl KeySearch {
             if !more {
                 return Ok(KeySearch {
                     found,
+                    asker,
                     cut,
                     more: false,
                 });
@@ -211,6 +226,7 @@ impl KeySearch {
         }
         Ok(KeySearch {
             found,
+            asker,
             cut,
             more: true,
         })
@@ -218,7 +234,11 @@ impl KeySearch {
 
     /// Looks for `key` in level run `file`; returns whether the lookup must look further.
     fn step(&mut self, sv: &SuperVersion, file: &Arc<LevelFile>, key: &[u8]) -> Result<bool> {
-        if let Some((lsn, v)) = file.search(key)? {
+        let found = match self.asker {
+            Asker::Client => file.search(key)?,
+            Asker::Engine => file.get(key)?,
+        };
+        if let Some((lsn, v)) = found {
             self.more = if lsn < self.cut {
                 self.found
                     .take(LevelValue::Tombstone, None, &sv.version.buckets)?;
@@ -401,7 +421,7 @@ pub(crate) fn get(
     key: &[u8],
     fold_back: bool,
 ) -> Result<(Option<Value>, bool)> {
-    let found = lookup(sv, snapshot, key)?;
+    let found = lookup(sv, snapshot, key, Asker::Client)?;
     let worth =
         !found.deltas.is_empty() && (found.from_files > 0 || found.deltas.len() >= FOLD_BACK_CHAIN);
     Ok((
@@ -419,7 +439,7 @@ pub(crate) fn value_is_at(
     p: crate::log::ptr::LogPtr,
 ) -> Result<bool> {
     Ok(matches!(
-        lookup(sv, u64::MAX, key)?.base,
+        lookup(sv, u64::MAX, key, Asker::Engine)?.base,
         Some((LevelValue::Large(q) | LevelValue::Medium(q), _)) if q == p
     ))
 }
@@ -559,7 +579,7 @@ mod tests {
             let many = lookup_many(&sv, batch);
             assert_eq!(many.len(), batch.len());
             for (got, k) in many.into_iter().zip(batch) {
-                let one = lookup(&sv, u64::MAX, k).unwrap();
+                let one = lookup(&sv, u64::MAX, k, Asker::Engine).unwrap();
                 assert_eq!(
                     shown(got.unwrap()),
                     shown(one),
@@ -570,7 +590,7 @@ mod tests {
         }
         // Spot checks against what was written.
         let base = |i: usize| {
-            lookup(&sv, u64::MAX, key(i).as_bytes())
+            lookup(&sv, u64::MAX, key(i).as_bytes(), Asker::Engine)
                 .unwrap()
                 .base
                 .map(|(v, _)| v)
@@ -623,7 +643,7 @@ mod tests {
         let many = lookup_many(&sv, &asked);
         let mut damaged = 0;
         for (got, k) in many.iter().zip(&asked) {
-            let one = lookup(&sv, u64::MAX, k);
+            let one = lookup(&sv, u64::MAX, k, Asker::Engine);
             assert_eq!(
                 got.is_err(),
                 one.is_err(),
