@@ -88,7 +88,8 @@ impl Engine {
 
     /// What the picker sees. L1 is due when its runs reach the growth factor or its bytes
     /// its target; any level above the last when the searches its runs wasted, weighed
-    /// in bytes (`Options::merge_bytes_per_wasted_search`), reach what its merge rewrites. A level counts its medium pairs at pointer size, plus their full value
+    /// in bytes (`Options::merge_bytes_per_wasted_search`), reach what its merge rewrites.
+    /// A level counts its medium pairs at pointer size, plus their full value
     /// size when the next level is the merge level: merging will write them in full
     /// (Parallax §3.3), and counting them keeps the growth factor between levels.
     fn level_shapes(&self, vs: &VersionState, ignore_busy: bool) -> Vec<LevelShape> {

@@ -43,16 +43,16 @@ pub struct Options {
     /// times this many bytes reach the bytes the merge rewrites (the level and the next),
     /// provided the merge leaves fewer runs to search (not a lone run over an empty
     /// level); so a read-heavy phase that pays for L1's runs on every get merges them
-    /// after it has spent about what the merge costs, however few writes come. At 40 million SD pairs
-    /// right after a load (seven L1 runs, Bloom filters off), a 2M-get Run C merged L1 into
+    /// after it has spent about what the merge costs, however few writes come. At 40
+    /// million SD pairs right after a load (seven L1 runs, Bloom filters off), a 2M-get Run C merged L1 into
     /// L2 (530 MB) on the way and ran 1.26x faster than with this off; the next Run C, on
     /// one L1-less tree, 1.56x (`docs/PERFORMANCE.md`, thirtieth round). Counts live in
     /// memory, go with a run when it is merged away and start again at each open; `Stats`
     /// reports them per level (`LevelStats::wasted_searches`). Default 256: there a search
-    /// in vain of a cached leaf cost a get about 1.9 us, and the merge about 15 ns of
-    /// processor time per byte rewritten, so one search was worth about 128 bytes; the
-    /// default counts the client's time twice, since the merge runs beside it on a
-    /// background thread. `0` turns lookup-driven merges off. Range 0 ..= 1 MiB. A
+    /// in vain of a cached leaf cost a get about 1.9 us, and the merge at most about 18 ns
+    /// of processor time per byte it wrote, so one search was worth at least about 100
+    /// bytes; the default weighs the client's time more, since the merge runs beside it
+    /// on a background thread. `0` turns lookup-driven merges off. Range 0 ..= 1 MiB. A
     /// keyspace's setting (like `growth_factor`), stored with it.
     pub merge_bytes_per_wasted_search: u64,
     /// Number of on-disk levels (L1..=Lmax). Default 7. Range 2 ..= 12.

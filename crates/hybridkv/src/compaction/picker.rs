@@ -17,7 +17,7 @@ pub(crate) struct LevelShape {
     /// Estimated bytes of older versions, in this level or the next, that this level's
     /// runs shadow (a merge into the next level drops them).
     pub dead_bytes: u64,
-    /// Point lookups that searched this level's runs in vain, weighed in bytes of merging
+    /// Clients' gets that searched this level's runs in vain, weighed in bytes of merging
     /// (`Options::merge_bytes_per_wasted_search`): once they reach what a merge into the
     /// next level rewrites, the merge has been paid for.
     pub wasted_bytes: u64,
