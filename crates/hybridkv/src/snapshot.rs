@@ -142,7 +142,8 @@ pub(crate) fn range_at<K: AsRef<[u8]>, R: RangeBounds<K>>(
         }
     }
     Counters::add(&engine.counters.scans, 1);
-    DbIterator::new(sv.clone(), lsn, start, end).with_operator(engine.opts.merge_operator.clone())
+    DbIterator::new(sv.clone(), lsn, start, end, crate::read::Asker::Client)
+        .with_operator(engine.opts.merge_operator.clone())
 }
 
 /// The bounds of the keys starting with `prefix`.

@@ -94,8 +94,14 @@ impl Engine {
         // Live bytes, from keys and value lengths only.
         let (sv, snapshot) = self.snapshot();
         // A key holding deltas is folded (its base read) and counted in place.
-        let mut it = DbIterator::new((*sv).clone(), snapshot, Bound::Unbounded, Bound::Unbounded)
-            .with_operator(self.opts.merge_operator.clone());
+        let mut it = DbIterator::new(
+            (*sv).clone(),
+            snapshot,
+            Bound::Unbounded,
+            Bound::Unbounded,
+            crate::read::Asker::Engine,
+        )
+        .with_operator(self.opts.merge_operator.clone());
         let (mut live_large, mut live_transient) = (0u64, 0u64);
         while let Some(r) = it.next_key_and_len() {
             let (key, len, home) = r?;

@@ -84,8 +84,8 @@ pub struct LevelStats {
     /// Bytes of the level's pinned indexes (leaf fences), held in memory.
     pub pinned_bytes: u64,
     /// Clients' gets that searched one of the level's current runs and did not find their
-    /// key there, since this process opened those runs
-    /// (`Options::merge_bytes_per_wasted_search`).
+    /// key there, and clients' scans that positioned a cursor in one and took no pair from
+    /// it, since this process opened those runs (`Options::merge_bytes_per_wasted_search`).
     pub wasted_searches: u64,
 }
 

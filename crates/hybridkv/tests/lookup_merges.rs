@@ -1,7 +1,9 @@
-//! Merges that point lookups pay for (`Options::merge_bytes_per_wasted_search`): a level
-//! whose runs gets search in vain is merged into the next once the searches it wasted,
-//! weighed in bytes, reach what the merge rewrites, with no write to set it off; Bloom
-//! filters that rule the runs out leave nothing wasted; `0` turns it off.
+//! Merges that lookups pay for (`Options::merge_bytes_per_wasted_search`): a level whose
+//! runs gets search in vain, or scans position a cursor in and take nothing from, is
+//! merged into the next once the searches it wasted, weighed in bytes, reach what the
+//! merge rewrites, with no write to set it off; Bloom filters that rule the runs out
+//! leave gets nothing to waste (not scans); `0` turns it off; the engine's own lookups
+//! and walks count nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
@@ -212,4 +214,114 @@ fn the_engines_own_lookups_waste_nothing() {
         s.levels.iter().map(|l| l.wasted_searches).sum::<u64>() > 0,
         "{s}"
     );
+}
+
+/// Scans of one pair starting at `count` keys of the oldest run (each positions a cursor
+/// in every newer run and takes nothing from it), then waits for every merge due. Returns
+/// what [`get_oldest`] does.
+fn scan_oldest(db: &Db, from: u32, count: u32) -> (usize, u64, usize) {
+    for i in from..from + count {
+        let i = i % PER_RUN;
+        let mut it = db.range(key(i)..).expect_pairs(1);
+        let (k, v) = it.next().unwrap().unwrap();
+        assert_eq!((k, v), (key(i), value(i)), "key {i}");
+    }
+    let l1 = db.stats().unwrap().levels[0].clone();
+    db.compact().unwrap();
+    (
+        l1.files,
+        l1.wasted_searches,
+        db.stats().unwrap().levels[0].files,
+    )
+}
+
+#[test]
+fn runs_that_scans_position_in_vain_are_merged_once_the_waste_pays_even_with_bloom_filters() {
+    // Bloom filters spare gets these runs, not scans: a range has no filter.
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(256, 10));
+    let s = db.stats().unwrap();
+    let rewrites: u64 = s.levels[0].file_bytes + s.levels[1].file_bytes;
+    let compactions = s.compactions;
+
+    // Four fifths of the merge's bytes: every scan wastes a seek in each newer run.
+    let per_scan = 256 * u64::from(RUNS - 1);
+    let short = u32::try_from(rewrites * 4 / 5 / per_scan).unwrap();
+    let (_, wasted, runs) = scan_oldest(&db, 0, short);
+    assert_eq!(wasted, u64::from(short) * u64::from(RUNS - 1));
+    assert_eq!(runs, RUNS as usize);
+    assert_eq!(db.stats().unwrap().compactions, compactions);
+
+    // Two fifths more pass it: merged with no write.
+    let more = u32::try_from(rewrites * 2 / 5 / per_scan).unwrap();
+    let (runs_then, wasted, runs) = scan_oldest(&db, short, more);
+    if runs_then == RUNS as usize {
+        assert!(wasted * 256 >= rewrites, "{wasted} seeks, {rewrites} bytes");
+    }
+    assert_eq!(runs, 0, "{}", db.stats().unwrap());
+    let s = db.stats().unwrap();
+    assert!(s.compactions > compactions, "{s}");
+    assert_eq!(s.levels[1].entries, u64::from(RUNS * PER_RUN), "{s}");
+    every_pair_is_there(&db);
+}
+
+#[test]
+fn scans_off_leave_the_runs_however_many_seeks_they_waste() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(0, 10));
+    let compactions = db.stats().unwrap().compactions;
+    let (_, wasted, runs) = scan_oldest(&db, 0, 3 * PER_RUN);
+    assert_eq!(wasted, u64::from(3 * PER_RUN) * u64::from(RUNS - 1));
+    assert_eq!(runs, RUNS as usize);
+    assert_eq!(db.stats().unwrap().compactions, compactions);
+}
+
+#[test]
+fn scans_that_take_pairs_from_every_run_and_the_engines_walks_waste_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(256, 0));
+    let wasted = |db: &Db| db.stats().unwrap().levels[0].wasted_searches;
+
+    // The whole range, from the front and from the back: each run yields.
+    assert_eq!(db.iter().count(), (RUNS * PER_RUN) as usize);
+    assert_eq!(db.iter().rev().count(), (RUNS * PER_RUN) as usize);
+    // 100 neighbouring pairs hold keys of every run (the keys are spread over the key
+    // space), and the iterator is dropped before its end.
+    let some: Vec<_> = db
+        .range(key(5)..)
+        .take(100)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(some.len(), 100);
+    assert_eq!(wasted(&db), 0);
+
+    // A scan past the last key positions every run and takes nothing: wasted in each.
+    assert_eq!(db.range(b"z".as_slice()..).count(), 0);
+    assert_eq!(wasted(&db), u64::from(RUNS));
+}
+
+#[test]
+fn a_run_whose_every_pair_is_deleted_wastes_a_clients_scan_not_the_engines_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    // Two runs; a range deletion (still in the memtable) covers every key of the older
+    // one, so a walk of the whole range takes nothing from it.
+    for (prefix, value) in [("a", 1u8), ("b", 2u8)] {
+        for i in 0..PER_RUN {
+            db.put(format!("{prefix}{i:06}"), vec![value; 50]).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.delete_prefix(b"a").unwrap();
+    db.compact().unwrap();
+    let l1 = |db: &Db| db.stats().unwrap().levels[0].clone();
+    assert_eq!(l1(&db).files, 2);
+
+    // Space accounting walks every key for the engine: it counts nothing.
+    assert_eq!(db.space().unwrap().live_pairs, u64::from(PER_RUN));
+    assert_eq!(l1(&db).wasted_searches, 0);
+
+    // A client's walk of the same range counts the older run once.
+    assert_eq!(db.iter().count(), PER_RUN as usize);
+    assert_eq!(l1(&db).wasted_searches, 1);
 }

@@ -675,10 +675,18 @@ impl LevelFile {
     }
 
     /// Clients' gets ([`LevelFile::search`]) that searched one of this file's leaves and did
-    /// not find their key since the file was opened: work a merge of the file's level into
-    /// the next would have spared them (`Options::merge_bytes_per_wasted_search`).
+    /// not find their key, and clients' scans that positioned a cursor in this file and
+    /// took no pair from it ([`LevelFile::note_wasted_seek`]), since the file was opened:
+    /// work a merge of the file's level into the next would have spared them
+    /// (`Options::merge_bytes_per_wasted_search`).
     pub(crate) fn wasted_searches(&self) -> u64 {
         self.wasted_searches.load(Ordering::Relaxed)
+    }
+
+    /// Counts a client's scan that positioned a cursor in this file (a leaf searched for
+    /// its start) and took no pair from it, as a wasted search.
+    pub(crate) fn note_wasted_seek(&self) {
+        self.wasted_searches.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The offset of the leaf [`LevelFile::get`] of `key` would read from the device: the

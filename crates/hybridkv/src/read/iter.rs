@@ -6,7 +6,7 @@
 //! past the last one the other yielded. Never: writes anything, or reads a value the
 //! caller will not get (past an `expect_pairs` hint, or a lazy pair not asked for).
 
-use super::SuperVersion;
+use super::{Asker, SuperVersion};
 use crate::error::{Error, Result};
 use crate::level::{LevelCursor, LevelEntry, LevelValue};
 use crate::log::large::SegmentFile;
@@ -136,6 +136,19 @@ struct Walk<const BACK: bool> {
     /// The last key this end handed out: the other end stops before it. (Its buffer is
     /// reused from pair to pair.)
     last: Option<Vec<u8>>,
+    /// Per source of `merge`, whether it has yielded a pair: a run that yielded none when
+    /// the merge ends was positioned in vain, which a client's scan counts against it
+    /// ([`Walk::end_merge`]).
+    yielded: Vec<bool>,
+    /// Whether this end counts the runs it positioned in vain (a client's scan; not the
+    /// engine's own walks, e.g. space accounting).
+    count_waste: bool,
+}
+
+impl<const BACK: bool> Drop for Walk<BACK> {
+    fn drop(&mut self) {
+        self.end_merge();
+    }
 }
 
 #[derive(PartialEq, Eq)]
@@ -146,7 +159,7 @@ enum State {
 }
 
 impl<const BACK: bool> Walk<BACK> {
-    fn new(from: Bound<Vec<u8>>, state: State) -> Self {
+    fn new(from: Bound<Vec<u8>>, state: State, asker: Asker) -> Self {
         Walk {
             from,
             merge: None,
@@ -155,13 +168,35 @@ impl<const BACK: bool> Walk<BACK> {
             expected: None,
             state,
             last: None,
+            yielded: Vec::new(),
+            count_waste: asker == Asker::Client,
         }
+    }
+
+    /// Drops the merge, first counting each run it positioned and took no pair from as
+    /// a wasted search of that run's file (`LevelFile::note_wasted_seek`), when this end
+    /// counts them: a merge of the run's level would have spared the seek
+    /// (`Options::merge_bytes_per_wasted_search`).
+    fn end_merge(&mut self) {
+        let Some(merge) = self.merge.take() else {
+            return;
+        };
+        if self.count_waste {
+            for (i, yielded) in self.yielded.iter().enumerate() {
+                if !yielded {
+                    if let Some(file) = merge.source(i).and_then(Cursor::shared_file) {
+                        file.note_wasted_seek();
+                    }
+                }
+            }
+        }
+        self.yielded.clear();
     }
 
     /// Starts this end again from `from` (a seek). What the other end yielded still bounds it.
     fn restart(&mut self, from: Bound<Vec<u8>>) {
         self.from = from;
-        self.merge = None;
+        self.end_merge();
         self.ahead.clear();
         self.window = PREFETCH_FIRST;
         // A length hint was about the old position.
@@ -237,6 +272,7 @@ impl<const BACK: bool> Walk<BACK> {
         // versions without copying them), and the runs of a captured `SuperVersion` hold
         // only versions published before it: the merge needs no snapshot of its own.
         let end = if BACK { &view.lower } else { &view.upper };
+        self.yielded = vec![false; cursors.len()];
         self.merge = Some(
             Merge::directed(cursors, Tombstones::Drop)?
                 .with_end(end.clone())
@@ -392,6 +428,9 @@ impl<const BACK: bool> Walk<BACK> {
         if !Self::admits(&entry.key, other_last) {
             return Ok(None);
         }
+        if let Some(y) = self.yielded.get_mut(entry.source) {
+            *y = true;
+        }
         if entry.value.is_deltas() {
             entry.value = LevelValue::Inline(self.fold_deltas(view, &mut entry)?);
         }
@@ -435,7 +474,7 @@ impl<const BACK: bool> Walk<BACK> {
         let r = f(self);
         if !matches!(r, Ok(Some(_))) {
             self.state = State::Done;
-            self.merge = None;
+            self.end_merge();
         }
         r.transpose()
     }
@@ -508,15 +547,18 @@ impl std::fmt::Debug for DbIterator {
 }
 
 impl DbIterator {
+    /// An iterator over `start..end` at `snapshot`; a client's (`asker`) counts the runs
+    /// its scans position in vain ([`Walk::end_merge`]).
     pub(crate) fn new(
         sv: SuperVersion,
         snapshot: u64,
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
+        asker: Asker,
     ) -> Self {
         DbIterator {
-            front: Walk::new(start.clone(), State::Unstarted),
-            back: Walk::new(end.clone(), State::Unstarted),
+            front: Walk::new(start.clone(), State::Unstarted, asker),
+            back: Walk::new(end.clone(), State::Unstarted, asker),
             view: View {
                 segments: Arc::clone(&sv.segments),
                 sv: Some(sv),
@@ -549,8 +591,8 @@ impl DbIterator {
                 upper: Bound::Unbounded,
                 operator: None,
             },
-            front: Walk::new(Bound::Unbounded, State::Done),
-            back: Walk::new(Bound::Unbounded, State::Done),
+            front: Walk::new(Bound::Unbounded, State::Done, Asker::Engine),
+            back: Walk::new(Bound::Unbounded, State::Done, Asker::Engine),
             error: Some(err),
         }
     }

@@ -126,15 +126,17 @@ pub(crate) fn lookup(sv: &SuperVersion, snapshot: u64, key: &[u8], asker: Asker)
     Ok(pending.found)
 }
 
-/// Who a lookup is for. A client's get counts each run it searched in vain
-/// (`LevelFile::search`), which can make that run's level due for a merge
-/// (`Options::merge_bytes_per_wasted_search`); the engine's own lookups (GC's liveness
-/// checks, `check`) count nothing, so that they never set off a merge.
+/// Who a lookup or a scan is for. A client's get counts each run it searched in vain
+/// (`LevelFile::search`), and a client's scan each run it positioned a cursor in and took
+/// no pair from (`LevelFile::note_wasted_seek`), which can make that run's level due for
+/// a merge (`Options::merge_bytes_per_wasted_search`); the engine's own lookups and walks
+/// (GC's liveness checks, `check`, space accounting) count nothing, so that they never
+/// set off a merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Asker {
-    /// `Db::get` and the gets of a snapshot.
+    /// `Db::get`, `Db::range` and their kin, and those of a snapshot.
     Client,
-    /// Garbage collection and `check`.
+    /// Garbage collection, `check` and space accounting.
     Engine,
 }
 
