@@ -70,7 +70,7 @@ pub use gc::GcReport;
 pub use keyspace::Keyspace;
 pub use options::{MediumMergeLevel, Options, WriteOptions, MAX_KEY_SIZE, MAX_VALUE_SIZE};
 pub use placement::{Category, Placement};
-pub use read::iter::{DbIterator, KeyIterator, LazyIterator, LazyPair};
+pub use read::iter::{DbIterator, KeyIterator, LazyIterator, LazyPair, ValueIterator};
 pub use snapshot::Snapshot;
 pub use space::{SpaceComponent, SpaceReport};
 pub use stats::{LevelStats, Stats};

@@ -891,6 +891,17 @@ impl Harness {
                     if n != want.len() {
                         return Err(format!("lazy range: {n} pairs, expected {}", want.len()));
                     }
+                    // As views of the records read: the same pairs.
+                    let viewed: Vec<(Vec<u8>, Vec<u8>)> = self
+                        .db()?
+                        .range::<Vec<u8>, _>((start.clone(), end.clone()))
+                        .values()
+                        .map(|r| r.map(|(k, v)| (k, v.as_slice().to_vec())))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("range of values: error {e}"))?;
+                    if let Some(d) = diff_pairs(&viewed, &want) {
+                        return Err(format!("range of values: {d}"));
+                    }
                 }
             }
             Op::Seek {

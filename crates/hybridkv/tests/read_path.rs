@@ -321,6 +321,63 @@ fn get_value_is_a_view_of_the_cached_record() {
     assert_eq!(first.into_vec(), large);
 }
 
+/// A scan through `values()` hands out the same views: a large value read by a scan and
+/// by a get of the cached record share one address (no copy), from the front and from the
+/// back, while the plain iterator returns the same bytes as `Vec`s; every pair comes out.
+#[test]
+fn a_scans_values_are_views_of_the_cached_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 256 << 10,
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let large = |i: u8| vec![i; 3000];
+    for i in 0..10u8 {
+        db.put(format!("large{i}"), large(i)).unwrap();
+        db.put(format!("small{i}"), [i; 4]).unwrap();
+    }
+    db.flush().unwrap();
+    let scanned: Vec<(Vec<u8>, hybridkv::Value)> = db
+        .range("large"..)
+        .values()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(scanned.len(), 20);
+    let backward: Vec<(Vec<u8>, hybridkv::Value)> = db
+        .range("large".."largf")
+        .values()
+        .rev()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(backward.len(), 10);
+    for (i, (k, v)) in scanned.iter().take(10).enumerate() {
+        assert_eq!(k, format!("large{i}").as_bytes());
+        assert_eq!(*v, large(i as u8));
+        let got = db.get_value(k).unwrap().unwrap();
+        assert_eq!(
+            v.as_ptr(),
+            got.as_ptr(),
+            "the scan copied {} instead of viewing the cached record",
+            String::from_utf8_lossy(k)
+        );
+        let (bk, bv) = &backward[9 - i];
+        assert_eq!((bk, bv.as_ptr()), (k, v.as_ptr()));
+    }
+    for (i, (k, v)) in scanned.iter().skip(10).enumerate() {
+        assert_eq!(
+            (k.as_slice(), v.as_slice()),
+            (format!("small{i}").as_bytes(), &[i as u8; 4][..])
+        );
+    }
+    let plain: Vec<(Vec<u8>, Vec<u8>)> = db.range("large"..).collect::<Result<_, _>>().unwrap();
+    let viewed: Vec<(Vec<u8>, Vec<u8>)> = scanned
+        .into_iter()
+        .map(|(k, v)| (k, v.into_vec()))
+        .collect();
+    assert_eq!(plain, viewed);
+}
+
 /// A scan's batch holds records too large for the block cache (over 64 KiB) beside small
 /// ones: their values come straight out of the span read, equal to what gets return, and
 /// after a reopen (nothing cached) as well.

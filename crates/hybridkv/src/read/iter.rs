@@ -13,6 +13,7 @@ use crate::log::large::SegmentFile;
 use crate::log::ptr::LogPtr;
 use crate::memtable::Memtable;
 use crate::merge::{Merge, MergeEntry, Source, Tombstones};
+use crate::value::Value;
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -34,8 +35,9 @@ const PREFETCH_MAX: usize = 64;
 const PREFETCH_BYTES: u64 = 4 << 20;
 
 /// A pair resolved ahead: its key and value (`None`: nothing to return, e.g. a
-/// tombstone), or the error met while reading it.
-type Resolved = Result<(Vec<u8>, Option<Vec<u8>>)>;
+/// tombstone; a value read from a log is a view of the record read, not a copy), or the
+/// error met while reading it.
+type Resolved = Result<(Vec<u8>, Option<Value>)>;
 
 enum Cursor {
     Mem {
@@ -295,7 +297,7 @@ impl<const BACK: bool> Walk<BACK> {
         source: usize,
         key: &[u8],
         value: LevelValue,
-    ) -> Result<Option<Vec<u8>>> {
+    ) -> Result<Option<Value>> {
         match value {
             LevelValue::Tombstone => Ok(None),
             other => super::resolve_with(
@@ -303,16 +305,11 @@ impl<const BACK: bool> Walk<BACK> {
                 key,
                 other,
                 self.file_of(source).map(Arc::as_ref),
-            )
-            .map(|v| v.map(Vec::from)),
+            ),
         }
     }
 
-    fn step(
-        &mut self,
-        view: &View,
-        other_last: Option<&[u8]>,
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn step(&mut self, view: &View, other_last: Option<&[u8]>) -> Result<Option<(Vec<u8>, Value)>> {
         loop {
             if self.ahead.is_empty() && !self.resolve_ahead(view, other_last)? {
                 return Ok(None);
@@ -396,7 +393,7 @@ impl<const BACK: bool> Walk<BACK> {
                 values
                     .next()
                     .unwrap_or_else(|| Err(Error::InvalidArgument("batch lost a value".into())))
-                    .map(|v| Some(Vec::from(v)))
+                    .map(|v| Some(Value::from(v)))
             } else {
                 self.resolve_value(view, source, &key, value)
             };
@@ -608,6 +605,15 @@ impl DbIterator {
         LazyIterator(self)
     }
 
+    /// Pairs whose values are handed out as [`Value`]s, from here on: a value read from
+    /// the large or the transient log is a view of the record as it was read (and
+    /// cached), so the scan copies nothing of it; a value stored in place is the copy
+    /// made out of its leaf, as always. The plain iterator turns each into a `Vec`, a copy
+    /// of a record's value.
+    pub fn values(self) -> ValueIterator {
+        ValueIterator(self)
+    }
+
     /// Tells the iterator that the caller will take about `pairs` pairs (e.g. a scan of
     /// a given length) from each end it uses: it resolves them in batches of up to 64
     /// pairs (4 MiB of values), reading each batch's log values together, and reads
@@ -691,25 +697,67 @@ impl DbIterator {
     }
 }
 
-impl Iterator for DbIterator {
-    type Item = Result<(Vec<u8>, Vec<u8>)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl DbIterator {
+    fn next_value(&mut self) -> Option<Result<(Vec<u8>, Value)>> {
         if let Some(e) = self.error.take() {
             return Some(Err(e));
         }
         let (view, other) = (&self.view, self.back.last.as_deref());
         self.front.guarded(|w| w.step(view, other))
     }
-}
 
-impl DoubleEndedIterator for DbIterator {
-    fn next_back(&mut self) -> Option<Self::Item> {
+    fn next_back_value(&mut self) -> Option<Result<(Vec<u8>, Value)>> {
         if let Some(e) = self.error.take() {
             return Some(Err(e));
         }
         let (view, other) = (&self.view, self.front.last.as_deref());
         self.back.guarded(|w| w.step(view, other))
+    }
+}
+
+impl Iterator for DbIterator {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_value().map(|r| r.map(|(k, v)| (k, v.into_vec())))
+    }
+}
+
+impl DoubleEndedIterator for DbIterator {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.next_back_value()
+            .map(|r| r.map(|(k, v)| (k, v.into_vec())))
+    }
+}
+
+/// Iterates pairs with their values as [`Value`]s ([`DbIterator::values`]), from either
+/// end: a value read from a log is not copied.
+#[derive(Debug)]
+pub struct ValueIterator(DbIterator);
+
+impl ValueIterator {
+    /// Moves the front to the first pair at or after `key` ([`DbIterator::seek`]).
+    pub fn seek(&mut self, key: impl AsRef<[u8]>) {
+        self.0.seek(key);
+    }
+
+    /// Moves the back to the last pair at or before `key` ([`DbIterator::seek_back`]).
+    pub fn seek_back(&mut self, key: impl AsRef<[u8]>) {
+        self.0.seek_back(key);
+    }
+}
+
+impl Iterator for ValueIterator {
+    type Item = Result<(Vec<u8>, Value)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_value()
+    }
+}
+
+impl DoubleEndedIterator for ValueIterator {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back_value()
     }
 }
 
