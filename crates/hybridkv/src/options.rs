@@ -41,8 +41,9 @@ pub struct Options {
     /// searched and counts nothing), and so did a client's scan that positioned a cursor
     /// in a run (a leaf searched for its start) and took no pair from it (a range has no
     /// filter: Bloom filters spare scans nothing); the engine's own lookups and walks
-    /// (GC's, `check`'s, space accounting's) count nothing. A level is due for a merge into the next once its runs' wasted searches
-    /// times this many bytes reach the bytes the merge rewrites (the level and the next),
+    /// (GC's, `check`'s, space accounting's) count nothing. A level is due for a merge
+    /// into the next once its runs' wasted searches times this many bytes reach the bytes
+    /// the merge rewrites (the level and the next),
     /// provided the merge leaves fewer runs to search (not a lone run over an empty
     /// level); so a read-heavy phase that pays for L1's runs on every get merges them
     /// after it has spent about what the merge costs, however few writes come. At 40
