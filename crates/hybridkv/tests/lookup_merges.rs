@@ -277,7 +277,7 @@ fn scans_off_leave_the_runs_however_many_seeks_they_waste() {
 }
 
 #[test]
-fn scans_that_take_pairs_from_every_run_and_the_engines_walks_waste_nothing() {
+fn scans_that_take_pairs_from_every_run_waste_nothing_and_one_past_the_end_wastes_every_run() {
     let dir = tempfile::tempdir().unwrap();
     let db = l1_of_runs(dir.path(), opts(256, 0));
     let wasted = |db: &Db| db.stats().unwrap().levels[0].wasted_searches;
@@ -298,6 +298,30 @@ fn scans_that_take_pairs_from_every_run_and_the_engines_walks_waste_nothing() {
     // A scan past the last key positions every run and takes nothing: wasted in each.
     assert_eq!(db.range(b"z".as_slice()..).count(), 0);
     assert_eq!(wasted(&db), u64::from(RUNS));
+}
+
+#[test]
+fn an_iterator_used_from_both_ends_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(256, 0));
+    let wasted = |db: &Db| db.stats().unwrap().levels[0].wasted_searches;
+    // Everything from the front, then the back: the back's walk meets the front at once
+    // and takes nothing, though every run gave the scan its pairs.
+    let mut it = db.iter();
+    assert_eq!(it.by_ref().count(), (RUNS * PER_RUN) as usize);
+    assert!(it.next_back().is_none());
+    drop(it);
+    assert_eq!(wasted(&db), 0);
+    // Seeks of one end restart the other end's walk: not a positioning in vain either.
+    let mut it = db.range(key(3)..);
+    for i in 0..10u32 {
+        assert!(it.next().is_some());
+        it.seek_back(key(i * 97));
+        let _ = it.next_back();
+        it.seek(key(i * 89));
+    }
+    drop(it);
+    assert_eq!(wasted(&db), 0);
 }
 
 #[test]

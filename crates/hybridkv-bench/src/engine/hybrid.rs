@@ -105,7 +105,7 @@ impl Engine for HybridEngine {
     fn scan(&self, start: &[u8], len: usize) -> Result<ScanCount> {
         let mut count = ScanCount::default();
         // The scan's length is known: its large values are read in one batch, and handed
-        // out as views of the records read (`values`: no copy, no allocation per value).
+        // out as views of the records read (`values`: no copy into a `Vec` per value).
         for pair in self
             .db
             .range::<&[u8], _>(start..)

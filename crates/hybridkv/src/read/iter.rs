@@ -143,14 +143,9 @@ struct Walk<const BACK: bool> {
     /// ([`Walk::end_merge`]).
     yielded: Vec<bool>,
     /// Whether this end counts the runs it positioned in vain (a client's scan; not the
-    /// engine's own walks, e.g. space accounting).
+    /// engine's own walks, e.g. space accounting; turned off once both ends of one
+    /// iterator have started, whose runs may give their pairs to the other end).
     count_waste: bool,
-}
-
-impl<const BACK: bool> Drop for Walk<BACK> {
-    fn drop(&mut self) {
-        self.end_merge();
-    }
 }
 
 #[derive(PartialEq, Eq)]
@@ -219,6 +214,9 @@ impl<const BACK: bool> Walk<BACK> {
             None => self.from.clone(),
         };
         let last = self.last.take();
+        // Moved by the other end, not by its caller: nothing positioned in vain.
+        self.merge = None;
+        self.yielded.clear();
         self.restart(from);
         self.last = last;
     }
@@ -425,8 +423,10 @@ impl<const BACK: bool> Walk<BACK> {
         if !Self::admits(&entry.key, other_last) {
             return Ok(None);
         }
-        if let Some(y) = self.yielded.get_mut(entry.source) {
-            *y = true;
+        for source in std::iter::once(entry.source).chain(entry.below.iter().map(|b| b.source)) {
+            if let Some(y) = self.yielded.get_mut(source) {
+                *y = true;
+            }
         }
         if entry.value.is_deltas() {
             entry.value = LevelValue::Inline(self.fold_deltas(view, &mut entry)?);
@@ -533,6 +533,9 @@ pub struct DbIterator {
     back: Walk<true>,
     /// An argument error reported as the first and only item.
     error: Option<Error>,
+    /// Whether the front and the back have stepped ([`DbIterator::use_end`]).
+    used_front: bool,
+    used_back: bool,
 }
 
 impl std::fmt::Debug for DbIterator {
@@ -565,6 +568,8 @@ impl DbIterator {
                 operator: None,
             },
             error: None,
+            used_front: false,
+            used_back: false,
         }
     }
 
@@ -591,6 +596,8 @@ impl DbIterator {
             front: Walk::new(Bound::Unbounded, State::Done, Asker::Engine),
             back: Walk::new(Bound::Unbounded, State::Done, Asker::Engine),
             error: Some(err),
+            used_front: false,
+            used_back: false,
         }
     }
 
@@ -606,10 +613,10 @@ impl DbIterator {
     }
 
     /// Pairs whose values are handed out as [`Value`]s, from here on: a value read from
-    /// the large or the transient log is a view of the record as it was read (and
-    /// cached), so the scan copies nothing of it; a value stored in place is the copy
-    /// made out of its leaf, as always. The plain iterator turns each into a `Vec`, a copy
-    /// of a record's value.
+    /// the large or the transient log is a view of the record the read filled (the one
+    /// the cache keeps, when it keeps it), so the scan makes no copy of its own; a value
+    /// stored in place is the copy made out of its leaf, as always. The plain iterator
+    /// turns each into a `Vec`, one more copy of a record's value.
     pub fn values(self) -> ValueIterator {
         ValueIterator(self)
     }
@@ -684,6 +691,7 @@ impl DbIterator {
         if let Some(e) = self.error.take() {
             return Some(Err(e));
         }
+        self.use_end(false);
         self.front
             .next_key_and_len(&self.view, self.back.last.as_deref())
     }
@@ -692,16 +700,40 @@ impl DbIterator {
         if let Some(e) = self.error.take() {
             return Some(Err(e));
         }
+        self.use_end(true);
         self.back
             .next_key_and_len(&self.view, self.front.last.as_deref())
     }
 }
 
+impl Drop for DbIterator {
+    fn drop(&mut self) {
+        self.front.end_merge();
+        self.back.end_merge();
+    }
+}
+
 impl DbIterator {
+    /// Before an end (`back` or the front) steps: once the other end has been used too,
+    /// neither counts runs positioned in vain (a run may have given its pairs to the other
+    /// end).
+    fn use_end(&mut self, back: bool) {
+        if back {
+            self.used_back = true;
+        } else {
+            self.used_front = true;
+        }
+        if self.used_front && self.used_back {
+            self.front.count_waste = false;
+            self.back.count_waste = false;
+        }
+    }
+
     fn next_value(&mut self) -> Option<Result<(Vec<u8>, Value)>> {
         if let Some(e) = self.error.take() {
             return Some(Err(e));
         }
+        self.use_end(false);
         let (view, other) = (&self.view, self.back.last.as_deref());
         self.front.guarded(|w| w.step(view, other))
     }
@@ -710,6 +742,7 @@ impl DbIterator {
         if let Some(e) = self.error.take() {
             return Some(Err(e));
         }
+        self.use_end(true);
         let (view, other) = (&self.view, self.front.last.as_deref());
         self.back.guarded(|w| w.step(view, other))
     }
@@ -824,6 +857,7 @@ impl Iterator for LazyIterator {
         if let Some(e) = it.error.take() {
             return Some(Err(e));
         }
+        it.use_end(false);
         it.front.next_lazy(&it.view, it.back.last.as_deref())
     }
 }
@@ -834,6 +868,7 @@ impl DoubleEndedIterator for LazyIterator {
         if let Some(e) = it.error.take() {
             return Some(Err(e));
         }
+        it.use_end(true);
         it.back.next_lazy(&it.view, it.front.last.as_deref())
     }
 }
