@@ -47,14 +47,13 @@ fn l1_of_runs(dir: &std::path::Path, o: Options) -> Db {
     db
 }
 
-/// Gets `count` keys of the oldest run (each searches the newer runs first), then waits
-/// for every merge due. Returns L1's runs and wasted searches right after the gets (a
-/// background thread may have merged L1 already, which leaves no runs and no count), and
-/// L1's runs once every due merge has run.
-fn get_oldest(db: &Db, from: u32, count: u32) -> (usize, u64, usize) {
+/// Reads `count` keys of the oldest run with `read` (each looks at the newer runs too),
+/// then waits for every merge due. Returns L1's runs and wasted searches right after the
+/// reads (a background thread may have merged L1 already, which leaves no runs and no
+/// count), and L1's runs once every due merge has run.
+fn read_oldest(db: &Db, from: u32, count: u32, read: impl Fn(&Db, u32)) -> (usize, u64, usize) {
     for i in from..from + count {
-        let i = i % PER_RUN;
-        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+        read(db, i % PER_RUN);
     }
     let l1 = db.stats().unwrap().levels[0].clone();
     db.compact().unwrap();
@@ -63,6 +62,13 @@ fn get_oldest(db: &Db, from: u32, count: u32) -> (usize, u64, usize) {
         l1.wasted_searches,
         db.stats().unwrap().levels[0].files,
     )
+}
+
+/// [`read_oldest`] by gets.
+fn get_oldest(db: &Db, from: u32, count: u32) -> (usize, u64, usize) {
+    read_oldest(db, from, count, |db, i| {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    })
 }
 
 /// `gets` of the oldest run's keys searched each newer run in vain, but for the few keys
@@ -216,23 +222,14 @@ fn the_engines_own_lookups_waste_nothing() {
     );
 }
 
-/// Scans of one pair starting at `count` keys of the oldest run (each positions a cursor
-/// in every newer run and takes nothing from it), then waits for every merge due. Returns
-/// what [`get_oldest`] does.
+/// [`read_oldest`] by scans of one pair starting at each key (each positions a cursor in
+/// every newer run and takes nothing from it).
 fn scan_oldest(db: &Db, from: u32, count: u32) -> (usize, u64, usize) {
-    for i in from..from + count {
-        let i = i % PER_RUN;
+    read_oldest(db, from, count, |db, i| {
         let mut it = db.range(key(i)..).expect_pairs(1);
         let (k, v) = it.next().unwrap().unwrap();
         assert_eq!((k, v), (key(i), value(i)), "key {i}");
-    }
-    let l1 = db.stats().unwrap().levels[0].clone();
-    db.compact().unwrap();
-    (
-        l1.files,
-        l1.wasted_searches,
-        db.stats().unwrap().levels[0].files,
-    )
+    })
 }
 
 #[test]

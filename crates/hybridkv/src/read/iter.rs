@@ -272,7 +272,8 @@ impl<const BACK: bool> Walk<BACK> {
         // versions without copying them), and the runs of a captured `SuperVersion` hold
         // only versions published before it: the merge needs no snapshot of its own.
         let end = if BACK { &view.lower } else { &view.upper };
-        self.yielded = vec![false; cursors.len()];
+        self.yielded.clear();
+        self.yielded.resize(cursors.len(), false);
         self.merge = Some(
             Merge::directed(cursors, Tombstones::Drop)?
                 .with_end(end.clone())
