@@ -136,6 +136,9 @@ pub struct BenchOptions {
     pub merge_bytes_per_wasted_search: Option<u64>,
     /// hybridkv's spin on a direct read's completion (`None`: its default).
     pub read_spin_us: Option<u32>,
+    /// hybridkv's garbage ratio at which a large-log segment is collected (`None`: its
+    /// default).
+    pub gc_threshold: Option<f64>,
     /// hybridkv's leaf size in bytes (`None`: its default).
     pub leaf_size: Option<usize>,
     /// Whether hybridkv reloads its cache at open (`None`: its default).
@@ -208,6 +211,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         warm_read_bytes: opts.warm_read_bytes,
         merge_bytes_per_wasted_search: opts.merge_bytes_per_wasted_search,
         read_spin_us: opts.read_spin_us,
+        gc_threshold: opts.gc_threshold,
         leaf_size: opts.leaf_size,
         reload_cache: opts.reload_cache,
     }

@@ -29,6 +29,7 @@ fn config() -> EngineConfig {
         warm_read_bytes: None,
         merge_bytes_per_wasted_search: None,
         read_spin_us: None,
+        gc_threshold: None,
         leaf_size: None,
         reload_cache: None,
     }
@@ -431,6 +432,7 @@ fn whole_invocation_writes_results_table_report_and_plot() {
         warm_read_bytes: None,
         merge_bytes_per_wasted_search: None,
         read_spin_us: None,
+        gc_threshold: None,
         leaf_size: None,
         reload_cache: None,
     };

@@ -188,6 +188,10 @@ pub struct RunArgs {
     /// (200). The peers are unchanged.
     #[arg(long)]
     pub read_spin_us: Option<u32>,
+    /// The garbage ratio (0 < r <= 1) at which hybridkv collects a large-log segment
+    /// (`Options::gc_threshold`). Default: the engine's default. The peers are unchanged.
+    #[arg(long)]
+    pub gc_threshold: Option<f64>,
     /// hybridkv's leaf size in bytes (`Options::leaf_size`, a multiple of 4096 in
     /// 4 KiB ..= 1 MiB). Default: the engine's default (8 KiB). The peers are unchanged
     /// (RocksDB's block is 4 KiB).
@@ -391,6 +395,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         warm_read_bytes: a.warm_read_bytes,
         merge_bytes_per_wasted_search: a.merge_bytes_per_wasted_search,
         read_spin_us: a.read_spin_us,
+        gc_threshold: a.gc_threshold,
         leaf_size: a.leaf_size,
         reload_cache: a.reload_cache.as_deref().map(|v| v == "on"),
     };

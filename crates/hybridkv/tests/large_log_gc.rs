@@ -369,3 +369,63 @@ fn gc_names_a_damaged_level_file_not_the_segment() {
         other => panic!("expected corruption in the level file, got {other:?}"),
     }
 }
+
+/// A pass relocates thousands of records in chunks, unsynced, and makes them durable once
+/// before it frees what it emptied: its log syncs do not grow with the records it moves.
+#[test]
+fn a_pass_syncs_the_logs_once_not_once_per_relocated_chunk() {
+    use hybridkv::io::IoComponent;
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        large_segment_size: 2 << 20,
+        memtable_size: 8 << 20,
+        ..opts()
+    };
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let n = 3000;
+    for i in 0..n {
+        db.put(key(i), value(i, 0, 1100)).unwrap();
+    }
+    // A tenth of the first segment's keys written again: it reaches the threshold.
+    for i in 0..n / 16 {
+        db.put(key(i), value(i, 1, 1100)).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    let before = db.stats().unwrap();
+    db.gc().unwrap();
+    let after = db.stats().unwrap();
+    let relocated = after.gc_entries_relocated - before.gc_entries_relocated;
+    assert!(relocated >= 3 * 512, "only {relocated} relocated: {after}");
+    assert!(
+        after.gc_segments_freed > before.gc_segments_freed,
+        "{after}"
+    );
+    let large =
+        after.io.syncs_by(IoComponent::LargeLog) - before.io.syncs_by(IoComponent::LargeLog);
+    let small = after.io.syncs_by(IoComponent::Wal) - before.io.syncs_by(IoComponent::Wal);
+    // One sync per pass that freed something, and one when the relocations filled a
+    // segment and started the next; a chunk of 512 records synced on its own would make
+    // four or more.
+    assert!(
+        large <= 3,
+        "{large} large-log syncs for {relocated} records: {after}"
+    );
+    assert!(
+        small <= 3,
+        "{small} small-log syncs for {relocated} records: {after}"
+    );
+    let expect = |i: u32| value(i, u32::from(i < n / 16), 1100);
+    for i in 0..n {
+        assert_eq!(db.get(key(i)).unwrap().unwrap(), expect(i), "key {i}");
+    }
+    db.close().unwrap();
+    let db = Db::open(dir.path(), o).unwrap();
+    for i in 0..n {
+        assert_eq!(
+            db.get(key(i)).unwrap().unwrap(),
+            expect(i),
+            "key {i} after reopen"
+        );
+    }
+}

@@ -48,6 +48,9 @@ impl HybridEngine {
         if let Some(micros) = config.read_spin_us {
             o.read_spin_us = micros;
         }
+        if let Some(ratio) = config.gc_threshold {
+            o.gc_threshold = ratio;
+        }
         if let Some(bytes) = config.leaf_size {
             o.leaf_size = bytes;
         }
@@ -149,6 +152,7 @@ impl Engine for HybridEngine {
             warm_read_bytes: Some(o.warm_read_bytes as u64),
             merge_bytes_per_wasted_search: Some(o.merge_bytes_per_wasted_search),
             read_spin_us: Some(o.read_spin_us),
+            gc_threshold: Some(o.gc_threshold),
             leaf_size: Some(o.leaf_size),
             reload_cache: Some(o.reload_cache),
         });

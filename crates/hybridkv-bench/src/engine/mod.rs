@@ -109,6 +109,9 @@ pub struct EngineConfig {
     /// How long hybridkv spins on a direct read's completion before it sleeps
     /// (`Options::read_spin_us`; `None`: its default). The peers ignore it.
     pub read_spin_us: Option<u32>,
+    /// The garbage ratio at which hybridkv collects a large-log segment
+    /// (`Options::gc_threshold`; `None`: its default). The peers ignore it.
+    pub gc_threshold: Option<f64>,
     /// hybridkv's leaf size in bytes (`Options::leaf_size`; `None`: its default). The
     /// peers ignore it (RocksDB's block is 4 KiB).
     pub leaf_size: Option<usize>,
@@ -133,6 +136,7 @@ impl Default for EngineConfig {
             warm_read_bytes: None,
             merge_bytes_per_wasted_search: None,
             read_spin_us: None,
+            gc_threshold: None,
             leaf_size: None,
             reload_cache: None,
         }

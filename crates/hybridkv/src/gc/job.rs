@@ -90,9 +90,12 @@ impl Engine {
         };
         drop(log);
         let mut report = GcReport::default();
+        // Segments whose live records are relocated (committed, not yet durable), with
+        // their file sizes: freed together at the end of the pass.
+        let mut emptied: Vec<(u64, u64)> = Vec::new();
         for id in pick_victims(&usage, active, threshold, MAX_SEGMENTS_PER_PASS) {
-            match self.collect_segment(id, &mut report) {
-                Ok(()) => {}
+            match self.relocate_segment(id, &mut report) {
+                Ok(file_len) => emptied.push((id, file_len)),
                 // A value under deltas its operator refuses to fold stays where it is
                 // (the segment with it) until the key is written again.
                 Err(e @ Error::MergeFailed { .. }) => {
@@ -113,6 +116,7 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
+        self.free_segments(&emptied, &mut report)?;
         let c = &self.counters;
         Counters::add(&c.gc_passes, 1);
         Counters::add(&c.gc_segments_freed, report.segments_freed);
@@ -150,7 +154,9 @@ impl Engine {
         })
     }
 
-    fn collect_segment(&self, id: u64, report: &mut GcReport) -> Result<()> {
+    /// Relocates the live records of segment `id` (committed, not yet durable) and
+    /// returns the segment's file length; [`Self::free_segments`] frees it.
+    fn relocate_segment(&self, id: u64, report: &mut GcReport) -> Result<u64> {
         let path = self.dir.join(large::file_name(id));
         let file_len = self.io.fs().file_len(&path)?;
         // Strict: open cut the torn tail of the newest segment and a victim is never the
@@ -177,26 +183,37 @@ impl Engine {
         for chunk in live.chunks(RELOCATE_CHUNK) {
             self.relocate(chunk, report)?;
         }
-        // The relocations are durable. The records not relocated are dead because newer
-        // writes shadow them; before the segment may leave the manifest, those writes must
-        // be durable too: a power loss that took them would bring the shadowed versions
-        // back, pointing into a freed segment.
+        Ok(file_len)
+    }
+
+    /// Frees the segments a pass emptied, in one edit, once every write committed so far
+    /// is durable: the relocations (committed unsynced, like user writes; a crash before
+    /// this point loses at most them, and the old copies are still where the index
+    /// points), and the newer writes that made the other records dead (a power loss that
+    /// took them would bring the shadowed versions back, pointing into a freed segment).
+    /// One sync of the logs per pass, not one per relocated chunk: each sync is a device
+    /// flush that the reads of the moment wait behind, and a synced commit held the
+    /// keyspace's slot, so user writes waited for it too.
+    fn free_segments(&self, emptied: &[(u64, u64)], report: &mut GcReport) -> Result<()> {
+        if emptied.is_empty() {
+            return Ok(());
+        }
         self.make_committed_durable()?;
         {
             let mut vs = self.versions.lock();
             let edit = VersionEdit {
-                segments_freed: vec![id],
+                segments_freed: emptied.iter().map(|&(id, _)| id).collect(),
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, None)?;
         }
-        report.segments_freed += 1;
-        report.bytes_freed += file_len;
+        report.segments_freed += emptied.len() as u64;
+        report.bytes_freed += emptied.iter().map(|&(_, len)| len).sum::<u64>();
         Ok(())
     }
 
     /// Re-appends the records of `chunk` that the index still points at, as new versions,
-    /// through the one commit path (synced, every value to the large log), under the
+    /// through the one commit path (unsynced, every value to the large log), under the
     /// keyspace's slot so no user write can slip in between check and insert.
     fn relocate(&self, chunk: &[(LogPtr, LargeRecord)], report: &mut GcReport) -> Result<()> {
         // The keyspace's slot: no user write into it runs between the check and the
@@ -258,8 +275,8 @@ impl Engine {
         if records.is_empty() {
             return Ok(());
         }
-        // Synced: durable before the old segment may be freed.
-        let done = self.writes.commit(&mut held, &records, true)?;
+        // Unsynced: `free_segments` makes it durable before the old segment is freed.
+        let done = self.writes.commit(&mut held, &records, false)?;
         for old in cached_at {
             self.cache.forget(old.segment, old.offset);
         }
