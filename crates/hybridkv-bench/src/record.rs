@@ -81,6 +81,8 @@ pub struct PhaseRecord {
     pub device_bytes_read: Option<u64>,
     #[serde(default)]
     pub device_reads: Option<u64>,
+    #[serde(default)]
+    pub device_read_ms: Option<u64>,
     pub device_bytes_written: Option<u64>,
     pub io_amplification: Option<f64>,
     pub cpu_user_seconds: f64,
@@ -137,6 +139,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("app_bytes_read", "key + value bytes returned to the application (reads, scans, read-modify-writes)"),
     ("device_bytes_read", "`read_bytes` delta of /proc/self/io over open + operations + finish + close (null if unavailable)"),
     ("device_reads", "reads completed by the block device holding the database (`/proc/diskstats`) over the same span: every process's reads of that device, so run nothing else beside the benchmark (null if unavailable)"),
+    ("device_read_ms", "milliseconds the device's reads of that span took from issue to completion, summed over reads (`/proc/diskstats`' seventh column; reads in flight together each count their whole time): `device_read_ms` * 1000 / `device_reads` is the mean time a device read took, the device's speed in that phase whatever the engine's CPU (null if unavailable)"),
     ("device_bytes_written", "`write_bytes` minus `cancelled_write_bytes` delta of /proc/self/io over the same span: bytes written to the device, less dirty page-cache bytes of files deleted before writeback (null if unavailable)"),
     ("io_amplification", "(device_bytes_read + device_bytes_written) / (app_bytes_read + app_bytes_written)"),
     ("cpu_user_seconds", "user CPU seconds of the process (all threads) over the same span (getrusage)"),

@@ -15,12 +15,21 @@ fn opt(v: Option<f64>, decimals: usize) -> String {
         .map_or_else(|| "-".to_string(), |x| format!("{x:.decimals$}"))
 }
 
-/// Device reads per operation with device KiB read per operation, or `-`.
+/// Device reads per operation with device KiB read per operation and, where recorded, the
+/// mean time a device read took, or `-`.
 fn reads_per_op(r: &PhaseRecord) -> String {
     match (r.device_reads, r.device_bytes_read) {
         (Some(n), Some(b)) if r.operations > 0 => {
             let ops = r.operations as f64;
-            format!("{:.2} ({:.1})", n as f64 / ops, b as f64 / 1024.0 / ops)
+            let per_read = match r.device_read_ms {
+                Some(ms) if n > 0 => format!("; {:.0} us", ms as f64 * 1000.0 / n as f64),
+                _ => String::new(),
+            };
+            format!(
+                "{:.2} ({:.1}{per_read})",
+                n as f64 / ops,
+                b as f64 / 1024.0 / ops
+            )
         }
         _ => "-".to_string(),
     }
@@ -448,7 +457,7 @@ pub fn markdown(records: &[PhaseRecord], inputs: &ReportInputs) -> String {
         "- **Throughput**: operations / time from the first to the last operation, Kops/s."
     );
     let _ = writeln!(s, "- **I/O amp**: device bytes read + written (`/proc/self/io` deltas of `read_bytes` and of `write_bytes` less `cancelled_write_bytes`, over open + operations + final flush and compactions + close) / application key + value bytes written and read.");
-    let _ = writeln!(s, "- **device reads/op**: reads the device completed (`/proc/diskstats` of the database's device, nothing else running) / operations, with device KiB read / operations beside it; `-` where not recorded.");
+    let _ = writeln!(s, "- **device reads/op**: reads the device completed (`/proc/diskstats` of the database's device, nothing else running) / operations, with device KiB read / operations beside it and, in rows that recorded it, the mean time a device read took (the device's speed that phase, which on this virtual disk moves by 2x within an hour); `-` where not recorded.");
     let _ = writeln!(s, "- **CPU us/op**: user + system CPU seconds of the process (all threads, background work included) over the same span / operations; **Kcyc/op** multiplies by the `/proc/cpuinfo` frequency.");
     let _ = writeln!(s, "- **Space amp**: allocated bytes of the database directory after the phase / live key + value bytes (the runner tracks every record's current size).");
     let _ = writeln!(s, "- **Ratios** are hybridkv / peer: above 1 is better for throughput, below 1 is better for I/O amp and CPU/op.");
@@ -624,6 +633,23 @@ pub fn markdown(records: &[PhaseRecord], inputs: &ReportInputs) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn device_reads_show_their_mean_time_where_recorded() {
+        let mut r = PhaseRecord {
+            operations: 1000,
+            device_reads: Some(300),
+            device_bytes_read: Some(1_228_800),
+            ..PhaseRecord::default()
+        };
+        assert_eq!(reads_per_op(&r), "0.30 (1.2)");
+        r.device_read_ms = Some(24);
+        assert_eq!(reads_per_op(&r), "0.30 (1.2; 80 us)");
+        r.device_reads = Some(0);
+        assert_eq!(reads_per_op(&r), "0.00 (1.2)");
+        r.device_bytes_read = None;
+        assert_eq!(reads_per_op(&r), "-");
+    }
+
     /// A phase record with just what the placement section reads.
     fn rec(engine: &str, phase: &str, device: u64, app: u64, space: f64) -> PhaseRecord {
         PhaseRecord {
@@ -634,6 +660,7 @@ mod tests {
             workload: "a".into(),
             device_bytes_read: Some(device / 2),
             device_reads: None,
+            device_read_ms: None,
             device_bytes_written: Some(device - device / 2),
             app_bytes_written: app,
             io_amplification: Some(device as f64 / app as f64),

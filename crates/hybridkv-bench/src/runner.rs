@@ -494,10 +494,12 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
     drop(engine);
     let close_seconds = t.elapsed().as_secs_f64();
     let (io1, cpu1) = (DeviceIo::now(), CpuTime::now());
-    let device_reads = match (reads0, sys::device_reads(&db_dir)) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+    let disk_reads = match (reads0, sys::device_reads(&db_dir)) {
+        (Some(a), Some(b)) => Some(b.since(&a)),
         _ => None,
     };
+    let device_reads = disk_reads.map(|d| d.reads);
+    let device_read_ms = disk_reads.map(|d| d.read_ms);
 
     let io = match (io0, io1) {
         (Some(a), Some(b)) => Some(b.since(&a)),
@@ -586,6 +588,7 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseRecord> {
         app_bytes_read: totals.app_read,
         device_bytes_read: device_read,
         device_reads,
+        device_read_ms,
         device_bytes_written: device_written,
         io_amplification: record::io_amplification(
             device_read,

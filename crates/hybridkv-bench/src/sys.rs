@@ -71,23 +71,46 @@ impl DeviceIo {
     }
 }
 
-/// Reads completed by the block device `major:minor`, from the text of `/proc/diskstats`
-/// (its fourth column).
-pub fn parse_disk_reads(diskstats: &str, major: u64, minor: u64) -> Option<u64> {
+/// A block device's read counters (`/proc/diskstats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskReads {
+    /// Reads completed (the fourth column).
+    pub reads: u64,
+    /// Milliseconds those reads spent from issue to completion, summed over reads (the
+    /// seventh column: overlapping reads each count their whole time, so a batch of eight
+    /// that took 100 us counts 800).
+    pub read_ms: u64,
+}
+
+impl DiskReads {
+    /// `self - earlier`, saturating.
+    pub fn since(&self, earlier: &DiskReads) -> DiskReads {
+        DiskReads {
+            reads: self.reads.saturating_sub(earlier.reads),
+            read_ms: self.read_ms.saturating_sub(earlier.read_ms),
+        }
+    }
+}
+
+/// The read counters of block device `major:minor`, from the text of `/proc/diskstats`.
+pub fn parse_disk_reads(diskstats: &str, major: u64, minor: u64) -> Option<DiskReads> {
     diskstats.lines().find_map(|line| {
         let mut cols = line.split_whitespace();
         let ma = cols.next()?.parse::<u64>().ok()?;
         let mi = cols.next()?.parse::<u64>().ok()?;
         let _name = cols.next()?;
         let reads = cols.next()?.parse::<u64>().ok()?;
-        (ma == major && mi == minor).then_some(reads)
+        let _merged = cols.next()?;
+        let _sectors = cols.next()?;
+        let read_ms = cols.next()?.parse::<u64>().ok()?;
+        (ma == major && mi == minor).then_some(DiskReads { reads, read_ms })
     })
 }
 
-/// Reads completed so far by the block device holding `path` (`/proc/diskstats`). Counts
-/// every process's reads of that device, not only this one's; `None` off Linux or when the
-/// device is not listed (e.g. a tmpfs or overlay directory).
-pub fn device_reads(path: &Path) -> Option<u64> {
+/// The read counters so far of the block device holding `path` (`/proc/diskstats`).
+/// They count every process's reads of that device, not only this one's; `None` off
+/// Linux or when the device is not listed (e.g. a tmpfs or overlay directory).
+pub fn device_reads(path: &Path) -> Option<DiskReads> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(path).ok()?.dev();
     let (major, minor) = (u64::from(libc::major(dev)), u64::from(libc::minor(dev)));
@@ -263,10 +286,28 @@ mod tests {
     #[test]
     fn disk_reads_are_read_from_the_device_line() {
         let text = " 254       0 vda 83785379 183066 1359900327 6487549 17743808\n 254       1 vda1 120 0 960 1 0\n 253       0 zram0 0 0 0 0 0\n";
-        assert_eq!(parse_disk_reads(text, 254, 0), Some(83_785_379));
-        assert_eq!(parse_disk_reads(text, 254, 1), Some(120));
+        let reads = |reads, read_ms| Some(DiskReads { reads, read_ms });
+        assert_eq!(parse_disk_reads(text, 254, 0), reads(83_785_379, 6_487_549));
+        assert_eq!(parse_disk_reads(text, 254, 1), reads(120, 1));
         assert_eq!(parse_disk_reads(text, 8, 0), None);
         assert_eq!(parse_disk_reads("garbage line\n", 8, 0), None);
+        // A line cut before the time column is not read as one.
+        assert_eq!(parse_disk_reads(" 254 0 vda 5 0 40\n", 254, 0), None);
+        let later = DiskReads {
+            reads: 90,
+            read_ms: 7,
+        };
+        let earlier = DiskReads {
+            reads: 40,
+            read_ms: 9,
+        };
+        assert_eq!(
+            later.since(&earlier),
+            DiskReads {
+                reads: 50,
+                read_ms: 0
+            }
+        );
     }
 
     use super::*;
