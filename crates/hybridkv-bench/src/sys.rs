@@ -78,16 +78,25 @@ pub struct DiskReads {
     pub reads: u64,
     /// Milliseconds those reads spent from issue to completion, summed over reads (the
     /// seventh column: overlapping reads each count their whole time, so a batch of eight
-    /// that took 100 us counts 800).
+    /// that took 100 us counts 800). The kernel prints it as a 32-bit counter, which
+    /// wraps after about 49.7 days of summed read time.
     pub read_ms: u64,
 }
 
 impl DiskReads {
-    /// `self - earlier`, saturating.
+    /// `self - earlier`: the reads saturating, the milliseconds across one wrap of their
+    /// 32-bit counter.
     pub fn since(&self, earlier: &DiskReads) -> DiskReads {
+        let read_ms = match self.read_ms.checked_sub(earlier.read_ms) {
+            Some(ms) => ms,
+            None if earlier.read_ms <= u64::from(u32::MAX) => {
+                (self.read_ms + (1 << 32)).saturating_sub(earlier.read_ms)
+            }
+            None => 0,
+        };
         DiskReads {
             reads: self.reads.saturating_sub(earlier.reads),
-            read_ms: self.read_ms.saturating_sub(earlier.read_ms),
+            read_ms,
         }
     }
 }
@@ -293,21 +302,12 @@ mod tests {
         assert_eq!(parse_disk_reads("garbage line\n", 8, 0), None);
         // A line cut before the time column is not read as one.
         assert_eq!(parse_disk_reads(" 254 0 vda 5 0 40\n", 254, 0), None);
-        let later = DiskReads {
-            reads: 90,
-            read_ms: 7,
-        };
-        let earlier = DiskReads {
-            reads: 40,
-            read_ms: 9,
-        };
-        assert_eq!(
-            later.since(&earlier),
-            DiskReads {
-                reads: 50,
-                read_ms: 0
-            }
-        );
+        let d = |reads, read_ms| DiskReads { reads, read_ms };
+        assert_eq!(d(90, 7).since(&d(40, 3)), d(50, 4));
+        // The reads went backwards (another device, a reset): none, not a wrap.
+        assert_eq!(d(30, 7).since(&d(40, 3)), d(0, 4));
+        // The milliseconds' 32-bit counter wrapped between the two readings.
+        assert_eq!(d(90, 7).since(&d(40, u64::from(u32::MAX) - 2)), d(50, 10));
     }
 
     use super::*;

@@ -148,7 +148,7 @@ impl Engine {
 
     /// Makes every committed write durable (see `WritePath::make_durable`).
     pub(crate) fn make_committed_durable(&self) -> Result<()> {
-        self.writes.make_durable()
+        self.writes.make_durable(self)
     }
 }
 

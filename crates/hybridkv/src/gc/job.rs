@@ -93,6 +93,10 @@ impl Engine {
         // Segments whose live records are relocated (committed, not yet durable), with
         // their file sizes: freed together at the end of the pass.
         let mut emptied: Vec<(u64, u64)> = Vec::new();
+        // An error that ends the pass early: the victims emptied before it are still
+        // freed (their relocations are as good as any committed write), unless the engine
+        // failed or closed, when nothing more may be synced or installed.
+        let mut stopped: Option<Error> = None;
         for id in pick_victims(&usage, active, threshold, MAX_SEGMENTS_PER_PASS) {
             match self.relocate_segment(id, &mut report) {
                 Ok(file_len) => emptied.push((id, file_len)),
@@ -113,8 +117,23 @@ impl Engine {
                     report.damage.push(e.to_string());
                     Counters::add(&self.counters.gc_errors, 1);
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    stopped = Some(e);
+                    break;
+                }
             }
+        }
+        if let Some(e) = stopped {
+            if !matches!(e, Error::Poisoned(_) | Error::Closed) && self.check_poison().is_ok() {
+                // Freeing what was emptied first; the pass's own error is what it reports.
+                if let Err(free_error) = self.free_segments(&emptied, &mut report) {
+                    log::warn!(
+                        "{}: garbage collection could not free the segments it emptied before {e}: {free_error}",
+                        self.dir.display()
+                    );
+                }
+            }
+            return Err(e);
         }
         self.free_segments(&emptied, &mut report)?;
         let c = &self.counters;
@@ -198,6 +217,7 @@ impl Engine {
         if emptied.is_empty() {
             return Ok(());
         }
+        self.check_poison()?;
         self.make_committed_durable()?;
         {
             let mut vs = self.versions.lock();

@@ -804,7 +804,7 @@ impl WritePath {
             // (the kernel may have dropped what it could not write and answer the next one
             // with success).
             accepts_writes(env)?;
-            return if sync { self.make_durable() } else { Ok(()) };
+            return if sync { self.make_durable(env) } else { Ok(()) };
         }
         // Decoded once, and only if the batch names keyspaces or holds merges (a plain
         // batch goes to its commit queue as the caller's bytes).
@@ -1352,8 +1352,16 @@ impl WritePath {
     /// every small-log file (older ones first). GC calls it before an install that frees
     /// something on the strength of those writes (a record is dead because a newer write
     /// shadows it; if that write could still be lost, so must the record not be).
-    pub(crate) fn make_durable(&self) -> Result<()> {
+    /// Refused (`Error::Poisoned`) once `env`'s keyspace has failed: nothing is synced
+    /// again after a failed sync.
+    pub(crate) fn make_durable(&self, env: &dyn WriteEnv) -> Result<()> {
         let mut log = self.log.lock();
+        // Never after a failure: a failed fsync is not retried (the kernel may have
+        // dropped the pages it could not write and answer the next sync with success, so
+        // GC would free segments on the strength of writes that are gone). A failed log
+        // sync poisons every keyspace under this same lock (`poison_all`), so the check
+        // and the syncs below see the same state.
+        env.check_poison()?;
         let small_unsynced = log.writer.has_unsynced() || !self.sealed.lock().is_empty();
         let result = log.sync_large().and_then(|()| {
             if small_unsynced {
@@ -1758,6 +1766,48 @@ mod tests {
             small::replay_file(&io, &path, true).unwrap().records.len(),
             1
         );
+    }
+
+    /// Records of the small log that a power loss now would leave.
+    fn durable_records(fs: &SimFs) -> usize {
+        let img = fs.crash_image(crate::io::CrashKind::DropUnsynced);
+        let io = Io::new(Arc::new(img), false);
+        small::list(&io, Path::new(DIR), 0)
+            .unwrap()
+            .iter()
+            .map(|(_, path)| small::replay_file(&io, path, true).unwrap().records.len())
+            .sum()
+    }
+
+    #[test]
+    fn make_durable_never_syncs_after_a_failure() {
+        for failed in [false, true] {
+            let fs = SimFs::new();
+            let (env, writes) = setup(&fs);
+            let record = CommitRecord {
+                ops: smallvec::smallvec![BatchOp::Put(b"k", b"v")],
+                payload: None,
+                relocation: false,
+                cache_large: false,
+                keyspace: 0,
+                hint: None,
+            };
+            let mut held = writes.hold(&[0]).unwrap();
+            writes.commit(&mut held, &[record], false).unwrap();
+            drop(held);
+            assert_eq!(durable_records(&fs), 0, "an unsynced commit is not durable");
+            if failed {
+                // A sync that failed may have lost pages the kernel then reports clean:
+                // the next sync must not be trusted, so it is not made.
+                env.set_poison(&Error::Poisoned("an earlier fsync failed".into()));
+                let refused = writes.make_durable(env.as_ref());
+                assert!(matches!(refused, Err(Error::Poisoned(_))), "{refused:?}");
+                assert_eq!(durable_records(&fs), 0, "synced after a failure");
+            } else {
+                writes.make_durable(env.as_ref()).unwrap();
+                assert_eq!(durable_records(&fs), 1);
+            }
+        }
     }
 
     #[test]
