@@ -124,7 +124,9 @@ impl Engine {
             }
         }
         if let Some(e) = stopped {
-            if !matches!(e, Error::Poisoned(_) | Error::Closed) && self.check_poison().is_ok() {
+            // A closed or failed engine frees nothing (`make_durable` would refuse the
+            // latter anyway; asking first spares the warning).
+            if !matches!(e, Error::Closed) && self.check_poison().is_ok() {
                 // Freeing what was emptied first; the pass's own error is what it reports.
                 if let Err(free_error) = self.free_segments(&emptied, &mut report) {
                     log::warn!(
@@ -217,7 +219,7 @@ impl Engine {
         if emptied.is_empty() {
             return Ok(());
         }
-        self.check_poison()?;
+        // Refused once this keyspace has failed (`WritePath::make_durable`).
         self.make_committed_durable()?;
         {
             let mut vs = self.versions.lock();

@@ -1699,22 +1699,11 @@ mod tests {
         let (env, writes) = setup(&fs);
         let big = vec![7u8; 3000];
         let records = [
-            CommitRecord {
-                ops: smallvec::smallvec![BatchOp::Put(b"a", b"small"), BatchOp::Put(b"b", &big)],
-                payload: None,
-                relocation: false,
-                cache_large: false,
-                keyspace: 0,
-                hint: None,
-            },
-            CommitRecord {
-                ops: smallvec::smallvec![BatchOp::Delete(b"a")],
-                payload: None,
-                relocation: false,
-                cache_large: false,
-                keyspace: 0,
-                hint: None,
-            },
+            user_record(smallvec::smallvec![
+                BatchOp::Put(b"a", b"small"),
+                BatchOp::Put(b"b", &big)
+            ]),
+            user_record(smallvec::smallvec![BatchOp::Delete(b"a")]),
         ];
         let mut held = writes.hold(&[0]).unwrap();
         let done = writes.commit(&mut held, &records, false).unwrap();
@@ -1768,6 +1757,18 @@ mod tests {
         );
     }
 
+    /// A user's record of `ops` into keyspace 0 (no payload, no relocation, no cache).
+    fn user_record(ops: batch::Ops<'_>) -> CommitRecord<'_> {
+        CommitRecord {
+            ops,
+            payload: None,
+            relocation: false,
+            cache_large: false,
+            keyspace: 0,
+            hint: None,
+        }
+    }
+
     /// Records of the small log that a power loss now would leave.
     fn durable_records(fs: &SimFs) -> usize {
         let img = fs.crash_image(crate::io::CrashKind::DropUnsynced);
@@ -1784,14 +1785,7 @@ mod tests {
         for failed in [false, true] {
             let fs = SimFs::new();
             let (env, writes) = setup(&fs);
-            let record = CommitRecord {
-                ops: smallvec::smallvec![BatchOp::Put(b"k", b"v")],
-                payload: None,
-                relocation: false,
-                cache_large: false,
-                keyspace: 0,
-                hint: None,
-            };
+            let record = user_record(smallvec::smallvec![BatchOp::Put(b"k", b"v")]);
             let mut held = writes.hold(&[0]).unwrap();
             writes.commit(&mut held, &[record], false).unwrap();
             drop(held);
@@ -1821,14 +1815,10 @@ mod tests {
             len: 40,
         };
         // A large put first: refused as a whole, its value must not reach the large log.
-        let record = CommitRecord {
-            ops: smallvec::smallvec![BatchOp::Put(b"a", &big), BatchOp::PutLarge(b"b", ptr)],
-            payload: None,
-            relocation: false,
-            cache_large: false,
-            keyspace: 0,
-            hint: None,
-        };
+        let record = user_record(smallvec::smallvec![
+            BatchOp::Put(b"a", &big),
+            BatchOp::PutLarge(b"b", ptr)
+        ]);
         let mut held = writes.hold(&[0]).unwrap();
         let r = writes.commit(&mut held, &[record], false);
         assert!(matches!(r, Err(Error::Internal(_))), "{r:?}");
@@ -1851,14 +1841,7 @@ mod tests {
         let fs = SimFs::new();
         let (env, writes) = setup(&fs);
         fs.fail_at(fs.op_count(), FailMode::FromThenOn);
-        let record = CommitRecord {
-            ops: smallvec::smallvec![BatchOp::Put(b"k", b"v")],
-            payload: None,
-            relocation: false,
-            cache_large: false,
-            keyspace: 0,
-            hint: None,
-        };
+        let record = user_record(smallvec::smallvec![BatchOp::Put(b"k", b"v")]);
         let mut held = writes.hold(&[0]).unwrap();
         assert!(writes.commit(&mut held, &[record], true).is_err());
         assert_eq!(writes.lock().next_lsn, 1, "LSNs handed out");
