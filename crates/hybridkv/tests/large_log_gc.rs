@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
 use hybridkv::{Db, Options, Placement};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -477,6 +479,115 @@ fn a_pass_frees_nothing_after_a_failed_write() {
             db.get(key(i)).unwrap().unwrap(),
             value(i, 1, 1500),
             "key {i}"
+        );
+    }
+}
+
+/// Fails every read of the second large-log segment a pass reads whole, once armed: the
+/// victim after the first cannot be read (the kernel answered EIO).
+#[derive(Default)]
+struct FailSecondVictim {
+    armed: AtomicBool,
+    /// The segments read while armed, in order, each once.
+    read: parking_lot::Mutex<Vec<std::path::PathBuf>>,
+}
+
+impl common::hooked_fs::FsHooks for FailSecondVictim {
+    fn around<T>(
+        &self,
+        what: common::hooked_fs::FsCall<'_>,
+        path: &std::path::Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        let segment = path.extension().is_some_and(|x| x == "vlog");
+        if segment
+            && matches!(what, common::hooked_fs::FsCall::Read { .. })
+            && self.armed.load(Ordering::SeqCst)
+        {
+            let mut read = self.read.lock();
+            if !read.iter().any(|p| p == path) {
+                read.push(path.to_path_buf());
+            }
+            if read.get(1).is_some_and(|p| p == path) {
+                return Err(common::hooked_fs::injected("read", path));
+            }
+        }
+        call()
+    }
+}
+
+/// A pass that an error cuts short (here a victim the device cannot read) still frees the
+/// victims it emptied before the error, counts them in `stats()`, and loses nothing: the
+/// records it relocated read back, before and after a reopen, and the victim it could not
+/// read stays until a later pass frees it.
+#[test]
+fn a_pass_cut_short_by_an_error_frees_what_it_emptied_before_it() {
+    use common::hooked_fs::HookedFs;
+    use hybridkv::Error;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(HookedFs::new(
+        Arc::new(hybridkv::io::RealFs),
+        FailSecondVictim::default(),
+    ));
+    let db = Db::open_with_fs(dir.path(), opts(), fs.clone()).unwrap();
+    // About five 64 KiB segments, then every even key written again: each first-round
+    // segment is about half garbage, past the 10% threshold, with live records to move.
+    let n = 200;
+    for i in 0..n {
+        db.put(key(i), value(i, 0, 1500)).unwrap();
+    }
+    for i in (0..n).step_by(2) {
+        db.put(key(i), value(i, 1, 1500)).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    let expect = |i: u32| value(i, u32::from(i.is_multiple_of(2)), 1500);
+    let before = db.stats().unwrap();
+    assert!(
+        before.large_log_garbage_bytes > 0,
+        "no garbage counted: {before}"
+    );
+
+    fs.hooks().armed.store(true, Ordering::SeqCst);
+    let e = db.gc().unwrap_err();
+    fs.hooks().armed.store(false, Ordering::SeqCst);
+    let read = fs.hooks().read.lock().clone();
+    assert_eq!(read.len(), 2, "segments read: {read:?}");
+    let (emptied, unreadable) = (&read[0], &read[1]);
+    match &e {
+        Error::Io { path, .. } => assert_eq!(path, unreadable, "{e}"),
+        other => panic!("expected the injected read error, got {other:?}"),
+    }
+    // The first victim's live records were relocated, made durable, and it was freed.
+    assert!(!emptied.exists(), "{} was not freed", emptied.display());
+    assert!(unreadable.exists(), "{} was freed", unreadable.display());
+    let after = db.stats().unwrap();
+    assert_eq!(
+        after.gc_segments_freed,
+        before.gc_segments_freed + 1,
+        "{after}"
+    );
+    assert!(
+        after.gc_entries_relocated > before.gc_entries_relocated,
+        "{after}"
+    );
+    for i in 0..n {
+        assert_eq!(db.get(key(i)).unwrap().unwrap(), expect(i), "key {i}");
+    }
+    // The device answers again: the next pass frees the victim it could not read.
+    db.gc().unwrap();
+    assert!(
+        !unreadable.exists(),
+        "{} was not freed",
+        unreadable.display()
+    );
+    db.close().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    for i in 0..n {
+        assert_eq!(
+            db.get(key(i)).unwrap().unwrap(),
+            expect(i),
+            "key {i} after reopen"
         );
     }
 }

@@ -71,24 +71,32 @@ impl Engine {
             .large
             .as_ref()
             .map(large::SegmentWriter::id);
-        let usage: Vec<SegmentUsage> = {
+        let listed: Vec<(u64, u64)> = {
             let vs = self.versions.lock();
             vs.segments()
                 .iter()
                 .filter(|(_, m)| m.kind == SegmentKind::Large)
-                .map(|(&id, m)| SegmentUsage {
-                    id,
-                    bytes: self
-                        .io
-                        .fs()
-                        .file_len(&self.dir.join(large::file_name(id)))
-                        .unwrap_or(SEGMENT_HEADER)
-                        .saturating_sub(SEGMENT_HEADER),
-                    garbage: m.garbage,
-                })
+                .map(|(&id, m)| (id, m.garbage))
                 .collect()
         };
         drop(log);
+        // Their sizes are asked of the file system after the locks are let go: one `stat`
+        // per segment (thousands at 40M pairs, milliseconds in all), during which every
+        // write waited on the `log` lock. Only GC frees a large-log segment, and it runs
+        // one pass at a time, so every segment listed is still there.
+        let usage: Vec<SegmentUsage> = listed
+            .into_iter()
+            .map(|(id, garbage)| SegmentUsage {
+                id,
+                bytes: self
+                    .io
+                    .fs()
+                    .file_len(&self.dir.join(large::file_name(id)))
+                    .unwrap_or(SEGMENT_HEADER)
+                    .saturating_sub(SEGMENT_HEADER),
+                garbage,
+            })
+            .collect();
         let mut report = GcReport::default();
         // Segments whose live records are relocated (committed, not yet durable), with
         // their file sizes: freed together at the end of the pass.
@@ -123,28 +131,35 @@ impl Engine {
                 }
             }
         }
-        if let Some(e) = stopped {
-            // A closed or failed engine frees nothing (`make_durable` would refuse the
-            // latter anyway; asking first spares the warning).
-            if !matches!(e, Error::Closed) && self.check_poison().is_ok() {
-                // Freeing what was emptied first; the pass's own error is what it reports.
-                if let Err(free_error) = self.free_segments(&emptied, &mut report) {
-                    log::warn!(
-                        "{}: garbage collection could not free the segments it emptied before {e}: {free_error}",
-                        self.dir.display()
-                    );
+        let outcome = match stopped {
+            None => self.free_segments(&emptied, &mut report),
+            Some(e) => {
+                // A closed or failed engine frees nothing (`make_durable` would refuse the
+                // latter anyway; asking first spares the warning).
+                if !matches!(e, Error::Closed) && self.check_poison().is_ok() {
+                    // Freeing what was emptied first; the pass's own error is what it
+                    // reports.
+                    if let Err(free_error) = self.free_segments(&emptied, &mut report) {
+                        log::warn!(
+                            "{}: garbage collection could not free the segments it emptied before {e}: {free_error}",
+                            self.dir.display()
+                        );
+                    }
                 }
+                Err(e)
             }
-            return Err(e);
-        }
-        self.free_segments(&emptied, &mut report)?;
+        };
+        // What the pass did, cut short or not: `stats()` counts every segment freed.
         let c = &self.counters;
-        Counters::add(&c.gc_passes, 1);
+        if outcome.is_ok() {
+            Counters::add(&c.gc_passes, 1);
+        }
         Counters::add(&c.gc_segments_freed, report.segments_freed);
         Counters::add(&c.gc_bytes_freed, report.bytes_freed);
         Counters::add(&c.gc_entries_checked, report.entries_checked);
         Counters::add(&c.gc_entries_relocated, report.entries_relocated);
         Counters::add(&c.gc_bytes_relocated, report.bytes_relocated);
+        outcome?;
         if report.segments_freed > 0 || report.segments_damaged > 0 {
             log::info!(
                 "{}: garbage collection freed {} segments ({} bytes), relocated {} records, left {} damaged",
