@@ -188,7 +188,7 @@ pub struct Stats {
     pub large_log_file_bytes: u64,
     /// Bytes of large-log records known to be garbage (not yet collected).
     pub large_log_garbage_bytes: u64,
-    /// Garbage-collection passes run.
+    /// Garbage-collection passes run (those an error cut short too).
     pub gc_passes: u64,
     /// Segments freed by garbage collection.
     pub gc_segments_freed: u64,
@@ -200,7 +200,8 @@ pub struct Stats {
     pub gc_entries_relocated: u64,
     /// Bytes garbage collection re-appended.
     pub gc_bytes_relocated: u64,
-    /// Passes that stopped on an error.
+    /// Passes of the GC thread that stopped on an error (a `Db::gc` caller gets the error
+    /// instead), and victims left where they were because they were damaged.
     pub gc_errors: u64,
     /// Transient-log segments created by flushes.
     pub transient_segments_created: u64,

@@ -567,6 +567,7 @@ fn a_pass_cut_short_by_an_error_frees_what_it_emptied_before_it() {
         before.gc_segments_freed + 1,
         "{after}"
     );
+    assert_eq!(after.gc_passes, before.gc_passes + 1, "{after}");
     assert!(
         after.gc_entries_relocated > before.gc_entries_relocated,
         "{after}"

@@ -149,17 +149,15 @@ impl Engine {
                 Err(e)
             }
         };
-        // What the pass did, cut short or not: `stats()` counts every segment freed.
+        // What the pass did, cut short or not: `stats()` counts every pass and every
+        // segment freed.
         let c = &self.counters;
-        if outcome.is_ok() {
-            Counters::add(&c.gc_passes, 1);
-        }
+        Counters::add(&c.gc_passes, 1);
         Counters::add(&c.gc_segments_freed, report.segments_freed);
         Counters::add(&c.gc_bytes_freed, report.bytes_freed);
         Counters::add(&c.gc_entries_checked, report.entries_checked);
         Counters::add(&c.gc_entries_relocated, report.entries_relocated);
         Counters::add(&c.gc_bytes_relocated, report.bytes_relocated);
-        outcome?;
         if report.segments_freed > 0 || report.segments_damaged > 0 {
             log::info!(
                 "{}: garbage collection freed {} segments ({} bytes), relocated {} records, left {} damaged",
@@ -170,7 +168,7 @@ impl Engine {
                 report.segments_damaged
             );
         }
-        Ok(report)
+        outcome.map(|()| report)
     }
 
     /// When the value of `key` is the record at `ptr`: the deltas above it (none, or

@@ -33,9 +33,11 @@ const PREFETCH_FIRST: usize = 8;
 const PREFETCH_MAX: usize = 64;
 /// The largest batch of pairs the caller said it will take (`expect_pairs`): such a scan
 /// reads no value it will not return, so its pairs are resolved in one batch up to this
-/// many (bytes still bounded by [`PREFETCH_BYTES`]). Each batch is one more wait for the
-/// device: with a batch of 64, YCSB E's scans of 65..=100 pairs (a third of them) waited
-/// twice.
+/// many (bytes still bounded by [`PREFETCH_BYTES`], which counts every value a batch
+/// holds). Each batch is one more wait for the device: with a batch of 64 pairs, YCSB E's
+/// scans of 65..=100 pairs (a third of them) waited twice. A batch's reads go out in rounds
+/// of the ring's 64 entries, each waited for, so the one wait holds for batches of up to 64
+/// log values (SD and MD scans of 100 pairs hold about 40).
 const PREFETCH_EXPECTED_MAX: usize = 256;
 /// A batch also stops once its log values reach this many bytes (values run to 16 MiB).
 const PREFETCH_BYTES: u64 = 4 << 20;
@@ -358,6 +360,9 @@ impl<const BACK: bool> Walk<BACK> {
                         }
                         // Overflow values are read one by one, but ahead of the caller too.
                         LevelValue::Overflow { len, .. } => log_bytes += u64::from(*len),
+                        // Held too (a value folded from its deltas can be as large as a
+                        // log value).
+                        LevelValue::Inline(v) => log_bytes += v.len() as u64,
                         _ => {}
                     }
                     raw.push(entry);
