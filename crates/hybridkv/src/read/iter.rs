@@ -39,7 +39,7 @@ const PREFETCH_MAX: usize = 64;
 /// of the ring's 64 entries, each waited for, so the one wait holds for batches of up to 64
 /// log values (SD and MD scans of 100 pairs hold about 40).
 const PREFETCH_EXPECTED_MAX: usize = 256;
-/// A batch also stops once its log values reach this many bytes (values run to 16 MiB).
+/// A batch also stops once the values it holds reach this many bytes (values run to 16 MiB).
 const PREFETCH_BYTES: u64 = 4 << 20;
 
 /// A pair resolved ahead: its key and value (`None`: nothing to return, e.g. a
@@ -350,19 +350,19 @@ impl<const BACK: bool> Walk<BACK> {
         };
         let mut raw = Vec::with_capacity(window);
         let mut stopped = None;
-        let mut log_bytes = 0u64;
-        while raw.len() < window && log_bytes < PREFETCH_BYTES {
+        let mut held_bytes = 0u64;
+        while raw.len() < window && held_bytes < PREFETCH_BYTES {
             match self.next_raw(view, other_last) {
                 Ok(Some(entry)) => {
                     match &entry.2 {
                         LevelValue::Large(p) | LevelValue::Medium(p) => {
-                            log_bytes += u64::from(p.len);
+                            held_bytes += u64::from(p.len);
                         }
                         // Overflow values are read one by one, but ahead of the caller too.
-                        LevelValue::Overflow { len, .. } => log_bytes += u64::from(*len),
+                        LevelValue::Overflow { len, .. } => held_bytes += u64::from(*len),
                         // Held too (a value folded from its deltas can be as large as a
                         // log value).
-                        LevelValue::Inline(v) => log_bytes += v.len() as u64,
+                        LevelValue::Inline(v) => held_bytes += v.len() as u64,
                         _ => {}
                     }
                     raw.push(entry);
