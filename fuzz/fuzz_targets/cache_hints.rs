@@ -8,7 +8,7 @@
 #![no_main]
 
 use hybridkv::fuzzing::{decode_cache_hints, encode_cache_hints};
-use hybridkv_fuzz::{bounded, fix_cache_hints};
+use hybridkv_fuzz::{bounded, fix_trailing_crc};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {
@@ -17,7 +17,7 @@ fuzz_target!(|input: &[u8]| {
     };
     let mut file = rest.to_vec();
     if flag & 1 == 1 {
-        fix_cache_hints(&mut file);
+        fix_trailing_crc(&mut file);
     }
     let data = file.as_slice();
     let decoded = bounded("decode_cache_hints", data.len(), 32, 1024, || {

@@ -183,8 +183,9 @@ pub fn fix_level_file(data: &mut [u8]) {
     }
 }
 
-/// Rewrites a cache hint file's checksum (its last four bytes, over everything before).
-pub fn fix_cache_hints(data: &mut [u8]) {
+/// Rewrites a file's trailing checksum (its last four bytes: the CRC32C of everything
+/// before them), as the cache hint file and the search count file end.
+pub fn fix_trailing_crc(data: &mut [u8]) {
     if let Some(body) = data.len().checked_sub(4) {
         let crc = crc32c::crc32c(&data[..body]);
         put_u32(data, body, crc);

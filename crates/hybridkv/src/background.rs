@@ -88,7 +88,8 @@ impl Engine {
 
     /// What the picker sees. L1 is due when its runs reach the growth factor or its bytes
     /// its target; any level above the last when the searches its runs wasted, weighed
-    /// in bytes (`Options::merge_bytes_per_wasted_search`), reach what its merge rewrites.
+    /// in bytes (`Options::merge_bytes_per_wasted_search`), reach what its merge rewrites
+    /// (its own bytes and the next level's files).
     /// A level counts its medium pairs at pointer size, plus their full value
     /// size when the next level is the merge level: merging will write them in full
     /// (Parallax §3.3), and counting them keeps the growth factor between levels.
@@ -103,6 +104,7 @@ impl Engine {
                 }
                 LevelShape {
                     bytes,
+                    file_bytes: v.level_bytes(l),
                     target: targets.get(l - 1).copied().unwrap_or(u64::MAX),
                     busy: !ignore_busy && vs.busy.get(l).copied().unwrap_or(true),
                     runs: v.runs(l).len(),

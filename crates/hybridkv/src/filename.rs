@@ -1,7 +1,7 @@
 //! The names of the files in a database directory.
 //!
 //! Owns: how each kind of file is named (`NNNNNNNN.wal`, `.lvl`, `.vlog`, `.tlog`, `.dbkt`,
-//! `MANIFEST`, `OPTIONS`, `CACHE_HINTS`, `LOCK`, `KEYSPACES`, `ks/<id>/`, `*.tmp`), parsing a name back to its kind and id, and listing the
+//! `MANIFEST`, `OPTIONS`, `CACHE_HINTS`, `SEARCH_COUNTS`, `LOCK`, `KEYSPACES`, `ks/<id>/`, `*.tmp`), parsing a name back to its kind and id, and listing the
 //! numbered files of one kind in id order. Open, small-log deletion, `check` and `space`
 //! classify a directory through it; every module that names a file takes the name from
 //! it. Never: touches a file (callers list the directory through the I/O layer and pass
@@ -14,6 +14,9 @@ pub(crate) const OPTIONS: &str = "OPTIONS";
 /// The cache hint file's name (`FORMAT.md`, "Cache hint file"; only in the database's own
 /// directory).
 pub(crate) const CACHE_HINTS: &str = "CACHE_HINTS";
+/// The wasted-search count file's name (`FORMAT.md`, "Search count file"; only in the
+/// database's own directory).
+pub(crate) const SEARCH_COUNTS: &str = "SEARCH_COUNTS";
 /// The directory lock's name.
 pub(crate) const LOCK: &str = "LOCK";
 /// The keyspace catalog's name (`FORMAT.md`, "Keyspace catalog"; only in the database's
@@ -74,6 +77,9 @@ pub(crate) enum DbFile {
     Keyspaces,
     /// The cache hint file (advice for the next open, never needed to read data).
     CacheHints,
+    /// The wasted-search count file (advice for the next open's merges, never needed to
+    /// read data).
+    SearchCounts,
     /// A leftover of an atomic write that did not finish.
     Temp,
     Numbered(FileKind, u64),
@@ -92,6 +98,9 @@ pub(crate) fn parse(name: &str) -> Option<DbFile> {
     }
     if name == CACHE_HINTS {
         return Some(DbFile::CacheHints);
+    }
+    if name == SEARCH_COUNTS {
+        return Some(DbFile::SearchCounts);
     }
     if name == KEYSPACES || name == KEYSPACE_DIR {
         return Some(DbFile::Keyspaces);
@@ -150,6 +159,7 @@ mod tests {
         assert_eq!(parse("LOCK"), Some(DbFile::Lock));
         assert_eq!(parse("OPTIONS"), Some(DbFile::Options));
         assert_eq!(parse("CACHE_HINTS"), Some(DbFile::CacheHints));
+        assert_eq!(parse("SEARCH_COUNTS"), Some(DbFile::SearchCounts));
         assert_eq!(parse("KEYSPACES"), Some(DbFile::Keyspaces));
         assert_eq!(parse("ks"), Some(DbFile::Keyspaces));
         assert_eq!(parse("MANIFEST.tmp"), Some(DbFile::Temp));

@@ -745,3 +745,32 @@ pub fn encode_cache_hints(entries: &[(u32, u64, u64, u32)]) -> Vec<u8> {
             .collect(),
     )
 }
+
+/// Decodes a wasted-search count file (`SEARCH_COUNTS`): `Ok` holds its counts as
+/// (keyspace, file id, searches), in the file's order; `Err` says why it was refused.
+pub fn decode_search_counts(data: &[u8]) -> std::result::Result<Vec<(u32, u64, u64)>, String> {
+    crate::search_counts::decode(data)
+        .map(|counts| {
+            counts
+                .into_iter()
+                .map(|c| (c.keyspace, c.file, c.searches))
+                .collect()
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// Encodes a wasted-search count file naming `counts` ((keyspace, file id, searches)).
+pub fn encode_search_counts(counts: &[(u32, u64, u64)]) -> Vec<u8> {
+    crate::search_counts::encode(
+        counts
+            .iter()
+            .map(
+                |&(keyspace, file, searches)| crate::search_counts::RunCount {
+                    keyspace,
+                    file,
+                    searches,
+                },
+            )
+            .collect(),
+    )
+}

@@ -53,6 +53,7 @@ mod range_delete;
 mod read;
 mod recovery;
 mod reload;
+mod search_counts;
 mod snapshot;
 mod space;
 mod stats;

@@ -78,8 +78,12 @@ impl Shared {
         }
         // The first close of a writable open (the one holding the directory lock) names
         // what the cache holds for the next open; a poisoned one does not.
+        // It also saves the searches each run wasted, for the next open's merges
+        // (`crate::search_counts`); the background threads have stopped, so no merge
+        // replaces a run meanwhile.
         if self.root.dir_lock.lock().is_some() && !self.root.poisoned.load(Ordering::Acquire) {
             crate::reload::write_hints(&self.io, &self.dir, &self.root);
+            crate::search_counts::save(&self.io, &self.dir, &engines);
         }
         // Hand the acknowledged-but-buffered tail to the OS before letting go (a write
         // acknowledged has been handed over already; this is belt and braces). The logs

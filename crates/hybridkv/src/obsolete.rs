@@ -110,6 +110,7 @@ impl LiveFiles {
             DbFile::Manifest
             | DbFile::Options
             | DbFile::CacheHints
+            | DbFile::SearchCounts
             | DbFile::Lock
             | DbFile::Keyspaces => true,
             DbFile::Temp => false,

@@ -43,14 +43,17 @@ pub struct Options {
     /// filter: Bloom filters spare scans nothing); the engine's own lookups and walks
     /// (GC's, `check`'s, space accounting's) count nothing. A level is due for a merge
     /// into the next once its runs' wasted searches times this many bytes reach the bytes
-    /// the merge rewrites (the level and the next),
+    /// the merge rewrites (the level, and the next level's files),
     /// provided the merge leaves fewer runs to search (not a lone run over an empty
     /// level); so a read-heavy phase that pays for L1's runs on every get merges them
     /// after it has spent about what the merge costs, however few writes come. At 40
     /// million SD pairs right after a load (seven L1 runs, Bloom filters off), a 2M-get Run C merged L1 into
     /// L2 (530 MB) on the way and ran 1.26x faster than with this off; the next Run C, on
-    /// one L1-less tree, 1.56x (`docs/PERFORMANCE.md`, thirtieth round). Counts live in
-    /// memory, go with a run when it is merged away and start again at each open; `Stats`
+    /// one L1-less tree, 1.56x (`docs/PERFORMANCE.md`, thirtieth round). Counts go with a
+    /// run when it is merged away, and outlive the process: a clean close saves them
+    /// (`SEARCH_COUNTS`) and the next writable open adds them back, so a merge the gets of
+    /// several processes paid for runs (a crash loses what was counted since the last
+    /// clean close); they are counted with this option `0` too. `Stats`
     /// reports them per level (`LevelStats::wasted_searches`). Default 256: there a search
     /// in vain of a cached leaf cost a get about 1.9 us, and the merge at most about 18 ns
     /// of processor time per byte it wrote, so one search was worth at least about 100

@@ -49,6 +49,7 @@ pub(crate) struct Counters {
     pub bucket_splits: AtomicU64,
     pub bucket_records_dropped: AtomicU64,
     pub bucket_keys_folded: AtomicU64,
+    pub search_counts_rejected: AtomicU64,
 }
 
 impl Counters {
@@ -85,7 +86,9 @@ pub struct LevelStats {
     pub pinned_bytes: u64,
     /// Clients' gets that searched one of the level's current runs and did not find their
     /// key there, and clients' scans that positioned a cursor in one and took no pair from
-    /// it, since this process opened those runs (`Options::merge_bytes_per_wasted_search`).
+    /// it, since the database's last clean close saved them (`SEARCH_COUNTS`, read back at a
+    /// writable open) or, without one, since this process opened those runs
+    /// (`Options::merge_bytes_per_wasted_search`).
     pub wasted_searches: u64,
 }
 
@@ -174,6 +177,10 @@ pub struct Stats {
     /// Hint files found damaged or of an unknown version at open and ignored (the
     /// default keyspace's count; nothing was reloaded from them).
     pub cache_hints_rejected: u64,
+    /// Wasted-search count files (`SEARCH_COUNTS`) found damaged, of an unknown version or
+    /// unreadable at open and ignored (the default keyspace's count; their runs' counts
+    /// started again from zero).
+    pub search_counts_rejected: u64,
     /// Iterators opened (`Db::iter`, `Db::scan`, ...).
     pub scans: u64,
     /// Bytes of small-log files on disk (the database's one small log, shared by its
@@ -282,6 +289,7 @@ impl Stats {
         self.delta_bucket_splits = Counters::get(&c.bucket_splits);
         self.delta_bucket_records_dropped = Counters::get(&c.bucket_records_dropped);
         self.delta_bucket_keys_folded = Counters::get(&c.bucket_keys_folded);
+        self.search_counts_rejected = Counters::get(&c.search_counts_rejected);
     }
 
     /// Bytes written by the engine (all components) per user byte written.
@@ -391,6 +399,13 @@ impl fmt::Display for Stats {
             mib(self.cache_reload_bytes),
             self.cache_hints_rejected
         )?;
+        if self.search_counts_rejected > 0 {
+            writeln!(
+                f,
+                "wasted-search count files rejected at open: {}",
+                self.search_counts_rejected
+            )?;
+        }
         writeln!(f, "small log on disk: {:.1} MiB", mib(self.wal_file_bytes))?;
         writeln!(
             f,

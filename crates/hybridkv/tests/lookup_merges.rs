@@ -3,11 +3,15 @@
 //! merged into the next once the searches it wasted, weighed in bytes, reach what the
 //! merge rewrites, with no write to set it off; Bloom filters that rule the runs out
 //! leave gets nothing to waste (not scans); `0` turns it off; the engine's own lookups
-//! and walks count nothing.
+//! and walks count nothing. The counts outlive the process: a clean close saves them
+//! (`SEARCH_COUNTS`) and the next open adds them back, so a merge two processes paid for
+//! runs; a crash keeps the last clean close's, and a damaged file is ignored and counted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use hybridkv::{Db, Options};
+use hybridkv::io::{CrashKind, SimFs};
+use hybridkv::{Db, Keyspace, Options};
+use std::sync::Arc;
 
 const RUNS: u32 = 4;
 const PER_RUN: u32 = 2_000;
@@ -34,24 +38,34 @@ fn opts(bytes_per_search: u64, bloom: u32) -> Options {
 /// `RUNS` flushed runs in L1, the oldest holding keys `0..PER_RUN`.
 fn l1_of_runs(dir: &std::path::Path, o: Options) -> Db {
     let db = Db::open(dir, o).unwrap();
+    fill_runs(&db);
+    db
+}
+
+/// Writes `RUNS` runs into `ks`'s L1 (see [`l1_of_runs`]).
+fn fill_runs(ks: &Keyspace) {
     for r in 0..RUNS {
         for i in r * PER_RUN..(r + 1) * PER_RUN {
-            db.put(key(i), value(i)).unwrap();
+            ks.put(key(i), value(i)).unwrap();
         }
-        db.flush().unwrap();
+        ks.flush().unwrap();
     }
-    db.compact().unwrap();
-    let s = db.stats().unwrap();
+    ks.compact().unwrap();
+    let s = ks.stats().unwrap();
     assert_eq!(s.levels[0].files, RUNS as usize, "{s}");
     assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
-    db
 }
 
 /// Reads `count` keys of the oldest run with `read` (each looks at the newer runs too),
 /// then waits for every merge due. Returns L1's runs and wasted searches right after the
 /// reads (a background thread may have merged L1 already, which leaves no runs and no
 /// count), and L1's runs once every due merge has run.
-fn read_oldest(db: &Db, from: u32, count: u32, read: impl Fn(&Db, u32)) -> (usize, u64, usize) {
+fn read_oldest(
+    db: &Keyspace,
+    from: u32,
+    count: u32,
+    read: impl Fn(&Keyspace, u32),
+) -> (usize, u64, usize) {
     for i in from..from + count {
         read(db, i % PER_RUN);
     }
@@ -157,17 +171,135 @@ fn runs_a_bloom_filter_rules_out_waste_next_to_nothing_and_stay() {
 }
 
 #[test]
-fn counts_start_again_at_each_open() {
+fn a_merge_that_gets_of_two_processes_paid_for_runs_in_the_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(256, 0));
+    let s = db.stats().unwrap();
+    let rewrites: u64 = s.levels[0].file_bytes + s.levels[1].file_bytes;
+    let per_get = 256 * u64::from(RUNS - 1);
+    // Three fifths of what the merge rewrites, in each process: neither pays for it
+    // alone, both together do (even with a twentieth ruled out by the runs' key ranges).
+    let part = u32::try_from(rewrites * 3 / 5 / per_get).unwrap();
+    let (_, first, runs) = get_oldest(&db, 0, part);
+    in_vain(first, part);
+    assert_eq!(runs, RUNS as usize);
+    drop(db);
+    assert!(dir.path().join("SEARCH_COUNTS").exists());
+
+    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, RUNS as usize, "{s}");
+    assert_eq!(s.levels[0].wasted_searches, first, "{s}");
+    assert_eq!(s.search_counts_rejected, 0, "{s}");
+    let (_, _, runs) = get_oldest(&db, part, part);
+    let s = db.stats().unwrap();
+    assert_eq!(runs, 0, "{s}");
+    assert_eq!(s.levels[1].files, 1, "{s}");
+    every_pair_is_there(&db);
+    drop(db);
+
+    // The merged runs' counts went with them: nothing names them at the next open.
+    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, 0, "{s}");
+    assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
+    every_pair_is_there(&db);
+}
+
+#[test]
+fn counts_come_back_with_lookup_merges_off_and_each_keyspace_gets_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(0, 0));
+    let other = db.create_keyspace("other", opts(0, 0)).unwrap();
+    fill_runs(&other);
+    let (_, mine, _) = get_oldest(&db, 0, 100);
+    in_vain(mine, 100);
+    let (_, theirs, _) = read_oldest(&other, 0, 300, |ks, i| {
+        assert_eq!(ks.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    });
+    in_vain(theirs, 300);
+    drop(other);
+    drop(db);
+
+    let db = Db::open(dir.path(), opts(0, 0)).unwrap();
+    let other = db.keyspace("other").unwrap();
+    assert_eq!(db.stats().unwrap().levels[0].wasted_searches, mine);
+    assert_eq!(other.stats().unwrap().levels[0].wasted_searches, theirs);
+    // They go on counting from there.
+    let (_, more, _) = get_oldest(&db, 0, 100);
+    assert!(more > mine, "{more} after {mine}");
+    every_pair_is_there(&db);
+}
+
+#[test]
+fn a_crash_keeps_the_counts_of_the_last_clean_close() {
+    let fs = Arc::new(SimFs::new());
+    let open = |fs: &Arc<SimFs>| Db::open_with_fs("/db", opts(0, 0), Arc::clone(fs) as _).unwrap();
+    let db = open(&fs);
+    fill_runs(&db);
+    let (_, closed, _) = get_oldest(&db, 0, 100);
+    in_vain(closed, 100);
+    drop(db);
+
+    let db = open(&fs);
+    assert_eq!(db.stats().unwrap().levels[0].wasted_searches, closed);
+    let (_, more, _) = get_oldest(&db, 0, 200);
+    assert!(more > closed, "{more} after {closed}");
+    // The process dies: what it counted since the open is lost, the saved counts are not.
+    let image = Arc::new(fs.crash_image(CrashKind::ProcessCrash));
+    drop(db);
+    let db = open(&image);
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].wasted_searches, closed, "{s}");
+    assert_eq!(s.search_counts_rejected, 0, "{s}");
+    every_pair_is_there(&db);
+}
+
+#[test]
+fn a_damaged_count_file_is_ignored_and_counted_and_the_next_close_replaces_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = l1_of_runs(dir.path(), opts(0, 0));
     let (_, wasted, _) = get_oldest(&db, 0, 100);
     in_vain(wasted, 100);
     drop(db);
+    let path = dir.path().join("SEARCH_COUNTS");
+    let good = std::fs::read(&path).unwrap();
+
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x10;
+    std::fs::write(&path, &bad).unwrap();
     let db = Db::open(dir.path(), opts(0, 0)).unwrap();
     let s = db.stats().unwrap();
-    assert_eq!(s.levels[0].files, RUNS as usize, "{s}");
+    assert_eq!(s.search_counts_rejected, 1, "{s}");
     assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
     every_pair_is_there(&db);
+    let counted = db.stats().unwrap().levels[0].wasted_searches;
+    drop(db);
+
+    // The close wrote a good file again, with what this process counted (the gets above
+    // of keys in older runs searched the newer ones in vain).
+    let db = Db::open(dir.path(), opts(0, 0)).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(s.search_counts_rejected, 0, "{s}");
+    assert_eq!(s.levels[0].wasted_searches, counted, "{s}");
+    assert!(counted > 0, "{s}");
+    drop(db);
+
+    // The file of another version, and a file that is not one, are refused too.
+    for (what, bytes) in [
+        ("version 2", {
+            let mut v = good.clone();
+            v[8] = 2;
+            v
+        }),
+        ("empty", Vec::new()),
+    ] {
+        std::fs::write(&path, &bytes).unwrap();
+        let db = Db::open(dir.path(), opts(0, 0)).unwrap();
+        assert_eq!(db.stats().unwrap().search_counts_rejected, 1, "{what}");
+        drop(db);
+    }
 }
 
 #[test]

@@ -4,8 +4,13 @@
 /// What the picker sees of one level.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct LevelShape {
-    /// Bytes the level occupies.
+    /// Bytes the level weighs against its target: its files, plus its medium values in
+    /// full when the next level is the merge level (merging will write them there).
     pub bytes: u64,
+    /// Bytes of the level's files alone: what a merge from the level above rewrites of
+    /// this one (its medium values stay in the transient log until its own merge into the
+    /// merge level).
+    pub file_bytes: u64,
     /// Target size of the level.
     pub target: u64,
     /// A job is reading or writing this level.
@@ -103,9 +108,12 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
         }
         // Waste counts only where the merge leaves fewer runs to search: a lone run merged
         // into an empty level is searched just as before (a missing key's lookups charge
-        // the deepest run they search, which may be the only one).
+        // the deepest run they search, which may be the only one). It is weighed against
+        // what this merge writes: the source in full (with its medium values when they
+        // reach the merge level now) and the destination's files, not the medium values
+        // the destination will write at its own merge.
         if src.wasted_bytes > 0 && src.runs + dst.runs >= 2 {
-            let rewrites = src.bytes.saturating_add(dst.bytes);
+            let rewrites = src.bytes.saturating_add(dst.file_bytes);
             score = score.max(src.wasted_bytes as f64 / rewrites as f64);
         }
         if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
@@ -122,6 +130,7 @@ mod tests {
     fn shape(bytes: u64, target: u64) -> LevelShape {
         LevelShape {
             bytes,
+            file_bytes: bytes,
             target,
             busy: false,
             runs: 1,
@@ -156,6 +165,26 @@ mod tests {
         assert_eq!(pick(&w), None);
         w[0].runs = 2;
         assert_eq!(pick(&w), Some(1));
+    }
+
+    #[test]
+    fn waste_is_weighed_against_the_next_levels_files_not_its_medium_values() {
+        // L2 weighs 2,300 bytes against its target (its 2,000 bytes of medium values go in
+        // full into L3, the merge level, at L2's own merge); merging L1 into it rewrites
+        // only its 300 bytes of files.
+        let mut v = vec![shape(600, 10_000), shape(2_300, 80_000), shape(5_000, 0)];
+        v[1].file_bytes = 300;
+        v[0].runs = 3;
+        v[0].run_limit = 8;
+        v[0].wasted_bytes = 899;
+        assert_eq!(pick(&v), None);
+        v[0].wasted_bytes = 900;
+        assert_eq!(pick(&v), Some(1));
+        // The source counts in full (with its medium values, were L2 the merge level).
+        v[0].bytes = 1_600;
+        assert_eq!(pick(&v), None);
+        v[0].wasted_bytes = 1_900;
+        assert_eq!(pick(&v), Some(1));
     }
 
     #[test]

@@ -34,11 +34,13 @@ pub enum IoComponent {
     /// The cache hint file (`Options::reload_cache`), written at close and read at open
     /// (the entries it names are read back through their files' own components).
     CacheHints,
+    /// The wasted-search count file, written at close and read at open.
+    SearchCounts,
 }
 
 impl IoComponent {
     /// Every component, in report order.
-    pub const ALL: [IoComponent; 11] = [
+    pub const ALL: [IoComponent; 12] = [
         IoComponent::Wal,
         IoComponent::Flush,
         IoComponent::Compaction,
@@ -50,6 +52,7 @@ impl IoComponent {
         IoComponent::Checkpoint,
         IoComponent::DeltaBuckets,
         IoComponent::CacheHints,
+        IoComponent::SearchCounts,
     ];
 
     /// Short name for reports.
@@ -66,6 +69,7 @@ impl IoComponent {
             IoComponent::Checkpoint => "checkpoint",
             IoComponent::DeltaBuckets => "delta_buckets",
             IoComponent::CacheHints => "cache_hints",
+            IoComponent::SearchCounts => "search_counts",
         }
     }
 
@@ -82,6 +86,7 @@ impl IoComponent {
             IoComponent::Checkpoint => 8,
             IoComponent::DeltaBuckets => 9,
             IoComponent::CacheHints => 10,
+            IoComponent::SearchCounts => 11,
         }
     }
 
@@ -109,13 +114,16 @@ impl IoComponent {
     }
 }
 
+/// How many components there are.
+const N: usize = IoComponent::ALL.len();
+
 /// Live counters (shared by all files of one database).
 #[derive(Debug, Default)]
 pub struct IoStats {
-    written: [AtomicU64; 11],
-    read: [AtomicU64; 11],
-    read_ops: [AtomicU64; 11],
-    syncs: [AtomicU64; 11],
+    written: [AtomicU64; N],
+    read: [AtomicU64; N],
+    read_ops: [AtomicU64; N],
+    syncs: [AtomicU64; N],
 }
 
 /// A copy of the counters at one moment.
@@ -193,7 +201,7 @@ impl IoStats {
 
     /// Copies the counters.
     pub fn snapshot(&self) -> IoStatsSnapshot {
-        let get = |arr: &[AtomicU64; 11], c: IoComponent| {
+        let get = |arr: &[AtomicU64; N], c: IoComponent| {
             arr.get(c.index()).map_or(0, |a| a.load(Ordering::Relaxed))
         };
         IoStatsSnapshot {

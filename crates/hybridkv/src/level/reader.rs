@@ -676,7 +676,8 @@ impl LevelFile {
 
     /// Clients' gets ([`LevelFile::search`]) that searched one of this file's leaves and did
     /// not find their key, and clients' scans that positioned a cursor in this file and
-    /// took no pair from it ([`LevelFile::note_wasted_seek`]), since the file was opened:
+    /// took no pair from it ([`LevelFile::note_wasted_seek`]), since the file was opened,
+    /// plus what earlier processes counted up to their clean close (`crate::search_counts`):
     /// work a merge of the file's level into the next would have spared them
     /// (`Options::merge_bytes_per_wasted_search`).
     pub(crate) fn wasted_searches(&self) -> u64 {
@@ -687,6 +688,12 @@ impl LevelFile {
     /// its start) and took no pair from it, as a wasted search.
     pub(crate) fn note_wasted_seek(&self) {
         self.wasted_searches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n` searches an earlier process counted against this file
+    /// (`crate::search_counts::restore`).
+    pub(crate) fn add_wasted_searches(&self, n: u64) {
+        self.wasted_searches.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The offset of the leaf [`LevelFile::get`] of `key` would read from the device: the

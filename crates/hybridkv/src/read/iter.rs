@@ -982,4 +982,47 @@ mod tests {
         it.next().unwrap().unwrap();
         assert_eq!(it.front.ahead.len(), super::PREFETCH_FIRST - 1);
     }
+
+    /// A batch stops once the values it holds reach `PREFETCH_BYTES`, values stored in the
+    /// leaves counted too: 64 KiB values in place in 1 MiB leaves fill 4 MiB at 64 pairs,
+    /// well short of the 200 the scan was told.
+    #[test]
+    fn a_batch_of_values_in_place_stops_at_its_byte_bound() {
+        const LEN: usize = 64 << 10;
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(
+            dir.path(),
+            Options {
+                placement: crate::Placement::InPlace,
+                leaf_size: 1 << 20,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let value = |i: usize| vec![(i % 251) as u8; LEN];
+        for i in 0..300 {
+            db.put(format!("k{i:06}"), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+        assert_eq!(
+            db.stats().unwrap().large_bytes_written,
+            0,
+            "values stay in place"
+        );
+        let mut it = db.range("k000000"..).expect_pairs(200);
+        let (k, v) = it.next().unwrap().unwrap();
+        assert_eq!(k, b"k000000");
+        assert!(v == value(0), "value 0");
+        let batch = it.front.ahead.len() + 1;
+        assert_eq!(
+            batch as u64,
+            super::PREFETCH_BYTES / LEN as u64,
+            "the first batch resolved {batch} pairs"
+        );
+        for (i, pair) in (1..200).zip(it) {
+            let (k, v) = pair.unwrap();
+            assert_eq!(k, format!("k{i:06}").as_bytes());
+            assert!(v == value(i), "value {i}");
+        }
+    }
 }

@@ -1,0 +1,318 @@
+//! The wasted-search count file (`SEARCH_COUNTS`, `docs/FORMAT.md`, "Search count file"):
+//! how many client searches each level run wasted (`LevelFile::wasted_searches`), saved
+//! at a clean close and added back at the next writable open, so that the merges those
+//! searches pay for (`Options::merge_bytes_per_wasted_search`) weigh what every process
+//! paid, not only the one that happens to be running. Without it a database reopened
+//! more often than its runs earn a merge never merges them, and a merge one process
+//! earned lands in the next.
+//!
+//! Owns: the file's encoding and its checked decoding (the entry count checked against
+//! the bytes left, entries in order and nonzero, the whole file under one CRC32C), when
+//! it is written (the first close of a writable open, not a poisoned one, after the
+//! background threads stopped) and read (a writable open, before they start). Never:
+//! fails an open or a close (the file is advice), or changes which runs are live: a count
+//! naming a run no longer live is dropped.
+
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::filename::SEARCH_COUNTS;
+use crate::format::{crc32c, Decoder};
+use crate::io::{Io, IoComponent};
+use crate::stats::Counters;
+use std::path::Path;
+use std::sync::Arc;
+
+/// First eight bytes of a search count file.
+pub(crate) const MAGIC: &[u8; 8] = b"HKVWASTE";
+/// The version this code writes and reads.
+pub(crate) const VERSION: u32 = 1;
+/// Bytes of one entry: keyspace u32, file id u64, searches u64.
+const ENTRY_LEN: usize = 4 + 8 + 8;
+/// Bytes before the entries: magic, version, entry count.
+const HEADER_LEN: usize = 8 + 4 + 4;
+
+/// One run's count: the keyspace, the run's file id in it, and the searches it wasted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct RunCount {
+    pub keyspace: u32,
+    pub file: u64,
+    pub searches: u64,
+}
+
+/// Why a search count file was not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CountsError {
+    /// Shorter than its header and checksum, or its entry count says more bytes than it has.
+    #[error("truncated")]
+    Truncated,
+    /// Not a search count file.
+    #[error("not a search count file")]
+    BadMagic,
+    /// Written by a version this code does not read.
+    #[error("unsupported version {0}")]
+    Version(u32),
+    /// The checksum does not match the bytes.
+    #[error("checksum mismatch")]
+    Checksum,
+    /// A field holds an impossible value (a zero count, runs out of order or named twice,
+    /// bytes left over).
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+/// Encodes `counts` (sorted here; zero counts dropped, and of a run named twice the first
+/// count kept): the header (magic, version, entry count), the entries, and the CRC32C of
+/// everything before it.
+pub(crate) fn encode(mut counts: Vec<RunCount>) -> Vec<u8> {
+    counts.retain(|c| c.searches > 0);
+    counts.sort_by_key(|c| (c.keyspace, c.file));
+    counts.dedup_by_key(|c| (c.keyspace, c.file));
+    // A database has far fewer runs than u32::MAX; more would be cut, not miscounted.
+    counts.truncate(u32::MAX as usize);
+    let mut out = Vec::with_capacity(HEADER_LEN + counts.len() * ENTRY_LEN + 4);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(counts.len() as u32).to_le_bytes());
+    for c in &counts {
+        out.extend_from_slice(&c.keyspace.to_le_bytes());
+        out.extend_from_slice(&c.file.to_le_bytes());
+        out.extend_from_slice(&c.searches.to_le_bytes());
+    }
+    let crc = crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Decodes a search count file, checking its magic, version and checksum first, then
+/// that the entry count fills the bytes exactly and every entry.
+pub(crate) fn decode(buf: &[u8]) -> Result<Vec<RunCount>, CountsError> {
+    if buf.len() < HEADER_LEN + 4 {
+        return Err(CountsError::Truncated);
+    }
+    if &buf[..8] != MAGIC {
+        return Err(CountsError::BadMagic);
+    }
+    let (body, crc) = buf.split_at(buf.len() - 4);
+    let mut d = Decoder::new(&body[8..]);
+    let version = d.u32().ok_or(CountsError::Truncated)?;
+    if version != VERSION {
+        return Err(CountsError::Version(version));
+    }
+    let stored = Decoder::new(crc).u32().ok_or(CountsError::Truncated)?;
+    if crc32c(body) != stored {
+        return Err(CountsError::Checksum);
+    }
+    let count = d.u32().ok_or(CountsError::Truncated)? as usize;
+    // The count is checked against the bytes left before anything is reserved for it.
+    let needed = count.checked_mul(ENTRY_LEN).ok_or(CountsError::Truncated)?;
+    if needed > d.remaining() {
+        return Err(CountsError::Truncated);
+    }
+    if needed < d.remaining() {
+        return Err(CountsError::Invalid("bytes after the last entry"));
+    }
+    let mut out: Vec<RunCount> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let c = RunCount {
+            keyspace: d.u32().ok_or(CountsError::Truncated)?,
+            file: d.u64().ok_or(CountsError::Truncated)?,
+            searches: d.u64().ok_or(CountsError::Truncated)?,
+        };
+        if c.searches == 0 {
+            return Err(CountsError::Invalid("a run with no wasted search"));
+        }
+        if out
+            .last()
+            .is_some_and(|p| (p.keyspace, p.file) >= (c.keyspace, c.file))
+        {
+            return Err(CountsError::Invalid("runs out of order or named twice"));
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
+/// Writes what every run of `engines` (the default keyspace's first) wasted to the file
+/// in `dir`, replacing the last one (an empty list too, so that counts read at this open
+/// are not read again at the next). A failure is logged, not returned.
+pub(crate) fn save(io: &Io, dir: &Path, engines: &[Arc<Engine>]) {
+    let mut counts = Vec::new();
+    for e in engines {
+        let (sv, _) = e.snapshot();
+        counts.extend(sv.version.all_runs().map(|run| RunCount {
+            keyspace: e.keyspace,
+            file: run.id(),
+            searches: run.wasted_searches(),
+        }));
+    }
+    let data = encode(counts);
+    if let Err(e) = io.write_atomic(dir, SEARCH_COUNTS, &data, IoComponent::SearchCounts) {
+        log::warn!("wasted-search counts not written: {e}");
+    }
+}
+
+/// Reads the file in `dir` and adds each count to its run, if that run is still live in
+/// its keyspace's current state; returns the searches added back. A missing file adds
+/// nothing; one that cannot be read or decoded is logged and counted in the default
+/// keyspace's `Stats::search_counts_rejected`.
+pub(crate) fn restore(io: &Io, dir: &Path, engines: &[Arc<Engine>]) -> u64 {
+    let Some(root) = engines.first() else {
+        return 0;
+    };
+    let path = dir.join(SEARCH_COUNTS);
+    let counts = match io.read_all(&path, IoComponent::SearchCounts) {
+        Ok(data) => match decode(&data) {
+            Ok(counts) => counts,
+            Err(why) => {
+                log::warn!("{}: ignored: {why}", path.display());
+                Counters::add(&root.counters.search_counts_rejected, 1);
+                return 0;
+            }
+        },
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return 0;
+        }
+        Err(e) => {
+            log::warn!("wasted-search counts not read: {e}");
+            Counters::add(&root.counters.search_counts_rejected, 1);
+            return 0;
+        }
+    };
+    let mut added = 0u64;
+    for e in engines {
+        let (sv, _) = e.snapshot();
+        for run in sv.version.all_runs() {
+            let key = (e.keyspace, run.id());
+            if let Ok(i) = counts.binary_search_by_key(&key, |c| (c.keyspace, c.file)) {
+                run.add_wasted_searches(counts[i].searches);
+                added = added.saturating_add(counts[i].searches);
+            }
+        }
+    }
+    added
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn c(keyspace: u32, file: u64, searches: u64) -> RunCount {
+        RunCount {
+            keyspace,
+            file,
+            searches,
+        }
+    }
+
+    #[test]
+    fn counts_come_back_sorted_without_zeros_or_repeats() {
+        let input = vec![
+            c(1, 4, 7),
+            c(0, 9, 3),
+            c(0, 2, 0),
+            c(0, 3, u64::MAX),
+            c(0, 9, 5),
+        ];
+        let out = decode(&encode(input)).expect("decodes");
+        assert_eq!(out, vec![c(0, 3, u64::MAX), c(0, 9, 3), c(1, 4, 7)]);
+        assert_eq!(
+            decode(&encode(vec![c(0, 9, 5), c(0, 9, 3)])),
+            Ok(vec![c(0, 9, 5)])
+        );
+        assert_eq!(decode(&encode(Vec::new())), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn damage_is_refused_with_its_reason() {
+        let good = encode(vec![c(0, 3, 10), c(0, 5, 20)]);
+        // Any flipped byte: the magic, the version, or (through the CRC) the rest.
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0x40;
+            assert!(decode(&bad).is_err(), "byte {i} flipped was accepted");
+        }
+        for len in 0..good.len() {
+            assert!(decode(&good[..len]).is_err(), "cut at {len} was accepted");
+        }
+        let mut other = good.clone();
+        other[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(decode(&other), Err(CountsError::Version(2)));
+        assert_eq!(
+            decode(b"HKVHINT\0\x01\0\0\0\0\0\0\0\0\0\0\0"),
+            Err(CountsError::BadMagic)
+        );
+    }
+
+    /// Rewrites the entries of a well-formed file and seals it with a correct checksum, so
+    /// that the checks behind the checksum are reached.
+    fn sealed(count: u32, entries: &[RunCount], extra: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
+        for e in entries {
+            out.extend_from_slice(&e.keyspace.to_le_bytes());
+            out.extend_from_slice(&e.file.to_le_bytes());
+            out.extend_from_slice(&e.searches.to_le_bytes());
+        }
+        out.extend_from_slice(extra);
+        let crc = crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn checked_fields_behind_a_good_checksum_are_refused() {
+        let two = [c(0, 3, 1), c(0, 5, 1)];
+        assert_eq!(decode(&sealed(2, &two, &[])).map(|v| v.len()), Ok(2));
+        assert_eq!(decode(&sealed(3, &two, &[])), Err(CountsError::Truncated));
+        assert_eq!(
+            decode(&sealed(u32::MAX, &two, &[])),
+            Err(CountsError::Truncated)
+        );
+        assert!(matches!(
+            decode(&sealed(1, &two, &[])),
+            Err(CountsError::Invalid(_))
+        ));
+        assert!(matches!(
+            decode(&sealed(2, &two, &[0])),
+            Err(CountsError::Invalid(_))
+        ));
+        let zero = [c(0, 3, 0)];
+        assert!(matches!(
+            decode(&sealed(1, &zero, &[])),
+            Err(CountsError::Invalid(_))
+        ));
+        let twice = [c(0, 3, 1), c(0, 3, 2)];
+        assert!(matches!(
+            decode(&sealed(2, &twice, &[])),
+            Err(CountsError::Invalid(_))
+        ));
+        let backwards = [c(1, 3, 1), c(0, 9, 2)];
+        assert!(matches!(
+            decode(&sealed(2, &backwards, &[])),
+            Err(CountsError::Invalid(_))
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn any_counts_round_trip(raw in proptest::collection::vec((0u32..3, 0u64..50, 0u64..u64::MAX), 0..60)) {
+            let counts: Vec<RunCount> = raw.iter().map(|&(k, f, s)| c(k, f, s)).collect();
+            let mut want: Vec<RunCount> = Vec::new();
+            for x in &counts {
+                if x.searches > 0 && !want.iter().any(|w| (w.keyspace, w.file) == (x.keyspace, x.file)) {
+                    want.push(*x);
+                }
+            }
+            want.sort_unstable();
+            prop_assert_eq!(decode(&encode(counts)), Ok(want));
+        }
+
+        #[test]
+        fn any_bytes_decode_without_panic(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&data);
+        }
+    }
+}
