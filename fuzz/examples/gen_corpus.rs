@@ -304,6 +304,19 @@ fn main() {
     }
     let n_hints = o.n;
 
+    let mut o = Out::new("search_counts");
+    let counted = [
+        vec![],
+        vec![(0, 7, 1), (0, 9, 2_681_971), (0, 12, 80_034)],
+        vec![(0, 3, 1 << 48), (2, 3, 17), (2, 11, 350_000)],
+    ];
+    for c in &counted {
+        let b = encode_search_counts(c);
+        o.add(Some(0), &b);
+        o.add(Some(1), &b);
+    }
+    let n_counts = o.n;
+
     let mut o = Out::new("ops_vs_model");
     for s in 0..12 {
         o.add(None, &noise(s, 48 + 40 * s as usize));
@@ -313,6 +326,7 @@ fn main() {
     println!(
         "seeds: batch {n_batch}, log_ptr {n_ptr}, wal_chunk {n_wal}, log_segment {n_seg}, \
          level_node {n_node}, level_footer {n_footer}, level_file {n_file}, manifest {n_man}, \
-         options_file {n_opts}, cache_hints {n_hints}, ops_vs_model {n_ops}"
+         options_file {n_opts}, cache_hints {n_hints}, search_counts {n_counts}, \
+         ops_vs_model {n_ops}"
     );
 }

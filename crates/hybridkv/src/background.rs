@@ -89,7 +89,7 @@ impl Engine {
     /// What the picker sees. L1 is due when its runs reach the growth factor or its bytes
     /// its target; any level above the last when the searches its runs wasted, weighed
     /// in bytes (`Options::merge_bytes_per_wasted_search`), reach what its merge rewrites
-    /// (its own bytes and the next level's files).
+    /// (its own bytes and what the merge rewrites of the next level).
     /// A level counts its medium pairs at pointer size, plus their full value
     /// size when the next level is the merge level: merging will write them in full
     /// (Parallax §3.3), and counting them keeps the growth factor between levels.
@@ -102,9 +102,15 @@ impl Engine {
                 if v.is_merge_level(l + 1, self.opts.medium_merge_level) {
                     bytes += v.level_medium_bytes(l);
                 }
+                // A merge into the merge level writes in full the medium values its runs
+                // still hold by pointer (after the tree grew a level, or a deeper one emptied).
+                let mut rewritten_bytes = v.level_bytes(l);
+                if v.is_merge_level(l, self.opts.medium_merge_level) {
+                    rewritten_bytes += v.level_medium_bytes(l);
+                }
                 LevelShape {
                     bytes,
-                    file_bytes: v.level_bytes(l),
+                    rewritten_bytes,
                     target: targets.get(l - 1).copied().unwrap_or(u64::MAX),
                     busy: !ignore_busy && vs.busy.get(l).copied().unwrap_or(true),
                     runs: v.runs(l).len(),
@@ -118,7 +124,7 @@ impl Engine {
                         .runs(l)
                         .iter()
                         .map(|f| f.wasted_searches())
-                        .sum::<u64>()
+                        .fold(0, u64::saturating_add)
                         .saturating_mul(self.opts.merge_bytes_per_wasted_search),
                 }
             })

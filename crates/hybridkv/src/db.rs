@@ -1,7 +1,7 @@
 //! The public handle: `Db`, and the lifecycle of a database and its keyspaces.
 //!
-//! Owns: open (recovery of every keyspace, the flush of what it replayed, the background
-//! and GC threads of each keyspace), the keyspace catalog at run time (create, open by
+//! Owns: open (recovery of every keyspace, the flush of what it replayed, the runs'
+//! wasted-search counts added back, the background and GC threads of each keyspace), the keyspace catalog at run time (create, open by
 //! name, drop: in the order that keeps a crash from naming a keyspace without its files),
 //! views across keyspaces, and close (refuse every entry point, stop the threads, seal
 //! the I/O, release the directory lock). Never: holds data logic (every data operation is

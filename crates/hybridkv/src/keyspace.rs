@@ -343,7 +343,10 @@ impl Keyspace {
                 kv_bytes: runs.iter().map(|f| f.kv_bytes()).sum(),
                 filter_bytes: runs.iter().map(|f| f.filter_bytes()).sum(),
                 pinned_bytes: runs.iter().map(|f| f.pinned_bytes()).sum(),
-                wasted_searches: runs.iter().map(|f| f.wasted_searches()).sum(),
+                wasted_searches: runs
+                    .iter()
+                    .map(|f| f.wasted_searches())
+                    .fold(0, u64::saturating_add),
             })
             .collect();
         s.wal_file_bytes = crate::log::small::list(&e.io, &e.dir, 0)?

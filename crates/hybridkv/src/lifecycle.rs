@@ -3,8 +3,8 @@
 //! closing it all.
 //!
 //! Owns: starting a keyspace's background threads, stopping them, and the order of a close
-//! (refuse every entry point, join the threads, name the cache's entries for the next
-//! open, hand the log's tail to the OS, seal the I/O, release the directory lock). Never: opens, creates or drops a keyspace (`db`
+//! (refuse every entry point, join the threads, name the cache's entries and save the
+//! runs' wasted-search counts for the next open, hand the log's tail to the OS, seal the I/O, release the directory lock). Never: opens, creates or drops a keyspace (`db`
 //! does), or serves a read or write.
 
 use crate::catalog::Catalog;
@@ -79,8 +79,9 @@ impl Shared {
         // The first close of a writable open (the one holding the directory lock) names
         // what the cache holds for the next open; a poisoned one does not.
         // It also saves the searches each run wasted, for the next open's merges
-        // (`crate::search_counts`); the background threads have stopped, so no merge
-        // replaces a run meanwhile.
+        // (`crate::search_counts`), once the background threads have stopped (a caller's
+        // `compact_all` still running may replace a run meanwhile: its count is then
+        // saved or dropped with it, either harmless).
         if self.root.dir_lock.lock().is_some() && !self.root.poisoned.load(Ordering::Acquire) {
             crate::reload::write_hints(&self.io, &self.dir, &self.root);
             crate::search_counts::save(&self.io, &self.dir, &engines);

@@ -26,6 +26,10 @@ use std::sync::Arc;
 pub(crate) const MAGIC: &[u8; 8] = b"HKVWASTE";
 /// The version this code writes and reads.
 pub(crate) const VERSION: u32 = 1;
+/// The largest count a file may hold (2^48: more searches than a process makes in years;
+/// a larger one is damage). Counts are written clamped to it, so sums of a level's counts
+/// stay far from overflowing.
+pub(crate) const MAX_SEARCHES: u64 = 1 << 48;
 /// Bytes of one entry: keyspace u32, file id u64, searches u64.
 const ENTRY_LEN: usize = 4 + 8 + 8;
 /// Bytes before the entries: magic, version, entry count.
@@ -54,14 +58,14 @@ pub(crate) enum CountsError {
     /// The checksum does not match the bytes.
     #[error("checksum mismatch")]
     Checksum,
-    /// A field holds an impossible value (a zero count, runs out of order or named twice,
-    /// bytes left over).
+    /// A field holds an impossible value (a count of zero or over [`MAX_SEARCHES`], runs
+    /// out of order or named twice, bytes left over).
     #[error("{0}")]
     Invalid(&'static str),
 }
 
-/// Encodes `counts` (sorted here; zero counts dropped, and of a run named twice the first
-/// count kept): the header (magic, version, entry count), the entries, and the CRC32C of
+/// Encodes `counts` (sorted here; zero counts dropped, counts over [`MAX_SEARCHES`]
+/// clamped to it, and of a run named twice the first count kept): the header (magic, version, entry count), the entries, and the CRC32C of
 /// everything before it.
 pub(crate) fn encode(mut counts: Vec<RunCount>) -> Vec<u8> {
     counts.retain(|c| c.searches > 0);
@@ -76,7 +80,7 @@ pub(crate) fn encode(mut counts: Vec<RunCount>) -> Vec<u8> {
     for c in &counts {
         out.extend_from_slice(&c.keyspace.to_le_bytes());
         out.extend_from_slice(&c.file.to_le_bytes());
-        out.extend_from_slice(&c.searches.to_le_bytes());
+        out.extend_from_slice(&c.searches.min(MAX_SEARCHES).to_le_bytes());
     }
     let crc = crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -118,8 +122,8 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Vec<RunCount>, CountsError> {
             file: d.u64().ok_or(CountsError::Truncated)?,
             searches: d.u64().ok_or(CountsError::Truncated)?,
         };
-        if c.searches == 0 {
-            return Err(CountsError::Invalid("a run with no wasted search"));
+        if c.searches == 0 || c.searches > MAX_SEARCHES {
+            return Err(CountsError::Invalid("a count out of range"));
         }
         if out
             .last()
@@ -133,17 +137,26 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Vec<RunCount>, CountsError> {
 }
 
 /// Writes what every run of `engines` (the default keyspace's first) wasted to the file
-/// in `dir`, replacing the last one (an empty list too, so that counts read at this open
-/// are not read again at the next). A failure is logged, not returned.
+/// in `dir`, replacing the last one (with an empty list too, so that counts read at this
+/// open are not read again at the next; no file is written when there is nothing to save
+/// and none to replace). A poisoned keyspace's runs are left out: its state in memory may
+/// be ahead of its manifest. A failure is logged, not returned.
 pub(crate) fn save(io: &Io, dir: &Path, engines: &[Arc<Engine>]) {
     let mut counts = Vec::new();
     for e in engines {
+        if e.poisoned.load(std::sync::atomic::Ordering::Acquire) {
+            continue;
+        }
         let (sv, _) = e.snapshot();
         counts.extend(sv.version.all_runs().map(|run| RunCount {
             keyspace: e.keyspace,
             file: run.id(),
             searches: run.wasted_searches(),
         }));
+    }
+    if counts.iter().all(|c| c.searches == 0) && io.fs().file_len(&dir.join(SEARCH_COUNTS)).is_err()
+    {
+        return;
     }
     let data = encode(counts);
     if let Err(e) = io.write_atomic(dir, SEARCH_COUNTS, &data, IoComponent::SearchCounts) {
@@ -182,14 +195,22 @@ pub(crate) fn restore(io: &Io, dir: &Path, engines: &[Arc<Engine>]) -> u64 {
     for e in engines {
         let (sv, _) = e.snapshot();
         for run in sv.version.all_runs() {
-            let key = (e.keyspace, run.id());
-            if let Ok(i) = counts.binary_search_by_key(&key, |c| (c.keyspace, c.file)) {
-                run.add_wasted_searches(counts[i].searches);
-                added = added.saturating_add(counts[i].searches);
+            if let Some(n) = count_of(&counts, e.keyspace, run.id()) {
+                run.add_wasted_searches(n);
+                added = added.saturating_add(n);
             }
         }
     }
     added
+}
+
+/// The count `counts` (as [`decode`] returns them: in order) hold for run `file` of
+/// keyspace `keyspace`.
+fn count_of(counts: &[RunCount], keyspace: u32, file: u64) -> Option<u64> {
+    counts
+        .binary_search_by_key(&(keyspace, file), |c| (c.keyspace, c.file))
+        .ok()
+        .map(|i| counts[i].searches)
 }
 
 #[cfg(test)]
@@ -211,16 +232,38 @@ mod tests {
             c(1, 4, 7),
             c(0, 9, 3),
             c(0, 2, 0),
-            c(0, 3, u64::MAX),
+            c(0, 3, 1 << 40),
             c(0, 9, 5),
         ];
         let out = decode(&encode(input)).expect("decodes");
-        assert_eq!(out, vec![c(0, 3, u64::MAX), c(0, 9, 3), c(1, 4, 7)]);
+        assert_eq!(out, vec![c(0, 3, 1 << 40), c(0, 9, 3), c(1, 4, 7)]);
         assert_eq!(
             decode(&encode(vec![c(0, 9, 5), c(0, 9, 3)])),
             Ok(vec![c(0, 9, 5)])
         );
         assert_eq!(decode(&encode(Vec::new())), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_count_belongs_to_its_keyspaces_run_alone() {
+        // File ids are numbered per keyspace: the same id in two keyspaces is two runs.
+        let counts = decode(&encode(vec![c(2, 7, 30), c(0, 7, 10), c(1, 8, 20)])).unwrap();
+        assert_eq!(count_of(&counts, 0, 7), Some(10));
+        assert_eq!(count_of(&counts, 2, 7), Some(30));
+        assert_eq!(count_of(&counts, 1, 7), None);
+        assert_eq!(count_of(&counts, 1, 8), Some(20));
+        assert_eq!(count_of(&counts, 0, 8), None);
+    }
+
+    #[test]
+    fn counts_past_the_bound_are_clamped_when_written_and_refused_when_read() {
+        let out = decode(&encode(vec![c(0, 1, u64::MAX), c(0, 2, MAX_SEARCHES)])).unwrap();
+        assert_eq!(out, vec![c(0, 1, MAX_SEARCHES), c(0, 2, MAX_SEARCHES)]);
+        let over = [c(0, 1, MAX_SEARCHES + 1)];
+        assert!(matches!(
+            decode(&sealed(1, &over, &[])),
+            Err(CountsError::Invalid(_))
+        ));
     }
 
     #[test]
@@ -303,7 +346,7 @@ mod tests {
             let mut want: Vec<RunCount> = Vec::new();
             for x in &counts {
                 if x.searches > 0 && !want.iter().any(|w| (w.keyspace, w.file) == (x.keyspace, x.file)) {
-                    want.push(*x);
+                    want.push(c(x.keyspace, x.file, x.searches.min(MAX_SEARCHES)));
                 }
             }
             want.sort_unstable();

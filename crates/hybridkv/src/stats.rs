@@ -86,9 +86,10 @@ pub struct LevelStats {
     pub pinned_bytes: u64,
     /// Clients' gets that searched one of the level's current runs and did not find their
     /// key there, and clients' scans that positioned a cursor in one and took no pair from
-    /// it, since the database's last clean close saved them (`SEARCH_COUNTS`, read back at a
-    /// writable open) or, without one, since this process opened those runs
-    /// (`Options::merge_bytes_per_wasted_search`).
+    /// it, since those runs were written: this process's count, plus what earlier writable
+    /// processes counted up to their clean close (saved in `SEARCH_COUNTS` and added back
+    /// at a writable open; a read-only open starts at zero, a crash loses what was counted
+    /// since the last clean close) (`Options::merge_bytes_per_wasted_search`).
     pub wasted_searches: u64,
 }
 

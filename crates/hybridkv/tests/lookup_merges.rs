@@ -9,8 +9,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
+use common::hooked_fs::{injected, FsCall, FsHooks, HookedFs};
 use hybridkv::io::{CrashKind, SimFs};
 use hybridkv::{Db, Keyspace, Options};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const RUNS: u32 = 4;
@@ -172,8 +177,11 @@ fn runs_a_bloom_filter_rules_out_waste_next_to_nothing_and_stay() {
 
 #[test]
 fn a_merge_that_gets_of_two_processes_paid_for_runs_in_the_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = l1_of_runs(dir.path(), opts(256, 0));
+    let fs = Arc::new(SimFs::new());
+    let open =
+        |fs: &Arc<SimFs>| Db::open_with_fs("/db", opts(256, 0), Arc::clone(fs) as _).unwrap();
+    let db = open(&fs);
+    fill_runs(&db);
     let s = db.stats().unwrap();
     let rewrites: u64 = s.levels[0].file_bytes + s.levels[1].file_bytes;
     let per_get = 256 * u64::from(RUNS - 1);
@@ -184,9 +192,11 @@ fn a_merge_that_gets_of_two_processes_paid_for_runs_in_the_second() {
     in_vain(first, part);
     assert_eq!(runs, RUNS as usize);
     drop(db);
-    assert!(dir.path().join("SEARCH_COUNTS").exists());
+    assert!(fs
+        .read_file(std::path::Path::new("/db/SEARCH_COUNTS"))
+        .is_some());
 
-    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    let db = open(&fs);
     let s = db.stats().unwrap();
     assert_eq!(s.levels[0].files, RUNS as usize, "{s}");
     assert_eq!(s.levels[0].wasted_searches, first, "{s}");
@@ -196,13 +206,16 @@ fn a_merge_that_gets_of_two_processes_paid_for_runs_in_the_second() {
     assert_eq!(runs, 0, "{s}");
     assert_eq!(s.levels[1].files, 1, "{s}");
     every_pair_is_there(&db);
-    drop(db);
 
-    // The merged runs' counts went with them: nothing names them at the next open.
-    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    // The process dies after the merge: the file of the last clean close names runs that
+    // are gone. Their counts are dropped, not given to another run.
+    let image = Arc::new(fs.crash_image(CrashKind::ProcessCrash));
+    drop(db);
+    let db = open(&image);
     let s = db.stats().unwrap();
     assert_eq!(s.levels[0].files, 0, "{s}");
-    assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
+    assert!(s.levels.iter().all(|l| l.wasted_searches == 0), "{s}");
+    assert_eq!(s.search_counts_rejected, 0, "{s}");
     every_pair_is_there(&db);
 }
 
@@ -477,4 +490,70 @@ fn a_run_whose_every_pair_is_deleted_wastes_a_clients_scan_not_the_engines_walk(
     // A client's walk of the same range counts the older run once.
     assert_eq!(db.iter().count(), PER_RUN as usize);
     assert_eq!(l1(&db).wasted_searches, 1);
+}
+
+/// Fails every call named `what` ("create", "append", "sync", "rename") on the count file
+/// or its temporary name, on the real file system.
+struct FailCounts {
+    what: &'static str,
+    failed: AtomicU64,
+}
+
+impl FsHooks for FailCounts {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        path: &Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        let counts = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("SEARCH_COUNTS"));
+        if counts && what.name() == self.what {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(injected(what.name(), path));
+        }
+        call()
+    }
+}
+
+#[test]
+fn a_count_file_that_cannot_be_written_fails_no_close_and_leaves_the_last_counts() {
+    for what in ["create", "append", "sync", "rename"] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = l1_of_runs(dir.path(), opts(0, 0));
+        let (_, first, _) = get_oldest(&db, 0, 100);
+        in_vain(first, 100);
+        drop(db);
+
+        // A second process counts more; its close cannot write the file, and still
+        // succeeds.
+        let fs = Arc::new(HookedFs::new(
+            Arc::new(hybridkv::io::RealFs),
+            FailCounts {
+                what,
+                failed: AtomicU64::new(0),
+            },
+        ));
+        let db = Db::open_with_fs(dir.path(), opts(0, 0), fs.clone()).unwrap();
+        let (_, more, _) = get_oldest(&db, 0, 100);
+        assert!(more > first, "{what}: {more} after {first}");
+        db.close().unwrap();
+        assert!(fs.hooks().failed.load(Ordering::Relaxed) > 0, "{what}");
+        assert_eq!(
+            dir.path().join("SEARCH_COUNTS.tmp").exists(),
+            what != "create",
+            "{what}"
+        );
+
+        // The next open adds back what the first close saved, and sweeps the temporary
+        // file a failed write left.
+        let db = Db::open(dir.path(), opts(0, 0)).unwrap();
+        let s = db.stats().unwrap();
+        assert_eq!(s.levels[0].wasted_searches, first, "{what}: {s}");
+        assert_eq!(s.search_counts_rejected, 0, "{what}: {s}");
+        assert!(!dir.path().join("SEARCH_COUNTS.tmp").exists(), "{what}");
+        every_pair_is_there(&db);
+        db.close().unwrap();
+    }
 }

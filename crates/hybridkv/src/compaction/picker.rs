@@ -7,10 +7,10 @@ pub(crate) struct LevelShape {
     /// Bytes the level weighs against its target: its files, plus its medium values in
     /// full when the next level is the merge level (merging will write them there).
     pub bytes: u64,
-    /// Bytes of the level's files alone: what a merge from the level above rewrites of
-    /// this one (its medium values stay in the transient log until its own merge into the
-    /// merge level).
-    pub file_bytes: u64,
+    /// What a merge from the level above rewrites of this level: its files, and its
+    /// medium values only if this is the merge level (above it, they stay in the transient
+    /// log until this level's own merge into the merge level writes them).
+    pub rewritten_bytes: u64,
     /// Target size of the level.
     pub target: u64,
     /// A job is reading or writing this level.
@@ -28,8 +28,8 @@ pub(crate) struct LevelShape {
     pub wasted_bytes: u64,
 }
 
-/// A level is due for a merge once the estimated dead share of what the merge rewrites (it
-/// and the next level) reaches this, so that data that is overwritten but never fills the
+/// A level is due for a merge once the estimated dead share of what the merge rewrites (it,
+/// and what the merge rewrites of the next level) reaches this, so that data that is overwritten but never fills the
 /// level keeps space within about 1.5x.
 const DEAD_SHARE_DUE: f64 = 1.0 / 3.0;
 
@@ -103,17 +103,18 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
             score = score.max(src.runs as f64 / src.run_limit as f64);
         }
         if src.dead_bytes > 0 {
-            let dead_share = src.dead_bytes as f64 / (src.bytes + dst.bytes) as f64;
+            let dead_share =
+                src.dead_bytes as f64 / src.bytes.saturating_add(dst.rewritten_bytes) as f64;
             score = score.max(dead_share / DEAD_SHARE_DUE);
         }
         // Waste counts only where the merge leaves fewer runs to search: a lone run merged
         // into an empty level is searched just as before (a missing key's lookups charge
         // the deepest run they search, which may be the only one). It is weighed against
         // what this merge writes: the source in full (with its medium values when they
-        // reach the merge level now) and the destination's files, not the medium values
-        // the destination will write at its own merge.
+        // reach the merge level now) and what it rewrites of the destination, not the
+        // medium values the destination will write at its own merge.
         if src.wasted_bytes > 0 && src.runs + dst.runs >= 2 {
-            let rewrites = src.bytes.saturating_add(dst.file_bytes);
+            let rewrites = src.bytes.saturating_add(dst.rewritten_bytes);
             score = score.max(src.wasted_bytes as f64 / rewrites as f64);
         }
         if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
@@ -130,7 +131,7 @@ mod tests {
     fn shape(bytes: u64, target: u64) -> LevelShape {
         LevelShape {
             bytes,
-            file_bytes: bytes,
+            rewritten_bytes: bytes,
             target,
             busy: false,
             runs: 1,
@@ -173,14 +174,15 @@ mod tests {
         // full into L3, the merge level, at L2's own merge); merging L1 into it rewrites
         // only its 300 bytes of files.
         let mut v = vec![shape(600, 10_000), shape(2_300, 80_000), shape(5_000, 0)];
-        v[1].file_bytes = 300;
+        v[1].rewritten_bytes = 300;
         v[0].runs = 3;
         v[0].run_limit = 8;
         v[0].wasted_bytes = 899;
         assert_eq!(pick(&v), None);
         v[0].wasted_bytes = 900;
         assert_eq!(pick(&v), Some(1));
-        // The source counts in full (with its medium values, were L2 the merge level).
+        // The source counts in full (its `bytes`, which hold its medium values when the
+        // next level is the merge level).
         v[0].bytes = 1_600;
         assert_eq!(pick(&v), None);
         v[0].wasted_bytes = 1_900;
@@ -197,7 +199,11 @@ mod tests {
         v[0].dead_bytes = 300; // a third
         assert_eq!(pick(&v), Some(1));
         v[1].bytes = 30_000; // the same dead bytes are little beside a large next level
+        v[1].rewritten_bytes = 30_000;
         assert_eq!(pick(&v), None);
+        // Unless most of that level is medium values the merge does not rewrite.
+        v[1].rewritten_bytes = 300;
+        assert_eq!(pick(&v), Some(1));
     }
 
     #[test]

@@ -693,7 +693,13 @@ impl LevelFile {
     /// Adds `n` searches an earlier process counted against this file
     /// (`crate::search_counts::restore`).
     pub(crate) fn add_wasted_searches(&self, n: u64) {
-        self.wasted_searches.fetch_add(n, Ordering::Relaxed);
+        // Saturating: a count read from a file is bounded (`search_counts::MAX_SEARCHES`),
+        // but a sum must never wrap to a count that no longer makes a merge due.
+        let _ = self
+            .wasted_searches
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_add(n))
+            });
     }
 
     /// The offset of the leaf [`LevelFile::get`] of `key` would read from the device: the
