@@ -73,15 +73,9 @@ impl Db {
         for e in &opened.engines {
             e.flush_replayed()?;
         }
-        let shared = Self::share(opened, io, path.as_ref(), options);
         // Before any merge can be picked: the searches runs wasted before the last close.
-        {
-            let spaces = shared.spaces.lock();
-            let engines: Vec<_> = std::iter::once(Arc::clone(&shared.root))
-                .chain(spaces.open.values().map(|k| Arc::clone(&k.engine)))
-                .collect();
-            crate::search_counts::restore(&shared.io, &shared.dir, &engines);
-        }
+        crate::search_counts::restore(&io, path.as_ref(), &opened.engines);
+        let shared = Self::share(opened, io, path.as_ref(), options);
         *shared.root_threads.lock() = spawn_threads(&shared.root)?;
         {
             let mut spaces = shared.spaces.lock();

@@ -165,12 +165,12 @@ pub(crate) fn save(io: &Io, dir: &Path, engines: &[Arc<Engine>]) {
 }
 
 /// Reads the file in `dir` and adds each count to its run, if that run is still live in
-/// its keyspace's current state; returns the searches added back. A missing file adds
-/// nothing; one that cannot be read or decoded is logged and counted in the default
-/// keyspace's `Stats::search_counts_rejected`.
-pub(crate) fn restore(io: &Io, dir: &Path, engines: &[Arc<Engine>]) -> u64 {
+/// its keyspace's current state. A missing file adds nothing; one that cannot be read or
+/// decoded is logged and counted in the default keyspace's
+/// `Stats::search_counts_rejected`.
+pub(crate) fn restore(io: &Io, dir: &Path, engines: &[Arc<Engine>]) {
     let Some(root) = engines.first() else {
-        return 0;
+        return;
     };
     let path = dir.join(SEARCH_COUNTS);
     let counts = match io.read_all(&path, IoComponent::SearchCounts) {
@@ -179,16 +179,16 @@ pub(crate) fn restore(io: &Io, dir: &Path, engines: &[Arc<Engine>]) -> u64 {
             Err(why) => {
                 log::warn!("{}: ignored: {why}", path.display());
                 Counters::add(&root.counters.search_counts_rejected, 1);
-                return 0;
+                return;
             }
         },
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return 0;
+            return;
         }
         Err(e) => {
             log::warn!("wasted-search counts not read: {e}");
             Counters::add(&root.counters.search_counts_rejected, 1);
-            return 0;
+            return;
         }
     };
     let mut added = 0u64;
@@ -201,7 +201,10 @@ pub(crate) fn restore(io: &Io, dir: &Path, engines: &[Arc<Engine>]) -> u64 {
             }
         }
     }
-    added
+    log::info!(
+        "{}: {added} wasted searches of the last clean close added back",
+        dir.display()
+    );
 }
 
 /// The count `counts` (as [`decode`] returns them: in order) hold for run `file` of

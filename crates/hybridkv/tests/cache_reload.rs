@@ -7,11 +7,10 @@
 
 mod common;
 
-use common::hooked_fs::{injected, FsCall, FsHooks, HookedFs};
+use common::hooked_fs::{FailNamed, HookedFs};
 use hybridkv::{Db, Error, Options};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn opts() -> Options {
@@ -334,31 +333,6 @@ fn the_reload_reads_through_every_read_mode() {
     }
 }
 
-/// Fails every call named `what` ("create", "append", "sync", "rename") on the hint file
-/// or its temporary name, on the real file system.
-struct FailHints {
-    what: &'static str,
-    failed: AtomicU64,
-}
-
-impl FsHooks for FailHints {
-    fn around<T>(
-        &self,
-        what: FsCall<'_>,
-        path: &Path,
-        call: impl FnOnce() -> hybridkv::Result<T>,
-    ) -> hybridkv::Result<T> {
-        let hints = path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("CACHE_HINTS"));
-        if hints && what.name() == self.what {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            return Err(injected(what.name(), path));
-        }
-        call()
-    }
-}
-
 #[test]
 fn a_hint_file_that_cannot_be_written_fails_no_close_and_the_one_left_costs_only_the_reload() {
     for what in ["create", "append", "sync", "rename"] {
@@ -373,10 +347,7 @@ fn a_hint_file_that_cannot_be_written_fails_no_close_and_the_one_left_costs_only
         // succeeds.
         let fs = Arc::new(HookedFs::new(
             Arc::new(hybridkv::io::RealFs),
-            FailHints {
-                what,
-                failed: AtomicU64::new(0),
-            },
+            FailNamed::new("CACHE_HINTS", what),
         ));
         let db = Db::open_with_fs(dir.path(), opts(), fs.clone()).unwrap();
         for i in (0..N).step_by(3) {
@@ -391,7 +362,7 @@ fn a_hint_file_that_cannot_be_written_fails_no_close_and_the_one_left_costs_only
             assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{what}");
         }
         db.close().unwrap();
-        assert!(fs.hooks().failed.load(Ordering::Relaxed) > 0, "{what}");
+        assert!(fs.hooks().failed() > 0, "{what}");
         // The first session's hint file is left as it was; a write that failed after
         // the temporary file was made leaves that file behind.
         assert_eq!(

@@ -11,11 +11,9 @@
 
 mod common;
 
-use common::hooked_fs::{injected, FsCall, FsHooks, HookedFs};
+use common::hooked_fs::{FailNamed, HookedFs};
 use hybridkv::io::{CrashKind, SimFs};
 use hybridkv::{Db, Keyspace, Options};
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const RUNS: u32 = 4;
@@ -492,31 +490,6 @@ fn a_run_whose_every_pair_is_deleted_wastes_a_clients_scan_not_the_engines_walk(
     assert_eq!(l1(&db).wasted_searches, 1);
 }
 
-/// Fails every call named `what` ("create", "append", "sync", "rename") on the count file
-/// or its temporary name, on the real file system.
-struct FailCounts {
-    what: &'static str,
-    failed: AtomicU64,
-}
-
-impl FsHooks for FailCounts {
-    fn around<T>(
-        &self,
-        what: FsCall<'_>,
-        path: &Path,
-        call: impl FnOnce() -> hybridkv::Result<T>,
-    ) -> hybridkv::Result<T> {
-        let counts = path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("SEARCH_COUNTS"));
-        if counts && what.name() == self.what {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            return Err(injected(what.name(), path));
-        }
-        call()
-    }
-}
-
 #[test]
 fn a_count_file_that_cannot_be_written_fails_no_close_and_leaves_the_last_counts() {
     for what in ["create", "append", "sync", "rename"] {
@@ -530,16 +503,13 @@ fn a_count_file_that_cannot_be_written_fails_no_close_and_leaves_the_last_counts
         // succeeds.
         let fs = Arc::new(HookedFs::new(
             Arc::new(hybridkv::io::RealFs),
-            FailCounts {
-                what,
-                failed: AtomicU64::new(0),
-            },
+            FailNamed::new("SEARCH_COUNTS", what),
         ));
         let db = Db::open_with_fs(dir.path(), opts(0, 0), fs.clone()).unwrap();
         let (_, more, _) = get_oldest(&db, 0, 100);
         assert!(more > first, "{what}: {more} after {first}");
         db.close().unwrap();
-        assert!(fs.hooks().failed.load(Ordering::Relaxed) > 0, "{what}");
+        assert!(fs.hooks().failed() > 0, "{what}");
         assert_eq!(
             dir.path().join("SEARCH_COUNTS.tmp").exists(),
             what != "create",
@@ -556,4 +526,27 @@ fn a_count_file_that_cannot_be_written_fails_no_close_and_leaves_the_last_counts
         every_pair_is_there(&db);
         db.close().unwrap();
     }
+}
+
+#[test]
+fn a_count_file_that_cannot_be_read_is_counted_and_the_open_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = l1_of_runs(dir.path(), opts(0, 0));
+    let (_, wasted, _) = get_oldest(&db, 0, 100);
+    in_vain(wasted, 100);
+    drop(db);
+
+    // Opening the file fails (EIO on the real file system): the open succeeds with every
+    // count at zero, and says so.
+    let fs = Arc::new(HookedFs::new(
+        Arc::new(hybridkv::io::RealFs),
+        FailNamed::new("SEARCH_COUNTS", "open"),
+    ));
+    let db = Db::open_with_fs(dir.path(), opts(0, 0), fs.clone()).unwrap();
+    assert!(fs.hooks().failed() > 0);
+    let s = db.stats().unwrap();
+    assert_eq!(s.search_counts_rejected, 1, "{s}");
+    assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
+    every_pair_is_there(&db);
+    db.close().unwrap();
 }

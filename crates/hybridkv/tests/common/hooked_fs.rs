@@ -360,3 +360,46 @@ pub fn assert_io_error_on<T: std::fmt::Debug>(answer: Result<T>, ext: &str) {
         other => panic!("a failed read of a .{ext} file answered {other:?}"),
     }
 }
+
+/// Ready hooks that fail every call named `what` (an [`FsCall::name`]: "create", "open",
+/// "append", "sync", "rename", ...) on a file whose name starts with `prefix` (so its
+/// temporary `.tmp` name too), counting what they failed.
+pub struct FailNamed {
+    prefix: &'static str,
+    what: &'static str,
+    failed: std::sync::atomic::AtomicU64,
+}
+
+impl FailNamed {
+    pub fn new(prefix: &'static str, what: &'static str) -> FailNamed {
+        FailNamed {
+            prefix,
+            what,
+            failed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Calls failed so far.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl FsHooks for FailNamed {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        path: &Path,
+        call: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let named = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(self.prefix));
+        if named && what.name() == self.what {
+            self.failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(injected(what.name(), path));
+        }
+        call()
+    }
+}
