@@ -6,7 +6,7 @@
 //! (`Db::gc` runs its passes in the caller's thread); callers wait here for pending work.
 //! Never: does the work itself (`compaction::worker`, `gc::job`) or installs anything.
 
-use crate::compaction::picker::{level_targets, pick, LevelShape};
+use crate::compaction::picker::{level_targets, pick, LevelShape, MergePick};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::memtable::Memtable;
@@ -18,7 +18,7 @@ use std::time::Duration;
 /// A unit of background work.
 enum Work {
     Flush(Arc<Memtable>),
-    Compact(usize),
+    Compact(MergePick),
 }
 
 impl Engine {
@@ -42,7 +42,7 @@ impl Engine {
             };
             let result = match &work {
                 Work::Flush(mem) => self.run_flush(mem),
-                Work::Compact(level) => self.run_compaction(*level),
+                Work::Compact(pick) => self.run_compaction(*pick),
             };
             if let Err(e) = result {
                 // A failed job leaves the old state installed; refusing writes keeps
@@ -67,13 +67,14 @@ impl Engine {
                 return Some(Work::Flush(mem));
             }
         }
-        let level = pick(&self.level_shapes(&vs, false))?;
+        let chosen = pick(&self.level_shapes(&vs, false))?;
+        let level = chosen.source();
         for l in [level, level + 1] {
             if let Some(b) = vs.busy.get_mut(l) {
                 *b = true;
             }
         }
-        Some(Work::Compact(level))
+        Some(Work::Compact(chosen))
     }
 
     /// The target size of each level, L1 first (see `compaction::picker::level_targets`).
@@ -89,7 +90,8 @@ impl Engine {
     /// What the picker sees. L1 is due when its runs reach the growth factor or its bytes
     /// its target; any level above the last when the searches its runs wasted, weighed
     /// in bytes (`Options::merge_bytes_per_wasted_search`), reach what its merge rewrites
-    /// (its own bytes and what the merge rewrites of the next level).
+    /// (its own bytes and what the merge rewrites of the next level); L1's runs are
+    /// merged into one when that waste reaches what rewriting them alone costs.
     /// A level counts its medium pairs at pointer size, plus their full value
     /// size when the next level is the merge level: merging will write them in full
     /// (Parallax §3.3), and counting them keeps the growth factor between levels.

@@ -46,7 +46,10 @@ pub struct Options {
     /// the merge rewrites (the level, and the next level's files),
     /// provided the merge leaves fewer runs to search (not a lone run over an empty
     /// level); so a read-heavy phase that pays for L1's runs on every get merges them
-    /// after it has spent about what the merge costs, however few writes come. At 40
+    /// after it has spent about what the merge costs, however few writes come. L1's runs
+    /// are merged into one run of L1 instead once their waste reaches what rewriting them
+    /// alone costs (`Stats::merges_within_l1`): a get then searches one run of L1, not one
+    /// per run, without L2 being rewritten. At 40
     /// million SD pairs right after a load (seven L1 runs, Bloom filters off), a 2M-get Run C merged L1 into
     /// L2 (530 MB) on the way and ran 1.26x faster than with this off; the next Run C, on
     /// one L1-less tree, 1.56x (`docs/PERFORMANCE.md`, thirtieth round). Counts go with a

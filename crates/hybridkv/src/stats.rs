@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub synced_commits: AtomicU64,
     pub flushes: AtomicU64,
     pub compactions: AtomicU64,
+    pub merges_within_l1: AtomicU64,
     pub compaction_entries_in: AtomicU64,
     pub dropped_shadowed: AtomicU64,
     pub dropped_tombstones: AtomicU64,
@@ -127,8 +128,13 @@ pub struct Stats {
     pub synced_commits: u64,
     /// Memtable flushes into L1.
     pub flushes: u64,
-    /// Level-to-level compactions.
+    /// Merges of level runs: level-to-level compactions, and merges of L1's runs into one
+    /// (`merges_within_l1`).
     pub compactions: u64,
+    /// Merges of L1's runs into one run of L1, which the searches clients wasted in those
+    /// runs paid for (`Options::merge_bytes_per_wasted_search`); counted in `compactions`
+    /// too.
+    pub merges_within_l1: u64,
     /// Entries read by flushes and compactions.
     pub compaction_entries_in: u64,
     /// Older versions dropped by merges.
@@ -267,6 +273,7 @@ impl Stats {
         self.synced_commits = Counters::get(&c.synced_commits);
         self.flushes = Counters::get(&c.flushes);
         self.compactions = Counters::get(&c.compactions);
+        self.merges_within_l1 = Counters::get(&c.merges_within_l1);
         self.compaction_entries_in = Counters::get(&c.compaction_entries_in);
         self.dropped_shadowed = Counters::get(&c.dropped_shadowed);
         self.dropped_tombstones = Counters::get(&c.dropped_tombstones);
@@ -350,11 +357,13 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "commits: {} groups ({} synced); flushes {}; compactions {}; write stalls {}",
+            "commits: {} groups ({} synced); flushes {}; compactions {} ({} within L1); write \
+             stalls {}",
             self.commit_groups,
             self.synced_commits,
             self.flushes,
             self.compactions,
+            self.merges_within_l1,
             self.write_stalls
         )?;
         writeln!(

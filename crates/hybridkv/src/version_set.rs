@@ -400,6 +400,7 @@ mod tests {
     use crate::io::{FailMode, IoComponent, SimFs};
     use crate::level::builder::{EntryValue, LevelBuilder};
     use crate::log::large::{SegmentKind, SegmentWriter};
+    use crate::manifest::edit::RunPlace;
     use std::path::Path;
 
     const DIR: &str = "/db";
@@ -472,7 +473,7 @@ mod tests {
     fn merge_edit(io: &Io) -> VersionEdit {
         VersionEdit {
             runs_removed: vec![1, 2],
-            runs_added: vec![(2, run(io, 3, b"c"))],
+            runs_added: vec![(2, run(io, 3, b"c"), RunPlace::Oldest)],
             segments_freed: vec![11],
             garbage: vec![(10, 100)],
             ..VersionEdit::default()
@@ -553,6 +554,49 @@ mod tests {
         // Nothing was marked obsolete: run 1 is still on disk with its last holder gone.
         let run1 = Path::new(DIR).join(crate::level::reader::file_name(1));
         assert!(fs.read_file(&run1).is_some());
+    }
+
+    /// A merge of L1's runs into one puts its output below the runs flushed while it ran,
+    /// in memory and in the manifest, so a lookup finds their newer versions first.
+    #[test]
+    fn a_merge_within_l1_goes_below_the_runs_flushed_meanwhile() {
+        let fs = SimFs::new();
+        let io = io(&fs);
+        let vset = set(&io);
+        let l1 = |vset: &VersionSet| -> Vec<u64> {
+            let vs = vset.lock();
+            vs.version().runs(1).iter().map(|f| f.id()).collect()
+        };
+        let install = |edit: VersionEdit| {
+            let mut vs = vset.lock();
+            vset.log_and_apply(&mut vs, &edit, None).unwrap();
+        };
+        // Two flushes: L1 is 5, 4, 1 (newest first).
+        for id in [4, 5] {
+            install(VersionEdit {
+                runs_added: vec![(1, run(&io, id, b"k"), RunPlace::Newest)],
+                ..VersionEdit::default()
+            });
+        }
+        assert_eq!(l1(&vset), vec![5, 4, 1]);
+        // A merge took every run L1 held (5, 4 and 1); run 6 was flushed while it ran.
+        install(VersionEdit {
+            runs_added: vec![(1, run(&io, 6, b"k"), RunPlace::Newest)],
+            ..VersionEdit::default()
+        });
+        install(VersionEdit {
+            runs_removed: vec![5, 4, 1],
+            runs_added: vec![(1, run(&io, 7, b"k"), RunPlace::Oldest)],
+            segments_reassigned: vec![(11, 7)],
+            ..VersionEdit::default()
+        });
+        assert_eq!(l1(&vset), vec![6, 7]);
+        let m = ManifestState::load(&io, Path::new(DIR)).unwrap().unwrap();
+        assert_eq!(
+            m.levels.iter().map(|l| (l.0, l.1)).collect::<Vec<_>>(),
+            vec![(1, 6), (1, 7), (2, 2)]
+        );
+        assert_eq!(vset.lock().segments()[&11].owner, 7);
     }
 
     #[test]

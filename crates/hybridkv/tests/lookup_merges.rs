@@ -1,7 +1,9 @@
 //! Merges that lookups pay for (`Options::merge_bytes_per_wasted_search`): a level whose
 //! runs gets search in vain, or scans position a cursor in and take nothing from, is
 //! merged into the next once the searches it wasted, weighed in bytes, reach what the
-//! merge rewrites, with no write to set it off; Bloom filters that rule the runs out
+//! merge rewrites, with no write to set it off (L1's runs into one run of L1 once the
+//! waste pays for rewriting them alone, below any run flushed meanwhile; into L2 once it
+//! pays for L2 too); Bloom filters that rule the runs out
 //! leave gets nothing to waste (not scans); `0` turns it off; the engine's own lookups
 //! and walks count nothing. The counts outlive the process: a clean close saves them
 //! (`SEARCH_COUNTS`) and the next open adds them back, so a merge two processes paid for
@@ -549,4 +551,190 @@ fn a_count_file_that_cannot_be_read_is_counted_and_the_open_goes_on() {
     assert_eq!(s.levels[0].wasted_searches, 0, "{s}");
     every_pair_is_there(&db);
     db.close().unwrap();
+}
+
+/// Pairs of an L2 written before the runs: keys `L2_FROM..L2_FROM + L2_KEYS`.
+const L2_FROM: u32 = 100_000;
+const L2_KEYS: u32 = 40_000;
+
+/// An L2 of `L2_KEYS` pairs, several times larger than the `RUNS` runs then flushed into
+/// L1 (see [`fill_runs`]).
+fn l2_then_l1_runs(ks: &Keyspace) {
+    for i in L2_FROM..L2_FROM + L2_KEYS {
+        ks.put(key(i), value(i)).unwrap();
+    }
+    ks.compact_all().unwrap();
+    let s = ks.stats().unwrap();
+    assert_eq!((s.levels[0].files, s.levels[1].files), (0, 1), "{s}");
+    fill_runs(ks);
+}
+
+fn every_l2_pair_is_there(db: &Db) {
+    for i in L2_FROM..L2_FROM + L2_KEYS {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+}
+
+#[test]
+fn runs_whose_waste_pays_for_rewriting_them_but_not_l2_are_merged_into_one_run_of_l1() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    l2_then_l1_runs(&db);
+    let s = db.stats().unwrap();
+    let (l1, l2) = (s.levels[0].file_bytes, s.levels[1].file_bytes);
+    let l2_entries = s.levels[1].entries;
+    assert!(l2 > 3 * l1, "{s}");
+
+    // Four fifths of what rewriting L1's runs costs: nothing.
+    let per_get = 256 * u64::from(RUNS - 1);
+    let short = u32::try_from(l1 * 4 / 5 / per_get).unwrap();
+    let (_, wasted, runs) = get_oldest(&db, 0, short);
+    in_vain(wasted, short);
+    assert_eq!(runs, RUNS as usize);
+    assert_eq!(db.stats().unwrap().merges_within_l1, 0);
+
+    // Two fifths more pay for L1's runs (not for L2 besides): they become one run of L1,
+    // and L2 is not rewritten.
+    let more = u32::try_from(l1 * 2 / 5 / per_get).unwrap();
+    let (runs_then, wasted, runs) = get_oldest(&db, short, more);
+    if runs_then == RUNS as usize {
+        assert!(wasted * 256 >= l1, "{wasted} searches, {l1} bytes");
+        assert!(
+            wasted * 256 < l1 + l2,
+            "{wasted} searches, {l1} + {l2} bytes"
+        );
+    }
+    let s = db.stats().unwrap();
+    assert_eq!(runs, 1, "{s}");
+    assert_eq!(s.merges_within_l1, 1, "{s}");
+    assert_eq!(s.levels[0].entries, u64::from(RUNS * PER_RUN), "{s}");
+    assert_eq!(
+        (s.levels[1].file_bytes, s.levels[1].entries),
+        (l2, l2_entries),
+        "{s}"
+    );
+    every_pair_is_there(&db);
+    every_l2_pair_is_there(&db);
+
+    // A key of the oldest run is now one search in L1, not one per run.
+    let before = db.stats().unwrap().levels[0].wasted_searches;
+    assert_eq!(db.get(key(3)).unwrap(), Some(value(3)));
+    assert_eq!(db.stats().unwrap().levels[0].wasted_searches, before);
+    // And the merged run is what a reopen finds.
+    drop(db);
+    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!((s.levels[0].files, s.levels[1].files), (1, 1), "{s}");
+    every_pair_is_there(&db);
+    every_l2_pair_is_there(&db);
+}
+
+/// Holds the first create of a level file after [`HoldLevelCreate::arm`] until
+/// [`HoldLevelCreate::release`]: a merge's output, while the test flushes a run.
+#[derive(Default)]
+struct HoldLevelCreate {
+    state: std::sync::Mutex<Hold>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+enum Hold {
+    #[default]
+    Off,
+    Armed,
+    Holding,
+    Released,
+}
+
+impl HoldLevelCreate {
+    fn set(&self, to: Hold) {
+        *self.state.lock().unwrap() = to;
+        self.changed.notify_all();
+    }
+
+    fn arm(&self) {
+        self.set(Hold::Armed);
+    }
+
+    fn release(&self) {
+        self.set(Hold::Released);
+    }
+
+    /// Waits until a create is held; fails the test after a minute without one.
+    fn wait_holding(&self) {
+        let state = self.state.lock().unwrap();
+        let (state, timeout) = self
+            .changed
+            .wait_timeout_while(state, std::time::Duration::from_secs(60), |s| {
+                *s != Hold::Holding
+            })
+            .unwrap();
+        assert!(!timeout.timed_out(), "no merge began: {:?}", *state);
+    }
+}
+
+impl common::hooked_fs::FsHooks for HoldLevelCreate {
+    fn around<T>(
+        &self,
+        what: common::hooked_fs::FsCall<'_>,
+        path: &std::path::Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        let level_file = path.extension().is_some_and(|e| e == "lvl");
+        if level_file && what == common::hooked_fs::FsCall::Create {
+            let mut state = self.state.lock().unwrap();
+            if *state == Hold::Armed {
+                *state = Hold::Holding;
+                self.changed.notify_all();
+                while *state == Hold::Holding {
+                    state = self.changed.wait(state).unwrap();
+                }
+            }
+        }
+        call()
+    }
+}
+
+#[test]
+fn a_merge_within_l1_goes_below_a_run_flushed_while_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Arc::new(HookedFs::new(
+        Arc::new(hybridkv::io::RealFs),
+        HoldLevelCreate::default(),
+    ));
+    let db = Db::open_with_fs(dir.path(), opts(256, 0), fs.clone()).unwrap();
+    l2_then_l1_runs(&db);
+    let l1 = db.stats().unwrap().levels[0].file_bytes;
+
+    // Gets that pay for merging L1's runs into one (not L2 besides); the merge is held as
+    // it creates its output.
+    fs.hooks().arm();
+    let per_get = 256 * u64::from(RUNS - 1);
+    let gets = u32::try_from(l1 * 6 / 5 / per_get).unwrap();
+    for i in 0..gets {
+        assert_eq!(db.get(key(i % PER_RUN)).unwrap(), Some(value(i % PER_RUN)));
+    }
+    fs.hooks().wait_holding();
+
+    // Meanwhile a newer version of a key of the oldest run is flushed (on the other
+    // background thread), as L1's newest run.
+    db.put(key(5), b"newer").unwrap();
+    db.flush().unwrap();
+    assert_eq!(db.stats().unwrap().levels[0].files, RUNS as usize + 1);
+    fs.hooks().release();
+    db.compact().unwrap();
+
+    // The merged run went below it: the newer version is what a get finds, before and
+    // after a reopen.
+    let s = db.stats().unwrap();
+    assert_eq!(s.merges_within_l1, 1, "{s}");
+    assert_eq!(s.levels[0].files, 2, "{s}");
+    assert_eq!(db.get(key(5)).unwrap().as_deref(), Some(&b"newer"[..]));
+    drop(db);
+    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    assert_eq!(db.get(key(5)).unwrap().as_deref(), Some(&b"newer"[..]));
+    for i in (0..RUNS * PER_RUN).filter(|&i| i != 5) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+    every_l2_pair_is_there(&db);
 }

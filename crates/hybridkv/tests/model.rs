@@ -246,9 +246,10 @@ struct Config {
     delta_separation: bool,
     /// `Options::leaf_size`: 4 KiB (RocksDB's block) or the default 8 KiB.
     leaf_size: usize,
-    /// `Options::merge_bytes_per_wasted_search`: off, the default, or the most (about
-    /// every wasted search makes its level due, so merges run between the gets; the
-    /// case's files then have no Bloom filters, which would spare most searches).
+    /// `Options::merge_bytes_per_wasted_search`: off, the default, 4 KiB (a few dozen
+    /// wasted searches pay for merging L1's runs into one) or the most (about every wasted
+    /// search makes its level due, so merges run between the gets). From 4 KiB the case's
+    /// files have no Bloom filters, which would spare most searches.
     lookup_merges: u64,
 }
 
@@ -269,7 +270,7 @@ impl Config {
             delta_bucket_size: 4 << 10,
             leaf_size: self.leaf_size,
             merge_bytes_per_wasted_search: self.lookup_merges,
-            bloom_bits_per_key: if self.lookup_merges == 1 << 20 { 0 } else { 10 },
+            bloom_bits_per_key: if self.lookup_merges >= 4096 { 0 } else { 10 },
             // GC passes come from `Op::Gc` only, so a case replays identically.
             gc_interval: Duration::from_secs(3600),
             ..Options::default()
@@ -532,6 +533,7 @@ struct Harness {
 struct Totals {
     flushes: u64,
     compactions: u64,
+    merges_within_l1: u64,
     reopens: u64,
     read_only_opens: u64,
     snapshot_reads: u64,
@@ -592,6 +594,7 @@ impl Harness {
             let s = s.map_err(|e| format!("stats: {e}"))?;
             self.totals.flushes += s.flushes;
             self.totals.compactions += s.compactions;
+            self.totals.merges_within_l1 += s.merges_within_l1;
             self.totals.gc_segments_freed += s.gc_segments_freed;
             self.totals.medium_values_merged += s.medium_values_merged;
             self.totals.merges += s.merges;
@@ -1846,4 +1849,27 @@ fn deterministic_long_run_all_log() {
         1500,
     );
     assert!(t.gc_segments_freed > 0, "{t:?}");
+}
+
+#[test]
+fn deterministic_long_run_with_lookup_merges() {
+    // Gets and scans that search L1's runs in vain pay for merging them: into one run of
+    // L1 (below any run flushed meanwhile) or, with more waste, into L2.
+    let t = long_run(
+        0x5eed_0009,
+        Config {
+            placement: Placement::Hybrid,
+            merge_level: MediumMergeLevel::SecondToLast,
+            max_levels: 4,
+            cache: true,
+            pin: true,
+            threads: 2,
+            delta_separation: false,
+            leaf_size: 4096,
+            lookup_merges: 4096,
+        },
+        2000,
+    );
+    assert!(t.merges_within_l1 > 0, "{t:?}");
+    assert!(t.compactions > t.merges_within_l1, "{t:?}");
 }

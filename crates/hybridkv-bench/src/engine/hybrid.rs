@@ -293,7 +293,8 @@ impl Engine for HybridEngine {
                 .map(|&c| (c.name().to_string(), json!(f(c))))
                 .collect::<serde_json::Map<_, _>>()
         };
-        Some(json!({
+        // Beside the rest: one more key in the `json!` below passes its recursion limit.
+        let mut v = json!({
             "bytes_written": per(&|c| s.io.written_by(c)),
             "bytes_read": per(&|c| s.io.read_by(c)),
             "read_ops": per(&|c| s.io.read_ops_by(c)),
@@ -340,6 +341,8 @@ impl Engine for HybridEngine {
             "levels": s.levels.iter().map(|l| json!({
                 "level": l.level, "runs": l.files, "file_bytes": l.file_bytes, "entries": l.entries, "wasted_searches": l.wasted_searches
             })).collect::<Vec<_>>(),
-        }))
+        });
+        v["merges_within_l1"] = json!(s.merges_within_l1);
+        Some(v)
     }
 }

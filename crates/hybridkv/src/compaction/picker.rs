@@ -1,4 +1,5 @@
-//! Decides which level to merge next, and how large each level may grow (its target).
+//! Decides which merge runs next (a level into the next, or L1's runs into one), and how
+//! large each level may grow (its target).
 //! Pure: looks at sizes, busy flags and the average flushed run, does no I/O.
 
 /// What the picker sees of one level.
@@ -89,10 +90,33 @@ pub(crate) fn level_targets(memtable: u64, growth: u32, run_bytes: u64, levels: 
     std::iter::once(l1).chain(below).take(levels).collect()
 }
 
-/// Picks the level `i` (1-based) to merge into `i + 1`: the one most over its target, among
-/// those whose source and destination are idle. The last level is never a source.
-pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
+/// A merge the picker chose; levels are 1-based.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MergePick {
+    /// Every run of the level and of the next into one run of the next.
+    Down(usize),
+    /// Every run of a tiered level (L1) into one run of that level, placed below the runs
+    /// flushed while it ran: the searches its runs waste paid for rewriting them, but not
+    /// yet for rewriting the next level with them.
+    Within(usize),
+}
+
+impl MergePick {
+    /// The level the merge reads runs from (and, for [`MergePick::Within`], writes to).
+    pub(crate) fn source(self) -> usize {
+        match self {
+            MergePick::Down(l) | MergePick::Within(l) => l,
+        }
+    }
+}
+
+/// Picks the merge to run: the level (1-based) most over its target, among those whose
+/// source and destination are idle, merged into the next ([`MergePick::Down`]); or, when
+/// a tiered level's wasted searches paid for rewriting its own runs but not yet for a
+/// merge into the next, its runs into one ([`MergePick::Within`]). The last level is never
+/// a source. Both kinds keep the level and the next busy while they run.
+pub(crate) fn pick(levels: &[LevelShape]) -> Option<MergePick> {
+    let mut best: Option<(MergePick, f64)> = None;
     for (i, pair) in levels.windows(2).enumerate() {
         let [src, dst] = pair else { continue };
         if src.busy || dst.busy || src.bytes == 0 || src.target == 0 {
@@ -117,11 +141,21 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<usize> {
             let rewrites = src.bytes.saturating_add(dst.rewritten_bytes);
             score = score.max(src.wasted_bytes as f64 / rewrites as f64);
         }
+        let mut choice = (MergePick::Down(i + 1), score);
+        // Searches wasted in a tiered level's runs that pay for rewriting those runs (its
+        // files, and its medium values only if it is itself the merge level) but not for
+        // the merge into the next: one run instead of several leaves a get one search in
+        // the level instead of one per run, for a fraction of the rewrite.
+        if score < 1.0 && src.run_limit > 0 && src.runs >= 2 && src.wasted_bytes > 0 {
+            let within = src.wasted_bytes as f64 / src.rewritten_bytes.max(1) as f64;
+            choice = (MergePick::Within(i + 1), within);
+        }
+        let (pick, score) = choice;
         if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
-            best = Some((i + 1, score));
+            best = Some((pick, score));
         }
     }
-    best.map(|(level, _)| level)
+    best.map(|(pick, _)| pick)
 }
 
 #[cfg(test)]
@@ -146,16 +180,18 @@ mod tests {
         let mut v = vec![shape(600, 10_000), shape(300, 80_000), shape(5_000, 0)];
         v[0].runs = 3;
         v[0].run_limit = 8;
-        v[0].wasted_bytes = 899; // short of the 900 bytes a merge into L2 rewrites
+        v[0].wasted_bytes = 599; // short of the 600 bytes of L1's own runs
         assert_eq!(pick(&v), None);
+        v[0].wasted_bytes = 899; // short of the 900 bytes a merge into L2 rewrites
+        assert_eq!(pick(&v), Some(MergePick::Within(1)));
         v[0].wasted_bytes = 900;
-        assert_eq!(pick(&v), Some(1));
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
         // The same waste in L2 weighs against L2 and L3 together.
         v[0].wasted_bytes = 0;
         v[1].wasted_bytes = 5_000;
         assert_eq!(pick(&v), None);
         v[1].wasted_bytes = 5_300;
-        assert_eq!(pick(&v), Some(2));
+        assert_eq!(pick(&v), Some(MergePick::Down(2)));
         // A busy destination waits, whatever the waste.
         v[2].busy = true;
         assert_eq!(pick(&v), None);
@@ -165,7 +201,7 @@ mod tests {
         w[0].wasted_bytes = 1_000_000;
         assert_eq!(pick(&w), None);
         w[0].runs = 2;
-        assert_eq!(pick(&w), Some(1));
+        assert_eq!(pick(&w), Some(MergePick::Down(1)));
     }
 
     #[test]
@@ -178,15 +214,54 @@ mod tests {
         v[0].runs = 3;
         v[0].run_limit = 8;
         v[0].wasted_bytes = 899;
-        assert_eq!(pick(&v), None);
+        assert_eq!(pick(&v), Some(MergePick::Within(1)));
         v[0].wasted_bytes = 900;
-        assert_eq!(pick(&v), Some(1));
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
         // The source counts in full (its `bytes`, which hold its medium values when the
-        // next level is the merge level).
+        // next level is the merge level); merging its runs into one rewrites only its
+        // files (`rewritten_bytes`), which the waste has paid for.
         v[0].bytes = 1_600;
-        assert_eq!(pick(&v), None);
+        assert_eq!(pick(&v), Some(MergePick::Within(1)));
         v[0].wasted_bytes = 1_900;
-        assert_eq!(pick(&v), Some(1));
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
+    }
+
+    #[test]
+    fn runs_of_a_tiered_level_whose_waste_paid_for_rewriting_them_merge_into_one() {
+        // L1's 3 runs of 600 bytes over an L2 of 30,000: 600 bytes of waste pay for
+        // merging L1's runs into one, 30,600 for merging them into L2.
+        let mut v = vec![shape(600, 10_000), shape(30_000, 80_000), shape(0, 640_000)];
+        v[0].runs = 3;
+        v[0].run_limit = 8;
+        v[0].wasted_bytes = 599;
+        assert_eq!(pick(&v), None);
+        v[0].wasted_bytes = 600;
+        assert_eq!(pick(&v), Some(MergePick::Within(1)));
+        assert_eq!(MergePick::Within(1).source(), 1);
+        // When L1 is itself the merge level, its medium values are rewritten in place
+        // too, and count.
+        v[0].rewritten_bytes = 1_000;
+        assert_eq!(pick(&v), None);
+        v[0].wasted_bytes = 1_000;
+        assert_eq!(pick(&v), Some(MergePick::Within(1)));
+        // One run is already one search.
+        v[0].runs = 1;
+        assert_eq!(pick(&v), None);
+        v[0].runs = 3;
+        // Only a tiered level (one with a run limit): deeper levels hold one run each.
+        v[0].run_limit = 0;
+        assert_eq!(pick(&v), None);
+        v[0].run_limit = 8;
+        // Both levels idle: the merge holds L2 as a merge into it would.
+        v[1].busy = true;
+        assert_eq!(pick(&v), None);
+        v[1].busy = false;
+        // A level due on its own merges into the next, whatever its waste.
+        v[0].runs = 8;
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
+        v[0].runs = 3;
+        v[0].bytes = 20_000;
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
     }
 
     #[test]
@@ -197,13 +272,13 @@ mod tests {
         v[0].dead_bytes = 200; // 22% of the 900 bytes a merge rewrites: not yet
         assert_eq!(pick(&v), None);
         v[0].dead_bytes = 300; // a third
-        assert_eq!(pick(&v), Some(1));
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
         v[1].bytes = 30_000; // the same dead bytes are little beside a large next level
         v[1].rewritten_bytes = 30_000;
         assert_eq!(pick(&v), None);
         // Unless most of that level is medium values the merge does not rewrite.
         v[1].rewritten_bytes = 300;
-        assert_eq!(pick(&v), Some(1));
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
     }
 
     #[test]
@@ -252,7 +327,7 @@ mod tests {
         v[0].run_limit = 8;
         assert_eq!(pick(&v), None);
         v[0].runs = 8;
-        assert_eq!(pick(&v), Some(1));
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
     }
 
     #[test]
@@ -263,12 +338,12 @@ mod tests {
             shape(9000, 6400),
             shape(0, 51200),
         ];
-        assert_eq!(pick(&v), Some(2)); // 1.5 beats 1.4
+        assert_eq!(pick(&v), Some(MergePick::Down(2))); // 1.5 beats 1.4
         v[2].busy = true; // L2 -> L3 blocked by a job on L3
         assert_eq!(pick(&v), None);
         v[2].busy = false;
         v[0].bytes = 300; // L1 at 3x
-        assert_eq!(pick(&v), Some(1));
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
     }
 
     #[test]

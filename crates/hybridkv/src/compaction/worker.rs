@@ -3,6 +3,7 @@
 //! then the readers' version, then file deletion). `background` decides when they run.
 
 use super::job::{memtable_source, CacheFill, MediumPolicy, MergeJob, MergeOutcome, MergeSource};
+use super::picker::MergePick;
 use super::transient::{TransientReader, TransientSink};
 use crate::bucket::BucketTable;
 use crate::engine::Engine;
@@ -12,7 +13,7 @@ use crate::level::reader::LevelScanner;
 use crate::level::{LevelFile, LevelMeta};
 use crate::log::large::{SegmentFile, SegmentKind, SegmentSet, SegmentWriter};
 use crate::log::ptr::LOG_PTR_SIZE;
-use crate::manifest::edit::VersionEdit;
+use crate::manifest::edit::{RunPlace, VersionEdit};
 use crate::manifest::version::Version;
 use crate::memtable::Memtable;
 use crate::range_delete::RangeTombstones;
@@ -255,7 +256,10 @@ impl Engine {
                     None => vs.transient_of(&[id]),
                 };
                 let edit = VersionEdit {
-                    runs_added: new_file.into_iter().map(|f| (1, f)).collect(),
+                    runs_added: new_file
+                        .into_iter()
+                        .map(|f| (1, f, RunPlace::Newest))
+                        .collect(),
                     segments_freed: freed.clone(),
                     garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
                     log_min_id: Some(next_log),
@@ -506,11 +510,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Merges every run of level `level` and level `level + 1` into one run of `level + 1`;
-    /// at the deepest level (`max_levels`), rewrites its run in place (to drop what range
-    /// tombstones delete).
-    pub(crate) fn run_compaction(&self, level: usize) -> Result<()> {
-        let result = contain_panic(|| self.compact_inner(level));
+    /// Runs the merge `pick` names. [`MergePick::Down`]: every run of level `level` and
+    /// level `level + 1` into one run of `level + 1`; at the deepest level (`max_levels`),
+    /// its run rewritten in place (to drop what range tombstones delete).
+    /// [`MergePick::Within`]: every run of L1 into one run of L1, below the runs flushed
+    /// meanwhile. Levels `level` and `level + 1` are busy until it ends, whatever it did.
+    pub(crate) fn run_compaction(&self, pick: MergePick) -> Result<()> {
+        let level = pick.source();
+        let result = contain_panic(|| self.compact_inner(pick));
         let mut vs = self.versions.lock();
         for l in [level, level + 1] {
             if let Some(b) = vs.busy.get_mut(l) {
@@ -520,10 +527,15 @@ impl Engine {
         result
     }
 
-    fn compact_inner(&self, level: usize) -> Result<()> {
+    fn compact_inner(&self, pick: MergePick) -> Result<()> {
         let version: Arc<Version> = Arc::clone(self.versions.lock().version());
-        // The output level: the next one, or this one at the deepest level.
-        let into = (level + 1).min(self.opts.max_levels);
+        let level = pick.source();
+        // The output level: the next one, or this one at the deepest level or for a merge
+        // within the level.
+        let into = match pick {
+            MergePick::Down(l) => (l + 1).min(self.opts.max_levels),
+            MergePick::Within(l) => l,
+        };
         let below: &[Arc<LevelFile>] = if into == level {
             &[]
         } else {
@@ -558,8 +570,13 @@ impl Engine {
             MediumPolicy::Keep
         };
         // Which leaves were read, for the output's cache fill: those cached in L1's runs
-        // are there because their flush cached them.
-        let l1_runs = if level == 1 { version.runs(1).len() } else { 0 };
+        // are there because their flush cached them, so a merge into L2 ignores them; a
+        // merge within L1 keeps cached what was (gets search its output as they searched
+        // its inputs, and its inputs' leaves leave the cache as they age).
+        let l1_runs = match pick {
+            MergePick::Down(1) => version.runs(1).len(),
+            _ => 0,
+        };
         let mut scanners: Vec<LevelScanner> = inputs
             .iter()
             .enumerate()
@@ -596,7 +613,12 @@ impl Engine {
             };
             let edit = VersionEdit {
                 runs_removed: input_ids,
-                runs_added: new_file.into_iter().map(|f| (into, f)).collect(),
+                // The inputs were the output level's oldest runs: every run it held when
+                // the merge began (only flushes add runs meanwhile, as newest).
+                runs_added: new_file
+                    .into_iter()
+                    .map(|f| (into, f, RunPlace::Oldest))
+                    .collect(),
                 segments_freed: freed.clone(),
                 segments_reassigned: reassigned,
                 garbage: out.garbage.iter().map(|(&s, &b)| (s, b)).collect(),
@@ -604,17 +626,27 @@ impl Engine {
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, None)?;
-            if level == 1 {
+            if pick == MergePick::Down(1) {
                 // The shadowed versions went with the merge (runs flushed meanwhile start
-                // a new estimate; what they shadow is counted low, never high).
+                // a new estimate; what they shadow is counted low, never high). A merge
+                // within L1 leaves the estimate: part of what it counts is in L2, which
+                // only a merge into L2 drops (counted high until then: such a merge comes
+                // no later than it would have without the merge within).
                 vs.l1_dead_estimate = 0;
             }
             freed
         };
         self.count_transient_freed(&freed);
         Counters::add(&self.counters.compactions, 1);
+        if let MergePick::Within(_) = pick {
+            Counters::add(&self.counters.merges_within_l1, 1);
+        }
+        let what = match pick {
+            MergePick::Down(_) => format!("L{level} into L{into}"),
+            MergePick::Within(_) => format!("L{level}'s {} runs into one", inputs.len()),
+        };
         log::info!(
-            "{}: merged L{level} into L{into} ({} entries in, {} shadowed, {} tombstones and {} \
+            "{}: merged {what} ({} entries in, {} shadowed, {} tombstones and {} \
              range-deleted versions dropped)",
             self.dir.display(),
             out.entries_in,
@@ -694,7 +726,7 @@ impl Engine {
                 }
                 idle
             })?;
-            self.run_compaction(level)?;
+            self.run_compaction(MergePick::Down(level))?;
             self.wake_all();
         }
     }

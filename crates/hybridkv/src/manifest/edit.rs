@@ -28,13 +28,26 @@ pub(crate) struct SegmentMeta {
 /// The live log segments and their bookkeeping, by file id.
 pub(crate) type SegmentTable = BTreeMap<u64, SegmentMeta>;
 
+/// Where an added run goes among its level's runs (newest first): the place decides which
+/// version of a key a lookup finds first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunPlace {
+    /// Before every run the level holds: a flush's run, newer than all of them.
+    Newest,
+    /// After every run the level keeps: a merge's output, which replaces runs that were
+    /// the level's oldest (every run it held when the merge began; only flushes add runs
+    /// meanwhile, and they add them as newest).
+    Oldest,
+}
+
 /// One change, described before anything is changed.
 #[derive(Debug, Default)]
 pub(crate) struct VersionEdit {
     /// Runs removed from whatever level holds them, by file id.
     pub runs_removed: Vec<u64>,
-    /// Runs added, each as the newest run of its level (1-based), in the order given.
-    pub runs_added: Vec<(usize, Arc<LevelFile>)>,
+    /// Runs added to their level (1-based), in the order given, each where its
+    /// [`RunPlace`] says.
+    pub runs_added: Vec<(usize, Arc<LevelFile>, RunPlace)>,
     /// Segments that leave the table (their files go once no reader holds them).
     pub segments_freed: Vec<u64>,
     /// Transient segments handed to another run: (segment id, new owner run).
@@ -72,12 +85,15 @@ impl VersionEdit {
         for runs in &mut version.levels {
             runs.retain(|f| !self.runs_removed.contains(&f.id()));
         }
-        for (level, file) in &self.runs_added {
+        for (level, file, place) in &self.runs_added {
             if let Some(runs) = level.checked_sub(1).and_then(|i| version.levels.get_mut(i)) {
-                runs.insert(0, Arc::clone(file));
+                match place {
+                    RunPlace::Newest => runs.insert(0, Arc::clone(file)),
+                    RunPlace::Oldest => runs.push(Arc::clone(file)),
+                }
             }
         }
-        let added: Vec<u64> = self.runs_added.iter().map(|(_, f)| f.id()).collect();
+        let added: Vec<u64> = self.runs_added.iter().map(|(_, f, _)| f.id()).collect();
         let live: Vec<u64> = version.all_runs().map(|f| f.id()).collect();
         crate::range_delete::carry_pending(
             &mut version.range_tombstones,
