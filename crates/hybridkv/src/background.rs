@@ -121,6 +121,11 @@ impl Engine {
                     } else {
                         0
                     },
+                    runs_since_merge: if l == 1 {
+                        vs.l1_flushes
+                    } else {
+                        v.runs(l).len()
+                    },
                     dead_bytes: if l == 1 { vs.l1_dead_estimate } else { 0 },
                     wasted_bytes: v
                         .runs(l)

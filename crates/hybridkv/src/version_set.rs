@@ -67,6 +67,11 @@ pub(crate) struct VersionState {
     /// sized from it (`compaction::picker::level_targets`). A scheduling hint kept in
     /// memory, never in the manifest.
     pub flushed_run_bytes: u64,
+    /// Runs flushed into L1 since its last merge into L2 (at open: the runs it holds):
+    /// what L1's run limit counts, so that merges within L1, which leave it fewer runs,
+    /// never put off the merge into L2 that `growth_factor` flushes make due. A scheduling
+    /// hint kept in memory, never in the manifest.
+    pub l1_flushes: usize,
     /// Ids of level files that running flushes and compactions are writing: live, though no
     /// version names them yet (`check` must not call them orphans).
     pending_outputs: std::collections::BTreeSet<u64>,
@@ -167,6 +172,7 @@ impl VersionSet {
         if let Some(b) = busy.get_mut(0) {
             *b = true;
         }
+        let l1_flushes = r.version.runs(1).len();
         VersionSet {
             io,
             dir,
@@ -179,6 +185,7 @@ impl VersionSet {
                 flushing: false,
                 l1_dead_estimate: 0,
                 flushed_run_bytes: 0,
+                l1_flushes,
                 pending_outputs: Default::default(),
             }),
             read: RwLock::new(ReadState {

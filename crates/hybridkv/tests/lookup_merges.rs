@@ -613,20 +613,47 @@ fn runs_whose_waste_pays_for_rewriting_them_but_not_l2_are_merged_into_one_run_o
         (l2, l2_entries),
         "{s}"
     );
-    every_pair_is_there(&db);
-    every_l2_pair_is_there(&db);
+    let compactions = s.compactions;
 
-    // A key of the oldest run is now one search in L1, not one per run.
-    let before = db.stats().unwrap().levels[0].wasted_searches;
+    // A key of the oldest run is now one search in L1, not one per run; no key of L1 is
+    // a search in vain.
+    let before = s.levels[0].wasted_searches;
     assert_eq!(db.get(key(3)).unwrap(), Some(value(3)));
+    every_pair_is_there(&db);
     assert_eq!(db.stats().unwrap().levels[0].wasted_searches, before);
-    // And the merged run is what a reopen finds.
-    drop(db);
-    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+
+    // The merge within L1 did not reset its run limit: the `growth_factor` (8) flushes
+    // since L1's last merge into L2 make it due, though L1 holds fewer runs.
+    let flush_run = |r: u32| {
+        for i in 0..PER_RUN {
+            let k = L2_FROM * 2 + r * PER_RUN + i;
+            db.put(key(k), value(k)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    };
+    for r in 0..3 {
+        flush_run(r);
+    }
     let s = db.stats().unwrap();
-    assert_eq!((s.levels[0].files, s.levels[1].files), (1, 1), "{s}");
+    assert_eq!((s.levels[0].files, s.compactions), (4, compactions), "{s}");
+    flush_run(3);
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, 0, "{s}");
+    assert_eq!(
+        s.levels[1].entries,
+        l2_entries + u64::from(2 * RUNS * PER_RUN),
+        "{s}"
+    );
+
+    // Reopened without lookup merges (gets of L2's keys would pay for another merge).
+    drop(db);
+    let db = Db::open(dir.path(), opts(0, 0)).unwrap();
     every_pair_is_there(&db);
     every_l2_pair_is_there(&db);
+    for k in L2_FROM * 2..L2_FROM * 2 + RUNS * PER_RUN {
+        assert_eq!(db.get(key(k)).unwrap(), Some(value(k)), "key {k}");
+    }
 }
 
 /// Holds the first create of a level file after [`HoldLevelCreate::arm`] until
@@ -717,8 +744,13 @@ fn a_merge_within_l1_goes_below_a_run_flushed_while_it_ran() {
     fs.hooks().wait_holding();
 
     // Meanwhile a newer version of a key of the oldest run is flushed (on the other
-    // background thread), as L1's newest run.
+    // background thread), as L1's newest run, with a range tombstone over another key of
+    // the oldest run, which the merge (begun before it) does not apply: the tombstone
+    // must go on deleting it in the merged run.
     db.put(key(5), b"newer").unwrap();
+    let mut end = key(6);
+    end.push(0);
+    db.delete_range(key(6), &end).unwrap();
     db.flush().unwrap();
     assert_eq!(db.stats().unwrap().levels[0].files, RUNS as usize + 1);
     fs.hooks().release();
@@ -730,10 +762,12 @@ fn a_merge_within_l1_goes_below_a_run_flushed_while_it_ran() {
     assert_eq!(s.merges_within_l1, 1, "{s}");
     assert_eq!(s.levels[0].files, 2, "{s}");
     assert_eq!(db.get(key(5)).unwrap().as_deref(), Some(&b"newer"[..]));
+    assert_eq!(db.get(key(6)).unwrap(), None);
     drop(db);
-    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    let db = Db::open(dir.path(), opts(0, 0)).unwrap();
     assert_eq!(db.get(key(5)).unwrap().as_deref(), Some(&b"newer"[..]));
-    for i in (0..RUNS * PER_RUN).filter(|&i| i != 5) {
+    assert_eq!(db.get(key(6)).unwrap(), None);
+    for i in (0..RUNS * PER_RUN).filter(|&i| i != 5 && i != 6) {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
     }
     every_l2_pair_is_there(&db);

@@ -20,6 +20,10 @@ pub(crate) struct LevelShape {
     pub runs: usize,
     /// Runs that make the level due for a merge on their own (0: no limit).
     pub run_limit: usize,
+    /// What the run limit counts: for L1, the runs flushed into it since its last merge
+    /// into the next level (a merge within L1 leaves fewer runs, not fewer flushes, so
+    /// it never puts off that merge); elsewhere its runs.
+    pub runs_since_merge: usize,
     /// Estimated bytes of older versions, in this level or the next, that this level's
     /// runs shadow (a merge into the next level drops them).
     pub dead_bytes: u64,
@@ -124,7 +128,8 @@ pub(crate) fn pick(levels: &[LevelShape]) -> Option<MergePick> {
         }
         let mut score = src.bytes as f64 / src.target as f64;
         if src.run_limit > 0 {
-            score = score.max(src.runs as f64 / src.run_limit as f64);
+            let runs = src.runs.max(src.runs_since_merge);
+            score = score.max(runs as f64 / src.run_limit as f64);
         }
         if src.dead_bytes > 0 {
             let dead_share =
@@ -170,6 +175,7 @@ mod tests {
             busy: false,
             runs: 1,
             run_limit: 0,
+            runs_since_merge: 0,
             dead_bytes: 0,
             wasted_bytes: 0,
         }
@@ -259,7 +265,13 @@ mod tests {
         // A level due on its own merges into the next, whatever its waste.
         v[0].runs = 8;
         assert_eq!(pick(&v), Some(MergePick::Down(1)));
+        // So is L1 after as many flushes, though merges within it left it fewer runs.
         v[0].runs = 3;
+        v[0].runs_since_merge = 7;
+        assert_eq!(pick(&v), Some(MergePick::Within(1)));
+        v[0].runs_since_merge = 8;
+        assert_eq!(pick(&v), Some(MergePick::Down(1)));
+        v[0].runs_since_merge = 3;
         v[0].bytes = 20_000;
         assert_eq!(pick(&v), Some(MergePick::Down(1)));
     }

@@ -278,6 +278,8 @@ impl Engine {
                     t.installed();
                 }
                 stored?;
+                // A flush that wrote no run (nothing survived) adds none.
+                vs.l1_flushes += edit.runs_added.len();
                 vs.l1_dead_estimate = vs.l1_dead_estimate.saturating_add(shadowed);
                 vs.flushed_run_bytes =
                     crate::compaction::picker::average_run_bytes(vs.flushed_run_bytes, run_bytes);
@@ -626,13 +628,24 @@ impl Engine {
                 ..VersionEdit::default()
             };
             self.install(&mut vs, &edit, None)?;
-            if pick == MergePick::Down(1) {
-                // The shadowed versions went with the merge (runs flushed meanwhile start
-                // a new estimate; what they shadow is counted low, never high). A merge
-                // within L1 leaves the estimate: part of what it counts is in L2, which
-                // only a merge into L2 drops (counted high until then: such a merge comes
-                // no later than it would have without the merge within).
-                vs.l1_dead_estimate = 0;
+            match pick {
+                MergePick::Down(1) => {
+                    // The shadowed versions went with the merge (runs flushed meanwhile
+                    // start a new estimate; what they shadow is counted low, never high).
+                    vs.l1_dead_estimate = 0;
+                    vs.l1_flushes = vs.version().runs(1).len();
+                }
+                MergePick::Within(_) => {
+                    // The versions L1's runs shadowed in L1 went with the merge (what it
+                    // shrank by); those in L2 wait for the merge into L2.
+                    let stored = |f: &LevelFile| f.node_bytes() + f.medium_bytes();
+                    let before: u64 = inputs.iter().map(|f| stored(f)).sum();
+                    let after = edit.runs_added.first().map_or(0, |(_, f, _)| stored(f));
+                    vs.l1_dead_estimate = vs
+                        .l1_dead_estimate
+                        .saturating_sub(before.saturating_sub(after));
+                }
+                MergePick::Down(_) => {}
             }
             freed
         };
