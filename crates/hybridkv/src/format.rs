@@ -1,9 +1,11 @@
 //! Byte-level primitives shared by every on-disk format: a checked little-endian decoder,
-//! encoding helpers, the CRC32C checksum and the key hash of every Bloom filter.
+//! encoding helpers, the CRC32C checksum, the key hash of every Bloom filter, and the frame
+//! of the advisory side files ([`SideFileFrame`]: magic, version, body, CRC32C).
 //!
-//! Owns: bounds-checked reading of untrusted bytes. Never: knows a file layout; each format
-//! module (`log`, `level`, `manifest`, the write batch) builds on these. A short or malformed input is a
-//! `None`/error, never a panic.
+//! Owns: bounds-checked reading of untrusted bytes. Never: knows what a file's body holds;
+//! each format module (`log`, `level`, `manifest`, the write batch, the cache hints, the
+//! search counts) builds on these. A short or malformed input is a `None`/error, never a
+//! panic.
 
 /// CRC32C (Castagnoli), the checksum of every on-disk record and node.
 pub fn crc32c(data: &[u8]) -> u32 {
@@ -20,6 +22,82 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// of the level-file format: changing it changes what a stored filter answers.
 pub fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// Why an advisory side file (the cache hint file, the search count file) was not used;
+/// the engine ignores such a file, counts it, and goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SideFileError {
+    /// Shorter than its header and checksum, or a count or length runs past its end.
+    #[error("truncated")]
+    Truncated,
+    /// Its first eight bytes are not the magic of the kind of file named.
+    #[error("not a {0} file")]
+    BadMagic(&'static str),
+    /// Written by a version this code does not read.
+    #[error("unsupported version {0}")]
+    Version(u32),
+    /// The checksum does not match the bytes.
+    #[error("checksum mismatch")]
+    Checksum,
+    /// A field holds an impossible value (what, in the words of the file's module).
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+/// The frame of an advisory side file: eight bytes of magic, the format version (u32), the
+/// body, and the CRC32C of everything before it. `docs/FORMAT.md`, "Cache hint file" and
+/// "Search count file".
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SideFileFrame {
+    pub magic: &'static [u8; 8],
+    pub version: u32,
+    /// What the file is, for [`SideFileError::BadMagic`] ("cache hint").
+    pub kind: &'static str,
+}
+
+impl SideFileFrame {
+    /// A new file up to its body (magic and version), with room for `body` more bytes.
+    pub(crate) fn start(&self, body: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + body + 4);
+        out.extend_from_slice(self.magic);
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out
+    }
+
+    /// Ends a file begun with [`SideFileFrame::start`]: appends the checksum.
+    pub(crate) fn seal(&self, mut out: Vec<u8>) -> Vec<u8> {
+        let crc = crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// The body of `buf`, after checking, in this order, that it holds the header, the
+    /// checksum and at least `min_body` bytes between them, then its magic, its version
+    /// and its checksum.
+    pub(crate) fn open<'a>(
+        &self,
+        buf: &'a [u8],
+        min_body: usize,
+    ) -> Result<&'a [u8], SideFileError> {
+        if buf.len() < 12usize.saturating_add(min_body).saturating_add(4) {
+            return Err(SideFileError::Truncated);
+        }
+        let (magic, rest) = buf.split_at(8);
+        if magic != self.magic {
+            return Err(SideFileError::BadMagic(self.kind));
+        }
+        let (covered, crc) = buf.split_at(buf.len() - 4);
+        let version = Decoder::new(rest).u32().ok_or(SideFileError::Truncated)?;
+        if version != self.version {
+            return Err(SideFileError::Version(version));
+        }
+        let stored = Decoder::new(crc).u32().ok_or(SideFileError::Truncated)?;
+        if crc32c(covered) != stored {
+            return Err(SideFileError::Checksum);
+        }
+        covered.get(12..).ok_or(SideFileError::Truncated)
+    }
 }
 
 /// A cursor over untrusted bytes whose every read is checked.
@@ -137,6 +215,46 @@ pub fn put_u32_at(buf: &mut [u8], offset: usize, v: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_side_file_frame_opens_what_it_sealed_and_names_what_is_wrong_with_the_rest() {
+        let frame = SideFileFrame {
+            magic: b"HKVTEST\0",
+            version: 3,
+            kind: "test",
+        };
+        let mut f = frame.start(5);
+        f.extend_from_slice(b"hello");
+        let f = frame.seal(f);
+        assert_eq!(f.len(), 8 + 4 + 5 + 4);
+        assert_eq!(frame.open(&f, 5), Ok(&b"hello"[..]));
+        assert_eq!(frame.open(&f, 6), Err(SideFileError::Truncated));
+        assert_eq!(frame.open(&f[..15], 0), Err(SideFileError::Truncated));
+        let mut bad = f.clone();
+        bad[0] ^= 1;
+        assert_eq!(frame.open(&bad, 0), Err(SideFileError::BadMagic("test")));
+        assert_eq!(
+            SideFileError::BadMagic("test").to_string(),
+            "not a test file"
+        );
+        let other = SideFileFrame {
+            version: 4,
+            ..frame
+        };
+        assert_eq!(other.open(&f, 0), Err(SideFileError::Version(3)));
+        for i in 12..f.len() {
+            let mut bad = f.clone();
+            bad[i] ^= 0x10;
+            assert_eq!(
+                frame.open(&bad, 0),
+                Err(SideFileError::Checksum),
+                "byte {i}"
+            );
+        }
+        // An empty body is a file too.
+        let empty = frame.seal(frame.start(0));
+        assert_eq!(frame.open(&empty, 0), Ok(&b""[..]));
+    }
 
     #[test]
     fn decoder_stops_at_end() {

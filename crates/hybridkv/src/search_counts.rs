@@ -16,7 +16,7 @@
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::filename::SEARCH_COUNTS;
-use crate::format::{crc32c, Decoder};
+use crate::format::{Decoder, SideFileError, SideFileFrame};
 use crate::io::{Io, IoComponent};
 use crate::stats::Counters;
 use std::path::Path;
@@ -32,8 +32,6 @@ pub(crate) const VERSION: u32 = 1;
 pub(crate) const MAX_SEARCHES: u64 = 1 << 48;
 /// Bytes of one entry: keyspace u32, file id u64, searches u64.
 const ENTRY_LEN: usize = 4 + 8 + 8;
-/// Bytes before the entries: magic, version, entry count.
-const HEADER_LEN: usize = 8 + 4 + 4;
 
 /// One run's count: the keyspace, the run's file id in it, and the searches it wasted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,26 +41,12 @@ pub(crate) struct RunCount {
     pub searches: u64,
 }
 
-/// Why a search count file was not used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum CountsError {
-    /// Shorter than its header and checksum, or its entry count says more bytes than it has.
-    #[error("truncated")]
-    Truncated,
-    /// Not a search count file.
-    #[error("not a search count file")]
-    BadMagic,
-    /// Written by a version this code does not read.
-    #[error("unsupported version {0}")]
-    Version(u32),
-    /// The checksum does not match the bytes.
-    #[error("checksum mismatch")]
-    Checksum,
-    /// A field holds an impossible value (a count of zero or over [`MAX_SEARCHES`], runs
-    /// out of order or named twice, bytes left over).
-    #[error("{0}")]
-    Invalid(&'static str),
-}
+/// The frame of a search count file (magic, version, body, CRC32C).
+const FRAME: SideFileFrame = SideFileFrame {
+    magic: MAGIC,
+    version: VERSION,
+    kind: "search count",
+};
 
 /// Encodes `counts` (sorted here; zero counts dropped, counts over [`MAX_SEARCHES`]
 /// clamped to it, and of a run named twice the first count kept): the header (magic, version, entry count), the entries, and the CRC32C of
@@ -73,63 +57,46 @@ pub(crate) fn encode(mut counts: Vec<RunCount>) -> Vec<u8> {
     counts.dedup_by_key(|c| (c.keyspace, c.file));
     // A database has far fewer runs than u32::MAX; more would be cut, not miscounted.
     counts.truncate(u32::MAX as usize);
-    let mut out = Vec::with_capacity(HEADER_LEN + counts.len() * ENTRY_LEN + 4);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    let mut out = FRAME.start(4 + counts.len() * ENTRY_LEN);
     out.extend_from_slice(&(counts.len() as u32).to_le_bytes());
     for c in &counts {
         out.extend_from_slice(&c.keyspace.to_le_bytes());
         out.extend_from_slice(&c.file.to_le_bytes());
         out.extend_from_slice(&c.searches.min(MAX_SEARCHES).to_le_bytes());
     }
-    let crc = crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    FRAME.seal(out)
 }
 
 /// Decodes a search count file, checking its magic, version and checksum first, then
 /// that the entry count fills the bytes exactly and every entry.
-pub(crate) fn decode(buf: &[u8]) -> Result<Vec<RunCount>, CountsError> {
-    if buf.len() < HEADER_LEN + 4 {
-        return Err(CountsError::Truncated);
-    }
-    if &buf[..8] != MAGIC {
-        return Err(CountsError::BadMagic);
-    }
-    let (body, crc) = buf.split_at(buf.len() - 4);
-    let mut d = Decoder::new(&body[8..]);
-    let version = d.u32().ok_or(CountsError::Truncated)?;
-    if version != VERSION {
-        return Err(CountsError::Version(version));
-    }
-    let stored = Decoder::new(crc).u32().ok_or(CountsError::Truncated)?;
-    if crc32c(body) != stored {
-        return Err(CountsError::Checksum);
-    }
-    let count = d.u32().ok_or(CountsError::Truncated)? as usize;
+pub(crate) fn decode(buf: &[u8]) -> Result<Vec<RunCount>, SideFileError> {
+    let mut d = Decoder::new(FRAME.open(buf, 4)?);
+    let count = d.u32().ok_or(SideFileError::Truncated)? as usize;
     // The count is checked against the bytes left before anything is reserved for it.
-    let needed = count.checked_mul(ENTRY_LEN).ok_or(CountsError::Truncated)?;
+    let needed = count
+        .checked_mul(ENTRY_LEN)
+        .ok_or(SideFileError::Truncated)?;
     if needed > d.remaining() {
-        return Err(CountsError::Truncated);
+        return Err(SideFileError::Truncated);
     }
     if needed < d.remaining() {
-        return Err(CountsError::Invalid("bytes after the last entry"));
+        return Err(SideFileError::Invalid("bytes after the last entry"));
     }
     let mut out: Vec<RunCount> = Vec::with_capacity(count);
     for _ in 0..count {
         let c = RunCount {
-            keyspace: d.u32().ok_or(CountsError::Truncated)?,
-            file: d.u64().ok_or(CountsError::Truncated)?,
-            searches: d.u64().ok_or(CountsError::Truncated)?,
+            keyspace: d.u32().ok_or(SideFileError::Truncated)?,
+            file: d.u64().ok_or(SideFileError::Truncated)?,
+            searches: d.u64().ok_or(SideFileError::Truncated)?,
         };
         if c.searches == 0 || c.searches > MAX_SEARCHES {
-            return Err(CountsError::Invalid("a count out of range"));
+            return Err(SideFileError::Invalid("a count out of range"));
         }
         if out
             .last()
             .is_some_and(|p| (p.keyspace, p.file) >= (c.keyspace, c.file))
         {
-            return Err(CountsError::Invalid("runs out of order or named twice"));
+            return Err(SideFileError::Invalid("runs out of order or named twice"));
         }
         out.push(c);
     }
@@ -219,6 +186,7 @@ fn count_of(counts: &[RunCount], keyspace: u32, file: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::crc32c;
     use proptest::prelude::*;
 
     fn c(keyspace: u32, file: u64, searches: u64) -> RunCount {
@@ -265,7 +233,7 @@ mod tests {
         let over = [c(0, 1, MAX_SEARCHES + 1)];
         assert!(matches!(
             decode(&sealed(1, &over, &[])),
-            Err(CountsError::Invalid(_))
+            Err(SideFileError::Invalid(_))
         ));
     }
 
@@ -283,10 +251,10 @@ mod tests {
         }
         let mut other = good.clone();
         other[8..12].copy_from_slice(&2u32.to_le_bytes());
-        assert_eq!(decode(&other), Err(CountsError::Version(2)));
+        assert_eq!(decode(&other), Err(SideFileError::Version(2)));
         assert_eq!(
             decode(b"HKVHINT\0\x01\0\0\0\0\0\0\0\0\0\0\0"),
-            Err(CountsError::BadMagic)
+            Err(SideFileError::BadMagic("search count"))
         );
     }
 
@@ -312,33 +280,33 @@ mod tests {
     fn checked_fields_behind_a_good_checksum_are_refused() {
         let two = [c(0, 3, 1), c(0, 5, 1)];
         assert_eq!(decode(&sealed(2, &two, &[])).map(|v| v.len()), Ok(2));
-        assert_eq!(decode(&sealed(3, &two, &[])), Err(CountsError::Truncated));
+        assert_eq!(decode(&sealed(3, &two, &[])), Err(SideFileError::Truncated));
         assert_eq!(
             decode(&sealed(u32::MAX, &two, &[])),
-            Err(CountsError::Truncated)
+            Err(SideFileError::Truncated)
         );
         assert!(matches!(
             decode(&sealed(1, &two, &[])),
-            Err(CountsError::Invalid(_))
+            Err(SideFileError::Invalid(_))
         ));
         assert!(matches!(
             decode(&sealed(2, &two, &[0])),
-            Err(CountsError::Invalid(_))
+            Err(SideFileError::Invalid(_))
         ));
         let zero = [c(0, 3, 0)];
         assert!(matches!(
             decode(&sealed(1, &zero, &[])),
-            Err(CountsError::Invalid(_))
+            Err(SideFileError::Invalid(_))
         ));
         let twice = [c(0, 3, 1), c(0, 3, 2)];
         assert!(matches!(
             decode(&sealed(2, &twice, &[])),
-            Err(CountsError::Invalid(_))
+            Err(SideFileError::Invalid(_))
         ));
         let backwards = [c(1, 3, 1), c(0, 9, 2)];
         assert!(matches!(
             decode(&sealed(2, &backwards, &[])),
-            Err(CountsError::Invalid(_))
+            Err(SideFileError::Invalid(_))
         ));
     }
 

@@ -6,7 +6,7 @@
 //! the bytes left before use; the whole file under one CRC32C). Never: reads or writes a
 //! file, or decides what to reload.
 
-use crate::format::{crc32c, put_varint, Decoder};
+use crate::format::{put_varint, Decoder, SideFileError, SideFileFrame};
 
 /// First eight bytes of a hint file.
 pub(crate) const MAGIC: &[u8; 8] = b"HKVHINT\0";
@@ -27,33 +27,12 @@ pub(crate) struct HintedEntry {
     pub len: u32,
 }
 
-/// Why a hint file was not used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HintsError {
-    /// Shorter than its header and checksum, or a count or length runs past its end.
-    Truncated,
-    /// Not a hint file.
-    BadMagic,
-    /// Written by a version this code does not read.
-    Version(u32),
-    /// The checksum does not match the bytes.
-    Checksum,
-    /// A field holds an impossible value (zero or oversized length, offsets out of
-    /// order or overflowing, bytes left over).
-    Invalid(&'static str),
-}
-
-impl std::fmt::Display for HintsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HintsError::Truncated => write!(f, "truncated"),
-            HintsError::BadMagic => write!(f, "not a cache hint file"),
-            HintsError::Version(v) => write!(f, "unsupported version {v}"),
-            HintsError::Checksum => write!(f, "checksum mismatch"),
-            HintsError::Invalid(what) => write!(f, "{what}"),
-        }
-    }
-}
+/// The frame of a hint file (magic, version, body, CRC32C).
+const FRAME: SideFileFrame = SideFileFrame {
+    magic: MAGIC,
+    version: VERSION,
+    kind: "cache hint",
+};
 
 /// Encodes `entries` (sorted and deduplicated here): the header (magic, version, group
 /// count), one group per (keyspace, file) (keyspace u32, file id u64, entry count u32,
@@ -62,9 +41,7 @@ impl std::fmt::Display for HintsError {
 pub(crate) fn encode(mut entries: Vec<HintedEntry>) -> Vec<u8> {
     entries.sort_unstable();
     entries.dedup_by_key(|e| (e.keyspace, e.file, e.tag));
-    let mut out = Vec::with_capacity(16 + entries.len() * 5);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    let mut out = FRAME.start(4 + entries.len() * 5);
     let groups_at = out.len();
     out.extend_from_slice(&0u32.to_le_bytes());
     let mut groups = 0u32;
@@ -90,60 +67,42 @@ pub(crate) fn encode(mut entries: Vec<HintedEntry>) -> Vec<u8> {
         }
     }
     out[groups_at..groups_at + 4].copy_from_slice(&groups.to_le_bytes());
-    let crc = crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    FRAME.seal(out)
 }
 
 /// Decodes a hint file, checking its magic, version and checksum first, then every group
 /// and entry against the bytes left.
-pub(crate) fn decode(buf: &[u8]) -> Result<Vec<HintedEntry>, HintsError> {
-    const HEADER: usize = 8 + 4 + 4;
-    if buf.len() < HEADER + 4 {
-        return Err(HintsError::Truncated);
-    }
-    if &buf[..8] != MAGIC {
-        return Err(HintsError::BadMagic);
-    }
-    let (body, crc) = buf.split_at(buf.len() - 4);
-    let mut d = Decoder::new(&body[8..]);
-    let version = d.u32().ok_or(HintsError::Truncated)?;
-    if version != VERSION {
-        return Err(HintsError::Version(version));
-    }
-    let stored = Decoder::new(crc).u32().ok_or(HintsError::Truncated)?;
-    if crc32c(body) != stored {
-        return Err(HintsError::Checksum);
-    }
-    let groups = d.u32().ok_or(HintsError::Truncated)?;
+pub(crate) fn decode(buf: &[u8]) -> Result<Vec<HintedEntry>, SideFileError> {
+    let mut d = Decoder::new(FRAME.open(buf, 4)?);
+    let groups = d.u32().ok_or(SideFileError::Truncated)?;
     let mut entries = Vec::new();
     let mut last_group: Option<(u32, u64)> = None;
     for _ in 0..groups {
-        let keyspace = d.u32().ok_or(HintsError::Truncated)?;
-        let file = d.u64().ok_or(HintsError::Truncated)?;
-        let count = d.u32().ok_or(HintsError::Truncated)?;
+        let keyspace = d.u32().ok_or(SideFileError::Truncated)?;
+        let file = d.u64().ok_or(SideFileError::Truncated)?;
+        let count = d.u32().ok_or(SideFileError::Truncated)?;
         if last_group.is_some_and(|g| g >= (keyspace, file)) {
-            return Err(HintsError::Invalid("file groups out of order"));
+            return Err(SideFileError::Invalid("file groups out of order"));
         }
         last_group = Some((keyspace, file));
         // Each entry takes at least two bytes: a count past that is damage, refused before
         // anything is reserved for it.
         if (count as usize).saturating_mul(2) > d.remaining() {
-            return Err(HintsError::Truncated);
+            return Err(SideFileError::Truncated);
         }
         entries.reserve(count as usize);
         let mut tag = 0u64;
         for i in 0..count {
-            let delta = d.varint().ok_or(HintsError::Truncated)?;
+            let delta = d.varint().ok_or(SideFileError::Truncated)?;
             if i > 0 && delta == 0 {
-                return Err(HintsError::Invalid("an entry named twice"));
+                return Err(SideFileError::Invalid("an entry named twice"));
             }
             tag = tag
                 .checked_add(delta)
-                .ok_or(HintsError::Invalid("offset overflows"))?;
-            let len = d.varint().ok_or(HintsError::Truncated)?;
+                .ok_or(SideFileError::Invalid("offset overflows"))?;
+            let len = d.varint().ok_or(SideFileError::Truncated)?;
             if len == 0 || len > u64::from(MAX_ENTRY_LEN) {
-                return Err(HintsError::Invalid("entry length out of range"));
+                return Err(SideFileError::Invalid("entry length out of range"));
             }
             entries.push(HintedEntry {
                 keyspace,
@@ -154,7 +113,7 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Vec<HintedEntry>, HintsError> {
         }
     }
     if d.remaining() != 0 {
-        return Err(HintsError::Invalid("bytes after the last group"));
+        return Err(SideFileError::Invalid("bytes after the last group"));
     }
     Ok(entries)
 }
@@ -162,6 +121,7 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Vec<HintedEntry>, HintsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::crc32c;
     use crate::format::varint_len;
     use proptest::prelude::*;
 
@@ -262,34 +222,37 @@ mod tests {
 
     #[test]
     fn impossible_fields_under_a_good_checksum_are_refused_by_name() {
-        assert_eq!(decode(&sealed(header(2, 0))), Err(HintsError::Version(2)));
+        assert_eq!(
+            decode(&sealed(header(2, 0))),
+            Err(SideFileError::Version(2))
+        );
         let mut b = header(VERSION, 1);
         group(&mut b, 0, 1, u32::MAX, &[1, 1]);
-        assert_eq!(decode(&sealed(b)), Err(HintsError::Truncated));
+        assert_eq!(decode(&sealed(b)), Err(SideFileError::Truncated));
         let mut b = header(VERSION, 1);
         group(&mut b, 0, 1, 1, &[1, 0]);
         assert_eq!(
             decode(&sealed(b)),
-            Err(HintsError::Invalid("entry length out of range"))
+            Err(SideFileError::Invalid("entry length out of range"))
         );
         let mut b = header(VERSION, 1);
         group(&mut b, 0, 1, 2, &[1, 1, 0, 1]);
         assert_eq!(
             decode(&sealed(b)),
-            Err(HintsError::Invalid("an entry named twice"))
+            Err(SideFileError::Invalid("an entry named twice"))
         );
         let mut b = header(VERSION, 2);
         group(&mut b, 0, 5, 1, &[1, 1]);
         group(&mut b, 0, 5, 1, &[9, 1]);
         assert_eq!(
             decode(&sealed(b)),
-            Err(HintsError::Invalid("file groups out of order"))
+            Err(SideFileError::Invalid("file groups out of order"))
         );
         let mut b = header(VERSION, 0);
         b.push(7);
         assert_eq!(
             decode(&sealed(b)),
-            Err(HintsError::Invalid("bytes after the last group"))
+            Err(SideFileError::Invalid("bytes after the last group"))
         );
         let mut b = header(VERSION, 1);
         let mut huge = vec![0xff; 9];
@@ -300,12 +263,12 @@ mod tests {
         group(&mut b, 0, 1, 2, &rest);
         assert_eq!(
             decode(&sealed(b)),
-            Err(HintsError::Invalid("offset overflows"))
+            Err(SideFileError::Invalid("offset overflows"))
         );
-        assert_eq!(decode(b"HKVHINT"), Err(HintsError::Truncated));
+        assert_eq!(decode(b"HKVHINT"), Err(SideFileError::Truncated));
         assert_eq!(
             decode(&sealed(b"NOTHINTS\x01\0\0\0\0\0\0\0".to_vec())),
-            Err(HintsError::BadMagic)
+            Err(SideFileError::BadMagic("cache hint"))
         );
     }
 
