@@ -277,6 +277,22 @@ mod tests {
     }
 
     #[test]
+    fn a_merge_within_l1_competes_with_other_levels_by_its_score() {
+        // L1's waste pays 1.5 times for its runs; L2 is 1.2 times its target.
+        let mut v = vec![shape(600, 10_000), shape(96_000, 80_000), shape(0, 640_000)];
+        v[0].runs = 3;
+        v[0].run_limit = 8;
+        v[0].wasted_bytes = 900;
+        assert_eq!(pick(&v), Some(MergePick::Within(1)));
+        // L2 twice its target wins; with L2 busy in that merge, L1 waits for it (both
+        // kinds of merge of L1 hold L2).
+        v[1].bytes = 160_000;
+        assert_eq!(pick(&v), Some(MergePick::Down(2)));
+        v[1].busy = true;
+        assert_eq!(pick(&v), None);
+    }
+
+    #[test]
     fn a_level_that_shadows_a_third_of_what_its_merge_rewrites_is_due() {
         let mut v = vec![shape(600, 10_000), shape(300, 80_000)];
         v[0].runs = 3;
