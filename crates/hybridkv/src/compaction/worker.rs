@@ -636,11 +636,15 @@ impl Engine {
                     vs.l1_flushes = vs.version().runs(1).len();
                 }
                 MergePick::Within(_) => {
-                    // The versions L1's runs shadowed in L1 went with the merge (what it
-                    // shrank by); those in L2 wait for the merge into L2.
-                    let stored = |f: &LevelFile| f.node_bytes() + f.medium_bytes();
-                    let before: u64 = inputs.iter().map(|f| stored(f)).sum();
-                    let after = edit.runs_added.first().map_or(0, |(_, f, _)| stored(f));
+                    // The versions L1's runs shadowed in L1 went with the merge (what its
+                    // nodes shrank by: the estimate counts a medium or large version at
+                    // its pointer's size, as nodes hold it); those in L2 wait for the
+                    // merge into L2.
+                    let before: u64 = inputs.iter().map(|f| f.node_bytes()).sum();
+                    let after = edit
+                        .runs_added
+                        .first()
+                        .map_or(0, |(_, f, _)| f.node_bytes());
                     vs.l1_dead_estimate = vs
                         .l1_dead_estimate
                         .saturating_sub(before.saturating_sub(after));
