@@ -772,3 +772,140 @@ fn a_merge_within_l1_goes_below_a_run_flushed_while_it_ran() {
     }
     every_l2_pair_is_there(&db);
 }
+
+/// L1's run limit counts the runs flushed into it since its last merge into L2, and a
+/// reopen starts that count at the runs L1 holds: runs flushed by the last process, then
+/// merged within L1 by this one, still count towards the merge into L2.
+#[test]
+fn the_runs_flushed_before_a_reopen_count_towards_l1s_merge_into_l2() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(0, 0)).unwrap();
+    l2_then_l1_runs(&db);
+    let l2_entries = db.stats().unwrap().levels[1].entries;
+    drop(db);
+
+    // A new process: the four runs flushed before it are merged into one run of L1.
+    let db = Db::open(dir.path(), opts(256, 0)).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, RUNS as usize, "{s}");
+    let per_get = 256 * u64::from(RUNS - 1);
+    let gets = u32::try_from(s.levels[0].file_bytes * 6 / 5 / per_get).unwrap();
+    let (_, _, runs) = get_oldest(&db, 0, gets);
+    let s = db.stats().unwrap();
+    assert_eq!((runs, s.merges_within_l1), (1, 1), "{s}");
+    let compactions = s.compactions;
+
+    // Three more flushes: seven since L1's last merge into L2, one short of the limit
+    // (`growth_factor`, 8), though L1 holds four runs.
+    let flush_run = |r: u32| {
+        for i in 0..PER_RUN {
+            let k = L2_FROM * 2 + r * PER_RUN + i;
+            db.put(key(k), value(k)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    };
+    for r in 0..RUNS - 1 {
+        flush_run(r);
+    }
+    let s = db.stats().unwrap();
+    assert_eq!((s.levels[0].files, s.compactions), (4, compactions), "{s}");
+    // The fourth makes eight: L1 goes into L2 with five runs. (A count started at zero
+    // by the reopen would leave L1 where it is.)
+    flush_run(RUNS - 1);
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, 0, "{s}");
+    assert_eq!(
+        s.levels[1].entries,
+        l2_entries + u64::from(2 * RUNS * PER_RUN),
+        "{s}"
+    );
+    drop(db);
+    let db = Db::open(dir.path(), opts(0, 0)).unwrap();
+    every_pair_is_there(&db);
+    every_l2_pair_is_there(&db);
+}
+
+/// A medium value (between `small_threshold` and `large_threshold`) for key `i`.
+fn medium_value(i: u32) -> Vec<u8> {
+    let mut v = vec![(i % 241) as u8; 300];
+    v[..4].copy_from_slice(&i.to_le_bytes());
+    v
+}
+
+/// With L1 the merge level (`MediumMergeLevel::SecondToLast` over an L2), flushes write
+/// medium values into L1's runs in place, and a merge within L1 carries them over as they
+/// are: every value reads back the same, before and after a reopen, no medium value goes
+/// through the transient log, and L2 is not rewritten.
+#[test]
+fn a_merge_within_l1_at_the_merge_level_keeps_its_medium_values_in_place() {
+    // Runs of medium pairs that each fit one memtable.
+    const PER_MEDIUM_RUN: u32 = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        medium_merge_level: hybridkv::MediumMergeLevel::SecondToLast,
+        ..opts(256, 0)
+    };
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    for i in L2_FROM..L2_FROM + L2_KEYS {
+        db.put(key(i), value(i)).unwrap();
+    }
+    db.compact_all().unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!((s.levels[0].files, s.levels[1].files), (0, 1), "{s}");
+    let (l2, l2_entries) = (s.levels[1].file_bytes, s.levels[1].entries);
+
+    // `RUNS` runs of medium pairs flushed into L1, written there in place.
+    let pairs = RUNS * PER_MEDIUM_RUN;
+    for r in 0..RUNS {
+        for i in r * PER_MEDIUM_RUN..(r + 1) * PER_MEDIUM_RUN {
+            db.put(key(i), medium_value(i)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.compact().unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(
+        (s.levels[0].files, s.levels[0].entries),
+        (RUNS as usize, u64::from(pairs)),
+        "{s}"
+    );
+    assert_eq!((s.medium_values_logged, s.transient_segments), (0, 0), "{s}");
+    let l1 = s.levels[0].file_bytes;
+    assert!(l1 > u64::from(pairs) * 300, "{s}");
+    assert!(l2 > 2 * l1, "{s}");
+
+    // Gets of the oldest run's keys waste a search in each newer run until the waste
+    // pays for rewriting L1's runs (their values in place included), not L2 besides.
+    let per_get = 256 * u64::from(RUNS - 1);
+    let gets = u32::try_from(l1 * 6 / 5 / per_get).unwrap();
+    for i in 0..gets {
+        let i = i % PER_MEDIUM_RUN;
+        assert_eq!(db.get(key(i)).unwrap(), Some(medium_value(i)), "key {i}");
+    }
+    db.compact().unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!((s.levels[0].files, s.merges_within_l1), (1, 1), "{s}");
+    assert_eq!(s.levels[0].entries, u64::from(pairs), "{s}");
+    assert_eq!(
+        (s.levels[1].file_bytes, s.levels[1].entries),
+        (l2, l2_entries),
+        "{s}"
+    );
+    assert_eq!((s.medium_values_logged, s.transient_segments), (0, 0), "{s}");
+
+    let check = |db: &Db| {
+        for i in 0..pairs {
+            assert_eq!(db.get(key(i)).unwrap(), Some(medium_value(i)), "key {i}");
+        }
+        every_l2_pair_is_there(db);
+    };
+    check(&db);
+    drop(db);
+    let o = Options {
+        merge_bytes_per_wasted_search: 0,
+        ..o
+    };
+    let db = Db::open(dir.path(), o).unwrap();
+    check(&db);
+}
