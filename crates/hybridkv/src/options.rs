@@ -200,12 +200,16 @@ pub struct Options {
     /// 65 us for 64 KiB on this project's 2-core virtual machine, most of it the device
     /// notification and the wait), and a process that starts with a cold cache over
     /// levels that fit in it reads nearly every leaf once: a group read pays that cost
-    /// once per group. Once one more group would fill the cache past half its budget
-    /// (the first time it would: reads around a leaf are for a cold cache), a miss reads
-    /// its leaf alone, and the other half fills with what reads ask for: when the levels
-    /// are several times the cache, most neighbours are evicted unread and cost their
-    /// bytes for nothing (at 40M MD pairs, groups until the cache was 15/16 full read
-    /// 2.25 KiB per get, until half full 1.90 KiB at 3% more device reads).
+    /// once per group. Once one more group would fill the cache past its share (the
+    /// first time it would: reads around a leaf are for a cold cache), a miss reads its
+    /// leaf alone, and the rest fills with what reads ask for. The share is the budget
+    /// over the open level files' node bytes, between a half and fifteen sixteenths:
+    /// when the cache can hold most of the levels, nearly every neighbour is read before
+    /// it is evicted (at 40M SD pairs, levels 1.14 times the cache, groups until 15/16
+    /// full made 14-16% fewer device reads per get than until half full); when the
+    /// levels are several times the cache, most neighbours are evicted unread and cost
+    /// their bytes for nothing (at 40M MD pairs, 1.8 times the cache, 15/16 read 2.25 KiB
+    /// per get, a half 1.90 KiB at 3% more device reads).
     /// Files without a pinned index read their leaves alone, a transient record's miss
     /// its own block (or two, for a record across a block's end), and large-log records
     /// (in write order) are read alone. `Stats::warm_reads` and `warm_neighbours` count

@@ -870,7 +870,11 @@ fn a_merge_within_l1_at_the_merge_level_keeps_its_medium_values_in_place() {
         (RUNS as usize, u64::from(pairs)),
         "{s}"
     );
-    assert_eq!((s.medium_values_logged, s.transient_segments), (0, 0), "{s}");
+    assert_eq!(
+        (s.medium_values_logged, s.transient_segments),
+        (0, 0),
+        "{s}"
+    );
     let l1 = s.levels[0].file_bytes;
     assert!(l1 > u64::from(pairs) * 300, "{s}");
     assert!(l2 > 2 * l1, "{s}");
@@ -892,7 +896,11 @@ fn a_merge_within_l1_at_the_merge_level_keeps_its_medium_values_in_place() {
         (l2, l2_entries),
         "{s}"
     );
-    assert_eq!((s.medium_values_logged, s.transient_segments), (0, 0), "{s}");
+    assert_eq!(
+        (s.medium_values_logged, s.transient_segments),
+        (0, 0),
+        "{s}"
+    );
 
     let check = |db: &Db| {
         for i in 0..pairs {

@@ -49,15 +49,37 @@ impl Weighter<Key, BlockBytes> for ByteWeighter {
     }
 }
 
-/// Reads around a missing leaf fill a cold cache up to `1 / WARM_FILL_SHARE` of its
-/// budget (a half), no further. The neighbours a group read brings are the run's leaves
-/// next to the one a read wanted, which later reads want only as often as any leaf of the
-/// run: when the levels are several times the cache, most of them are never read before
-/// they are evicted, and each costs the device bytes of a leaf. Measured at 40M MD pairs
-/// (2 GiB cache, a 2M-get Run C in a fresh process, `docs/PERFORMANCE.md`'s twenty-sixth
-/// round): groups until the cache was 15/16 full read 2.25 KiB per get at 0.407 device
-/// reads, until it was half full 1.90 KiB at 0.420, never 1.63 KiB at 0.47.
-pub(crate) const WARM_FILL_SHARE: u64 = 2;
+/// How far reads around a missing leaf fill a cold cache: the share of its budget the
+/// levels' nodes would fill if the cache held a like share of every level file (budget
+/// over the open level files' node bytes, [`BlockCache::level_bytes`]), at least
+/// [`WARM_FILL_LEAST`] and at most [`WARM_FILL_MOST`] (sixteenths). The neighbours a group
+/// read brings are leaves of the run next to the one a read wanted, which later reads
+/// want only as often as any leaf: when the cache can hold most of the levels, nearly
+/// every neighbour is read from the cache before it is evicted and spares a device read
+/// of its own; when the levels are several times the cache, most are evicted unread and
+/// cost their bytes for nothing. Measured (a 2M-op run in a fresh process, 2 GiB cache,
+/// `docs/PERFORMANCE.md`): at 40M MD pairs (levels 1.8 times the cache; twenty-sixth
+/// round) groups until the cache was 15/16 full read 2.25 KiB per get at 0.407 device
+/// reads, until half full 1.90 KiB at 0.420; at 40M SD pairs (levels 1.14 times the
+/// cache; thirty-sixth round) 15/16 against a half made 14-16% fewer device reads per
+/// get (Run C 0.255 against 0.295) for 15-22% more bytes, still under three quarters of
+/// RocksDB's.
+pub(crate) const WARM_FILL_LEAST: u64 = 8;
+/// See [`WARM_FILL_LEAST`]: a sixteenth is left to the misses that read a group at once
+/// past the check.
+pub(crate) const WARM_FILL_MOST: u64 = 15;
+
+/// The bytes reads around a missing leaf may fill a cache of `capacity` bytes up to, over
+/// levels whose open files hold `levels` bytes of nodes ([`WARM_FILL_LEAST`]).
+fn warm_fill_room(capacity: u64, levels: u64) -> u64 {
+    let least = capacity / 16 * WARM_FILL_LEAST;
+    let most = capacity / 16 * WARM_FILL_MOST;
+    if levels == 0 {
+        return most;
+    }
+    let share = u128::from(capacity) * u128::from(capacity) / u128::from(levels);
+    u64::try_from(share).unwrap_or(u64::MAX).clamp(least, most)
+}
 
 /// The memory every pinned index of one database is charged to.
 #[derive(Debug)]
@@ -118,6 +140,10 @@ struct Shared {
     /// alone without asking the cache's weight again (reads around a leaf are for a
     /// cold cache).
     warmed: std::sync::atomic::AtomicBool,
+    /// Node bytes of the level files open now, of every keyspace
+    /// ([`BlockCache::add_level_bytes`]): what reads around a leaf weigh the budget
+    /// against ([`warm_fill_room`]).
+    level_bytes: AtomicU64,
     /// Set while the entries of the last close are read back (the reload at open): misses
     /// then read their leaf alone, so that the room is left to the entries known to
     /// have been used rather than to a leaf's neighbours.
@@ -178,6 +204,7 @@ impl BlockCache {
                 warm_read_bytes,
                 capacity,
                 warmed: std::sync::atomic::AtomicBool::new(false),
+                level_bytes: AtomicU64::new(0),
                 reloading: std::sync::atomic::AtomicBool::new(false),
             }),
             keyspace: 0,
@@ -242,12 +269,12 @@ impl BlockCache {
 
     /// How many bytes a leaf read that missed may read around the leaf now: the
     /// configured `Options::warm_read_bytes` while that much more would leave the cache
-    /// holding at most `1 / `[`WARM_FILL_SHARE`] of its budget; from the first time it
-    /// would not, 0 for good. A cold cache (a
-    /// fresh process, a restart) fills its first half in a few large reads instead of
-    /// one device read per leaf, and the rest with the leaves and records reads ask for
-    /// (concurrent misses may each read a window past the check: the other half is
-    /// their margin).
+    /// holding at most its share of the budget ([`WARM_FILL_LEAST`]: between a half and
+    /// fifteen sixteenths, as the budget compares with the levels' nodes); from the first
+    /// time it would not, 0 for good. A cold cache (a fresh process, a restart) fills
+    /// that share in a few large reads instead of one device read per leaf, and the rest
+    /// with the leaves and records reads ask for (concurrent misses may each read a
+    /// window past the check: the rest is their margin).
     pub(crate) fn warm_read_bytes(&self) -> u64 {
         let s = &*self.shared;
         let want = s.warm_read_bytes;
@@ -257,7 +284,7 @@ impl BlockCache {
         if s.warmed.load(Ordering::Relaxed) || s.reloading.load(Ordering::Relaxed) {
             return 0;
         }
-        let room = s.capacity / WARM_FILL_SHARE;
+        let room = warm_fill_room(s.capacity, self.level_bytes());
         if c.weight().saturating_add(want) <= room {
             want
         } else {
@@ -413,6 +440,27 @@ impl BlockCache {
         }
     }
 
+    /// Counts `bytes` of level-file nodes as open (a level file at its open).
+    pub(crate) fn add_level_bytes(&self, bytes: u64) {
+        self.shared.level_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts `bytes` of level-file nodes as no longer open (a level file dropped).
+    pub(crate) fn remove_level_bytes(&self, bytes: u64) {
+        let _ = self
+            .shared
+            .level_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(bytes))
+            });
+    }
+
+    /// Node bytes of the level files open now, of every keyspace reading through this
+    /// cache.
+    pub(crate) fn level_bytes(&self) -> u64 {
+        self.shared.level_bytes.load(Ordering::Relaxed)
+    }
+
     /// The byte budget (0: no cache).
     pub(crate) fn capacity(&self) -> u64 {
         self.shared.cache.as_ref().map_or(0, Cache::capacity)
@@ -528,23 +576,32 @@ mod tests {
         assert_eq!(off.warm_read_bytes(), 0, "not configured");
         let none = BlockCache::configured(0, 0, 64 << 10);
         assert_eq!(none.warm_read_bytes(), 0, "no cache");
+        // Levels twice the budget: groups fill the cache up to half its budget.
         let c = BlockCache::configured(1 << 20, 0, 64 << 10);
+        c.add_level_bytes(2 << 20);
         assert_eq!(c.warm_read_bytes(), 64 << 10, "empty");
         // Filling: reads around a leaf stop once a window more would fill the cache past
-        // half its budget, and stay stopped.
-        let mut stopped = false;
-        for i in 0..256u64 {
-            let used = c.used_bytes();
-            let expect = if !stopped && used + (64 << 10) <= (1 << 20) / 2 {
-                64 << 10
-            } else {
-                0
-            };
-            assert_eq!(c.warm_read_bytes(), expect, "{used} bytes held");
-            stopped |= expect == 0;
-            c.insert(1, i * 8192, bytes::Bytes::from(vec![0u8; 8192]));
-        }
-        assert!(stopped, "{} bytes held", c.used_bytes());
+        // its share, and stay stopped.
+        let filled_until = |c: &BlockCache, room: u64| {
+            let mut stopped = false;
+            for i in 0..256u64 {
+                let used = c.used_bytes();
+                let expect = if !stopped && used + (64 << 10) <= room {
+                    64 << 10
+                } else {
+                    0
+                };
+                assert_eq!(
+                    c.warm_read_bytes(),
+                    expect,
+                    "{used} bytes held, room {room}"
+                );
+                stopped |= expect == 0;
+                c.insert(1, i * 8192, bytes::Bytes::from(vec![0u8; 8192]));
+            }
+            assert!(stopped, "{} bytes held", c.used_bytes());
+        };
+        filled_until(&c, (1 << 20) / 2);
         c.shared.cache.as_ref().unwrap().clear();
         assert_eq!(c.used_bytes(), 0);
         assert_eq!(
@@ -556,6 +613,34 @@ mod tests {
         c.note_warm_read(7);
         c.note_warm_read(3);
         assert_eq!(c.warm_reads_and_neighbours(), (2, 10));
+
+        // Levels the cache can nearly hold: groups fill it up to fifteen sixteenths; the
+        // count follows files opened and dropped, across keyspaces' views.
+        let c = BlockCache::configured(1 << 20, 0, 64 << 10);
+        let other = c.view(2);
+        c.add_level_bytes(3 << 20);
+        other.add_level_bytes(1 << 19);
+        c.remove_level_bytes(3 << 20);
+        assert_eq!(c.level_bytes(), 1 << 19);
+        filled_until(&c, (1 << 20) / 16 * 15);
+    }
+
+    #[test]
+    fn the_share_groups_fill_follows_how_much_of_the_levels_the_budget_holds() {
+        let mib = 1u64 << 20;
+        let c = 1024 * mib;
+        assert_eq!(warm_fill_room(c, 0), c / 16 * 15, "no levels");
+        assert_eq!(warm_fill_room(c, c / 2), c / 16 * 15, "levels fit");
+        assert_eq!(warm_fill_room(c, c), c / 16 * 15, "levels just fit");
+        assert_eq!(warm_fill_room(c, c / 4 * 5), c * 4 / 5, "levels 1.25 times");
+        assert_eq!(warm_fill_room(c, c * 3 / 2), c * 2 / 3, "levels 1.5 times");
+        assert_eq!(warm_fill_room(c, 2 * c), c / 2, "levels twice");
+        assert_eq!(warm_fill_room(c, 40 * c), c / 2, "levels far larger");
+        assert_eq!(
+            warm_fill_room(u64::MAX, 1),
+            u64::MAX / 16 * 15,
+            "no overflow"
+        );
     }
 
     #[test]

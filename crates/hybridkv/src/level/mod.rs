@@ -1089,11 +1089,18 @@ mod tests {
         for (k, lsn, _) in entries.iter().step_by(13) {
             assert_eq!(b.get(k).unwrap().unwrap().0, *lsn);
         }
+        // Both open files' nodes count as levels the cache is weighed against, pinned
+        // or not.
+        assert_eq!(cache.level_bytes(), a.node_bytes() + b.node_bytes());
+        let b_nodes = b.node_bytes();
         drop(a);
         assert_eq!(
             cache.pins().used(),
             0,
             "a dropped file gives its bytes back"
         );
+        assert_eq!(cache.level_bytes(), b_nodes);
+        drop(b);
+        assert_eq!(cache.level_bytes(), 0);
     }
 }

@@ -124,6 +124,7 @@ impl std::fmt::Debug for LevelFile {
 
 impl Drop for LevelFile {
     fn drop(&mut self) {
+        self.cache.remove_level_bytes(self.node_bytes());
         if self.obsolete.load(Ordering::Acquire) {
             // Its cached leaves can never be read again: their room goes back now, not
             // when the cache's clock reaches them (a merge's inputs were in use, so
@@ -206,6 +207,7 @@ impl LevelFile {
             obsolete: AtomicBool::new(false),
             wasted_searches: AtomicU64::new(0),
         };
+        lf.cache.add_level_bytes(lf.node_bytes());
         if lf.cache.pins().has_room() {
             // A damaged or unreadable index is not pinned: lookups then descend it through
             // the cache and report the damage where they meet it, as without pinning.
