@@ -208,7 +208,7 @@ pub struct Options {
     /// it is evicted (at 40M SD pairs, levels 1.14 times the cache, groups until 15/16
     /// full made 14-16% fewer device reads per get than until half full); when the
     /// levels are several times the cache, most neighbours are evicted unread and cost
-    /// their bytes for nothing (at 40M MD pairs, 1.8 times the cache, 15/16 read 2.25 KiB
+    /// their bytes for nothing (at 40M MD pairs, 1.9 times the cache, 15/16 read 2.25 KiB
     /// per get, a half 1.90 KiB at 3% more device reads).
     /// Files without a pinned index read their leaves alone, a transient record's miss
     /// its own block (or two, for a record across a block's end), and large-log records

@@ -575,6 +575,35 @@ fn every_l2_pair_is_there(db: &Db) {
     }
 }
 
+/// After a merge within L1 left it one run, with four runs flushed into L1 since its last
+/// merge into L2 (`l2_entries` in L2): three more flushes
+/// (seven, one short of the limit, `growth_factor` 8) merge nothing, though L1 holds four
+/// runs; the fourth makes eight, and L1 goes into L2.
+fn four_flushes_make_l1_due(db: &Db, l2_entries: u64) {
+    let compactions = db.stats().unwrap().compactions;
+    let flush_run = |r: u32| {
+        for i in 0..PER_RUN {
+            let k = L2_FROM * 2 + r * PER_RUN + i;
+            db.put(key(k), value(k)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    };
+    for r in 0..RUNS - 1 {
+        flush_run(r);
+    }
+    let s = db.stats().unwrap();
+    assert_eq!((s.levels[0].files, s.compactions), (4, compactions), "{s}");
+    flush_run(RUNS - 1);
+    let s = db.stats().unwrap();
+    assert_eq!(s.levels[0].files, 0, "{s}");
+    assert_eq!(
+        s.levels[1].entries,
+        l2_entries + u64::from(2 * RUNS * PER_RUN),
+        "{s}"
+    );
+}
+
 #[test]
 fn runs_whose_waste_pays_for_rewriting_them_but_not_l2_are_merged_into_one_run_of_l1() {
     let dir = tempfile::tempdir().unwrap();
@@ -613,7 +642,6 @@ fn runs_whose_waste_pays_for_rewriting_them_but_not_l2_are_merged_into_one_run_o
         (l2, l2_entries),
         "{s}"
     );
-    let compactions = s.compactions;
 
     // A key of the oldest run is now one search in L1, not one per run; no key of L1 is
     // a search in vain.
@@ -624,27 +652,7 @@ fn runs_whose_waste_pays_for_rewriting_them_but_not_l2_are_merged_into_one_run_o
 
     // The merge within L1 did not reset its run limit: the `growth_factor` (8) flushes
     // since L1's last merge into L2 make it due, though L1 holds fewer runs.
-    let flush_run = |r: u32| {
-        for i in 0..PER_RUN {
-            let k = L2_FROM * 2 + r * PER_RUN + i;
-            db.put(key(k), value(k)).unwrap();
-        }
-        db.flush().unwrap();
-        db.compact().unwrap();
-    };
-    for r in 0..3 {
-        flush_run(r);
-    }
-    let s = db.stats().unwrap();
-    assert_eq!((s.levels[0].files, s.compactions), (4, compactions), "{s}");
-    flush_run(3);
-    let s = db.stats().unwrap();
-    assert_eq!(s.levels[0].files, 0, "{s}");
-    assert_eq!(
-        s.levels[1].entries,
-        l2_entries + u64::from(2 * RUNS * PER_RUN),
-        "{s}"
-    );
+    four_flushes_make_l1_due(&db, l2_entries);
 
     // Reopened without lookup merges (gets of L2's keys would pay for another merge).
     drop(db);
@@ -793,33 +801,10 @@ fn the_runs_flushed_before_a_reopen_count_towards_l1s_merge_into_l2() {
     let (_, _, runs) = get_oldest(&db, 0, gets);
     let s = db.stats().unwrap();
     assert_eq!((runs, s.merges_within_l1), (1, 1), "{s}");
-    let compactions = s.compactions;
 
-    // Three more flushes: seven since L1's last merge into L2, one short of the limit
-    // (`growth_factor`, 8), though L1 holds four runs.
-    let flush_run = |r: u32| {
-        for i in 0..PER_RUN {
-            let k = L2_FROM * 2 + r * PER_RUN + i;
-            db.put(key(k), value(k)).unwrap();
-        }
-        db.flush().unwrap();
-        db.compact().unwrap();
-    };
-    for r in 0..RUNS - 1 {
-        flush_run(r);
-    }
-    let s = db.stats().unwrap();
-    assert_eq!((s.levels[0].files, s.compactions), (4, compactions), "{s}");
-    // The fourth makes eight: L1 goes into L2 with five runs. (A count started at zero
-    // by the reopen would leave L1 where it is.)
-    flush_run(RUNS - 1);
-    let s = db.stats().unwrap();
-    assert_eq!(s.levels[0].files, 0, "{s}");
-    assert_eq!(
-        s.levels[1].entries,
-        l2_entries + u64::from(2 * RUNS * PER_RUN),
-        "{s}"
-    );
+    // Four more flushes make eight since L1's last merge into L2 (a count started at
+    // zero by the reopen would make four, and leave L1 where it is).
+    four_flushes_make_l1_due(&db, l2_entries);
     drop(db);
     let db = Db::open(dir.path(), opts(0, 0)).unwrap();
     every_pair_is_there(&db);

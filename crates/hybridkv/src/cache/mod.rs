@@ -58,7 +58,7 @@ impl Weighter<Key, BlockBytes> for ByteWeighter {
 /// every neighbour is read from the cache before it is evicted and spares a device read
 /// of its own; when the levels are several times the cache, most are evicted unread and
 /// cost their bytes for nothing. Measured (a 2M-op run in a fresh process, 2 GiB cache,
-/// `docs/PERFORMANCE.md`): at 40M MD pairs (levels 1.8 times the cache; twenty-sixth
+/// `docs/PERFORMANCE.md`): at 40M MD pairs (levels 1.9 times the cache; twenty-sixth
 /// round) groups until the cache was 15/16 full read 2.25 KiB per get at 0.407 device
 /// reads, until half full 1.90 KiB at 0.420; at 40M SD pairs (levels 1.14 times the
 /// cache; thirty-sixth round) 15/16 against a half made 14-16% fewer device reads per
