@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::hooked_fs::{FailNamed, HookedFs};
+use common::hooked_fs::{FailNamed, HoldLevelCreate, HookedFs};
 use hybridkv::io::{CrashKind, SimFs};
 use hybridkv::{Db, Keyspace, Options};
 use std::sync::Arc;
@@ -661,72 +661,6 @@ fn runs_whose_waste_pays_for_rewriting_them_but_not_l2_are_merged_into_one_run_o
     every_l2_pair_is_there(&db);
     for k in L2_FROM * 2..L2_FROM * 2 + RUNS * PER_RUN {
         assert_eq!(db.get(key(k)).unwrap(), Some(value(k)), "key {k}");
-    }
-}
-
-/// Holds the first create of a level file after [`HoldLevelCreate::arm`] until
-/// [`HoldLevelCreate::release`]: a merge's output, while the test flushes a run.
-#[derive(Default)]
-struct HoldLevelCreate {
-    state: std::sync::Mutex<Hold>,
-    changed: std::sync::Condvar,
-}
-
-#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
-enum Hold {
-    #[default]
-    Off,
-    Armed,
-    Holding,
-    Released,
-}
-
-impl HoldLevelCreate {
-    fn set(&self, to: Hold) {
-        *self.state.lock().unwrap() = to;
-        self.changed.notify_all();
-    }
-
-    fn arm(&self) {
-        self.set(Hold::Armed);
-    }
-
-    fn release(&self) {
-        self.set(Hold::Released);
-    }
-
-    /// Waits until a create is held; fails the test after a minute without one.
-    fn wait_holding(&self) {
-        let state = self.state.lock().unwrap();
-        let (state, timeout) = self
-            .changed
-            .wait_timeout_while(state, std::time::Duration::from_secs(60), |s| {
-                *s != Hold::Holding
-            })
-            .unwrap();
-        assert!(!timeout.timed_out(), "no merge began: {:?}", *state);
-    }
-}
-
-impl common::hooked_fs::FsHooks for HoldLevelCreate {
-    fn around<T>(
-        &self,
-        what: common::hooked_fs::FsCall<'_>,
-        path: &std::path::Path,
-        call: impl FnOnce() -> hybridkv::Result<T>,
-    ) -> hybridkv::Result<T> {
-        let level_file = path.extension().is_some_and(|e| e == "lvl");
-        if level_file && what == common::hooked_fs::FsCall::Create {
-            let mut state = self.state.lock().unwrap();
-            if *state == Hold::Armed {
-                *state = Hold::Holding;
-                self.changed.notify_all();
-                while *state == Hold::Holding {
-                    state = self.changed.wait(state).unwrap();
-                }
-            }
-        }
-        call()
     }
 }
 

@@ -21,12 +21,12 @@
 
 mod common;
 
-use common::hooked_fs::{injected, FsCall, FsHooks, HookedFs};
+use common::hooked_fs::{injected, FsCall, FsHooks, HoldLevelCreate, HookedFs};
 use hybridkv::io::{CrashKind, FileSystem, SimFs, WritableFile};
 use hybridkv::{Db, Error, Options, WriteOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const DIR: &str = "/db";
@@ -174,16 +174,14 @@ struct Plan {
     /// A refused cut leaves zeros to the end of the reserved step, as a segment appended
     /// to through a memory map does; otherwise nothing (buffered appends reserve nothing).
     reserved: bool,
-    /// Level-file creates wait while this is set (a flush held before its install).
-    hold_flush: bool,
-    /// A flush waits in a level-file create.
-    flush_held: bool,
 }
 
 /// Hooks with the failures of [`Plan`].
 #[derive(Debug)]
 struct Faults {
-    plan: Arc<(Mutex<Plan>, Condvar)>,
+    plan: Arc<Mutex<Plan>>,
+    /// A flush held before its install (its level file's create).
+    hold: HoldLevelCreate,
 }
 
 /// A `SimFs` with the failures of [`Plan`].
@@ -197,31 +195,22 @@ fn fault_fs(fs: SimFs, reserved: bool) -> FaultFs {
     HookedFs::new(
         Arc::new(fs),
         Faults {
-            plan: Arc::new((Mutex::new(plan), Condvar::new())),
+            plan: Arc::new(Mutex::new(plan)),
+            hold: HoldLevelCreate::default(),
         },
     )
 }
 
 impl Faults {
     fn with<R>(&self, f: impl FnOnce(&mut Plan) -> R) -> R {
-        let r = f(&mut self.plan.0.lock().unwrap());
-        self.plan.1.notify_all();
-        r
-    }
-
-    /// Waits until a flush is held in a level-file create.
-    fn wait_for_held_flush(&self) {
-        let mut p = self.plan.0.lock().unwrap();
-        while !p.flush_held {
-            p = self.plan.1.wait(p).unwrap();
-        }
+        f(&mut self.plan.lock().unwrap())
     }
 }
 
 struct FaultWriter {
     inner: Box<dyn WritableFile>,
     path: PathBuf,
-    plan: Arc<(Mutex<Plan>, Condvar)>,
+    plan: Arc<Mutex<Plan>>,
     /// This segment's creation fails at this stage (a `DirSync` failure is the directory's).
     stage: Option<Stage>,
     /// Its cut fails (a segment whose creation failed).
@@ -250,7 +239,7 @@ impl WritableFile for FaultWriter {
     }
     fn finish(&mut self) -> hybridkv::Result<()> {
         let (refuse, reserved) = {
-            let p = self.plan.0.lock().unwrap();
+            let p = self.plan.lock().unwrap();
             let segment = self.path.extension().is_some_and(|e| e == "vlog");
             (self.refuse_cut || (segment && p.fail_cuts), p.reserved)
         };
@@ -266,7 +255,6 @@ impl WritableFile for FaultWriter {
             self.inner.flush()?;
         }
         self.plan
-            .0
             .lock()
             .unwrap()
             .refused_cuts
@@ -282,31 +270,19 @@ impl FsHooks for Faults {
         path: &Path,
         call: impl FnOnce() -> hybridkv::Result<T>,
     ) -> hybridkv::Result<T> {
-        match what {
-            FsCall::Create if path.extension().is_some_and(|e| e == "lvl") => {
-                let mut p = self.plan.0.lock().unwrap();
-                if p.hold_flush {
-                    p.flush_held = true;
-                    self.plan.1.notify_all();
-                    while p.hold_flush {
-                        p = self.plan.1.wait(p).unwrap();
-                    }
+        self.hold.pause(what, path);
+        if what == FsCall::SyncDir {
+            let fail = self.with(|p| {
+                if p.fail_dir_sync.as_deref() == Some(path) {
+                    p.fail_dir_sync = None;
+                    true
+                } else {
+                    false
                 }
+            });
+            if fail {
+                return Err(injected("fsync directory", path));
             }
-            FsCall::SyncDir => {
-                let fail = self.with(|p| {
-                    if p.fail_dir_sync.as_deref() == Some(path) {
-                        p.fail_dir_sync = None;
-                        true
-                    } else {
-                        false
-                    }
-                });
-                if fail {
-                    return Err(injected("fsync directory", path));
-                }
-            }
-            _ => {}
         }
         call()
     }
@@ -470,12 +446,12 @@ fn a_segment_whose_header_sync_failed_survives_a_power_loss_after_a_flush_synced
     for reserved in [false, true] {
         let (sim, fs, db, mut model) = opened_with_first_writes(reserved, true);
         // A flush held before its level file: it installs after the failure below.
-        fs.hooks().with(|p| p.hold_flush = true);
+        fs.hooks().hold.arm();
         let flusher = {
             let db = db.clone();
             std::thread::spawn(move || db.flush())
         };
-        fs.hooks().wait_for_held_flush();
+        fs.hooks().hold.wait_holding();
         fs.hooks()
             .with(|p| p.create_fault = Some(Stage::HeaderSync));
         let err = put_large_until_failure(&db, &mut model, 24, true);
@@ -484,7 +460,7 @@ fn a_segment_whose_header_sync_failed_survives_a_power_loss_after_a_flush_synced
             "reserved {reserved}: {err:?}"
         );
         let hit = fs.hooks().with(|p| p.hit.clone()).unwrap();
-        fs.hooks().with(|p| p.hold_flush = false);
+        fs.hooks().hold.release();
         // The flush returns once it is done, or once it sees the engine refuse writes;
         // the close waits for the background thread either way.
         let _ = flusher.join().unwrap();

@@ -6,7 +6,8 @@
 use hybridkv::io::{DirLock, FileSystem, ReadableFile, WritableFile};
 use hybridkv::Result;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 /// One call, as a hook sees it: the file system's own calls, and those of the files it
 /// hands out (appends and the rest on a writer, reads on a reader).
@@ -400,6 +401,83 @@ impl FsHooks for FailNamed {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(injected(what.name(), path));
         }
+        call()
+    }
+}
+
+/// Holds the first create of a level file (`.lvl`) after [`HoldLevelCreate::arm`] until
+/// [`HoldLevelCreate::release`]: a flush or a merge then waits before its output exists,
+/// while the test does something beside it. Hooks of their own, or a part of a test's
+/// hooks that calls [`HoldLevelCreate::pause`] first.
+#[derive(Default, Debug)]
+pub struct HoldLevelCreate {
+    state: Mutex<Hold>,
+    changed: Condvar,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+enum Hold {
+    #[default]
+    Off,
+    Armed,
+    Holding,
+    Released,
+}
+
+impl HoldLevelCreate {
+    fn set(&self, to: Hold) {
+        *self.state.lock().unwrap() = to;
+        self.changed.notify_all();
+    }
+
+    /// Holds the next level-file create.
+    pub fn arm(&self) {
+        self.set(Hold::Armed);
+    }
+
+    /// Lets the held create (and every later one) go on.
+    pub fn release(&self) {
+        self.set(Hold::Released);
+    }
+
+    /// Waits until a create is held; fails the test after a minute without one.
+    pub fn wait_holding(&self) {
+        let state = self.state.lock().unwrap();
+        let (state, timeout) = self
+            .changed
+            .wait_timeout_while(state, Duration::from_secs(60), |s| *s != Hold::Holding)
+            .unwrap();
+        assert!(
+            !timeout.timed_out(),
+            "no level file was created: {:?}",
+            *state
+        );
+    }
+
+    /// Waits here until released when `what` creates a level file at `path` while armed.
+    pub fn pause(&self, what: FsCall<'_>, path: &Path) {
+        if what != FsCall::Create || path.extension().is_none_or(|e| e != "lvl") {
+            return;
+        }
+        let mut state = self.state.lock().unwrap();
+        if *state == Hold::Armed {
+            *state = Hold::Holding;
+            self.changed.notify_all();
+            while *state == Hold::Holding {
+                state = self.changed.wait(state).unwrap();
+            }
+        }
+    }
+}
+
+impl FsHooks for HoldLevelCreate {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        path: &Path,
+        call: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        self.pause(what, path);
         call()
     }
 }
