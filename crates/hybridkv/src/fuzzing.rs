@@ -293,7 +293,7 @@ pub fn decode_leaf(buf: &[u8], verify: bool) -> Result<Vec<LevelEntry>> {
         let e = v
             .leaf_entry(i)
             .ok_or_else(|| corrupt("undecodable leaf entry"))?;
-        if v.key(i) != Some(e.key) {
+        if v.leaf_key(i) != Some(e.key) {
             return Err(corrupt("leaf key accessor disagrees with the entry"));
         }
         out.push((e.key.to_vec(), e.lsn, LevelValue::from(e.value)));
@@ -347,7 +347,7 @@ pub fn encode_leaf(size: usize, entries: &[LevelEntry]) -> Option<Vec<u8>> {
             LevelValue::Medium(p) | LevelValue::Large(p) => n.pointer_len(k.len(), *lsn, *p),
             LevelValue::Tombstone => n.tombstone_len(k.len(), *lsn),
         };
-        if k.len() > usize::from(u16::MAX) || !n.fits(need) {
+        if k.len() > usize::from(u16::MAX) || !n.fits(k, need) {
             return None;
         }
         match value {
@@ -372,7 +372,7 @@ pub fn encode_leaf(size: usize, entries: &[LevelEntry]) -> Option<Vec<u8>> {
 pub fn encode_index(size: usize, entries: &[(Vec<u8>, u64)]) -> Option<Vec<u8>> {
     let mut n = NodeBuf::new(size, NODE_INDEX);
     for (k, child) in entries {
-        if k.len() > usize::from(u16::MAX) || !n.fits(node::INDEX_FIXED + k.len()) {
+        if k.len() > usize::from(u16::MAX) || !n.fits(k, node::INDEX_FIXED + k.len()) {
             return None;
         }
         n.push_index(k, *child);

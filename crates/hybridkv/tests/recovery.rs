@@ -744,7 +744,7 @@ fn check_reports_a_leaf_whose_search_key_lies() {
     let mut data = std::fs::read(&lvl).unwrap();
     let leaf = opts.leaf_size;
     let node = &mut data[leaf..2 * leaf];
-    assert_eq!((node[0], node[1]), (1, 3), "a version 3 leaf");
+    assert_eq!((node[0], node[1]), (1, 4), "a version 4 leaf");
     let skip = usize::from(u16::from_le_bytes([node[2], node[3]]));
     // Slots of 4 bytes (a 2-byte cell, then the 2-byte search key) after the prefix.
     let slots = 16 + skip.next_multiple_of(4);

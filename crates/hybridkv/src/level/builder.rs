@@ -187,9 +187,9 @@ impl LevelBuilder {
             }
             EntryValue::Medium(p) | EntryValue::Large(p) => leaf.pointer_len(key.len(), lsn, p),
         };
-        if !self.leaf.fits(entry_len) {
+        if !self.leaf.fits(key, entry_len) {
             self.emit_leaf()?;
-            if !self.leaf.fits(entry_len) {
+            if !self.leaf.fits(key, entry_len) {
                 // Only a key over `MAX_KEY_SIZE`, from a database written before it was
                 // lowered, can fail to fit an empty leaf.
                 return Err(Error::InvalidArgument(format!(
@@ -323,7 +323,7 @@ impl LevelBuilder {
         let full = self
             .index
             .get(level)
-            .is_some_and(|l| !l.node.fits(INDEX_FIXED + key.len()));
+            .is_some_and(|l| !l.node.fits(key, INDEX_FIXED + key.len()));
         if full {
             self.emit_index(level)?;
         }

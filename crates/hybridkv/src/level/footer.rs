@@ -11,7 +11,9 @@ const MAGIC: &[u8; 8] = b"HKVLEVEL";
 /// version 2's. A build that knows only versions 1 and 2 refuses such a file as
 /// unsupported instead of meeting leaves it cannot read.
 /// Version 4: leaves may be version 3 (compact entries); the footer is unchanged.
-pub(crate) const LEVEL_VERSION: u32 = 4;
+/// Version 5: leaves may be version 4 (keys stored without the leaf's shared prefix); the
+/// footer is unchanged.
+pub(crate) const LEVEL_VERSION: u32 = 5;
 
 /// What the footer records about a level file.
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).

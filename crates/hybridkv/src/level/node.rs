@@ -15,11 +15,15 @@
 //! a few slot lines instead of two lines per probe. Index nodes and version 1 leaves have
 //! bare 4-byte cells.
 //!
-//! Version 3 leaves (written now) are version 2's layout with *compact entries*: the key
-//! first, then the LSN, lengths and log pointers as varints, so that an 8 KiB leaf holds
-//! about a quarter more of the paper's pairs than with fixed-width fields (fewer leaves to
-//! read and cache). Version 1 and 2 leaves (fixed-width entries) are still read; leaves
-//! larger than 8 KiB are still written as version 1.
+//! Version 3 leaves are version 2's layout with *compact entries*: the key first, then the
+//! LSN, lengths and log pointers as varints, so that an 8 KiB leaf holds about a quarter
+//! more of the paper's pairs than with fixed-width fields (fewer leaves to read and cache).
+//! Version 4 leaves (written now) are version 3's with each key stored without the prefix
+//! every key of the leaf shares (stored once after the header): YCSB's 24-byte keys share
+//! about 10 bytes within a 4 KiB leaf, a sixth of the leaf, so the same cache holds a
+//! sixth more of the levels. A version 4 leaf's key is therefore two pieces
+//! ([`LeafKey`]). Version 1 to 3 leaves are still read; leaves larger than 8 KiB are still
+//! written as version 1.
 
 use crate::format::{crc32c, crc32c_append, put_u32_at, put_varint, u32_at, varint_len, Decoder};
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
@@ -33,15 +37,19 @@ pub(crate) const NODE_VERSION: u8 = 1;
 /// Version of leaves whose slots carry a search key, with fixed-width entries (written
 /// 2026-11-27; still read).
 pub(crate) const LEAF_VERSION_FIXED: u8 = 2;
-/// Version of leaves written now: search keys in the slots and compact entries.
-pub(crate) const LEAF_VERSION: u8 = 3;
+/// Version of leaves with search keys in the slots and compact entries, each key whole
+/// (written 2026-11-29 to 2026-12-07; still read).
+pub(crate) const LEAF_VERSION_COMPACT: u8 = 3;
+/// Version of leaves written now: version 3's layout, each entry's key without the
+/// leaf's shared prefix.
+pub(crate) const LEAF_VERSION: u8 = 4;
 /// Bytes per slot: a 4-byte cell, or in a version 2 or 3 leaf a 2-byte cell and a 2-byte
 /// search key.
 const SLOT: usize = 4;
-/// Leaves up to this size are written as version 3 (a 2-byte cell addresses 8 KiB);
+/// Leaves up to this size are written as version 4 (a 2-byte cell addresses 8 KiB);
 /// larger ones keep bare cells.
 pub(crate) const KEYED_LEAF_MAX: usize = 8192;
-/// A version 2 or 3 cell: `kind << 13 | offset`.
+/// A version 2 to 4 cell: `kind << 13 | offset`.
 const SHORT_OFFSET_MASK: u16 = (1 << 13) - 1;
 
 /// Entry kinds stored in a slot's top three bits.
@@ -87,10 +95,94 @@ pub(crate) enum ValueRef<'a> {
     DeltasOverflow { offset: u64, len: u32, crc: u32 },
 }
 
+/// A leaf entry's key, as the leaf holds it: the prefix every key of the leaf shares
+/// (empty but in a version 4 leaf) and the rest, which the entry stores.
+#[derive(Clone, Copy)]
+pub(crate) struct LeafKey<'a> {
+    prefix: &'a [u8],
+    rest: &'a [u8],
+}
+
+impl<'a> LeafKey<'a> {
+    /// A key stored whole.
+    pub(crate) fn whole(key: &'a [u8]) -> Self {
+        LeafKey {
+            prefix: &[],
+            rest: key,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.prefix.len() + self.rest.len()
+    }
+
+    /// Whether this is `key`.
+    #[inline]
+    pub(crate) fn is(&self, key: &[u8]) -> bool {
+        key.len() == self.len()
+            && key.get(..self.prefix.len()) == Some(self.prefix)
+            && key.get(self.prefix.len()..) == Some(self.rest)
+    }
+
+    /// Appends the whole key to `out`.
+    pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len());
+        out.extend_from_slice(self.prefix);
+        out.extend_from_slice(self.rest);
+    }
+
+    pub(crate) fn to_vec(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len());
+        self.append_to(&mut out);
+        out
+    }
+}
+
+impl PartialEq for LeafKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len()
+            && self
+                .prefix
+                .iter()
+                .chain(self.rest)
+                .eq(other.prefix.iter().chain(other.rest))
+    }
+}
+
+impl PartialEq<[u8]> for LeafKey<'_> {
+    fn eq(&self, other: &[u8]) -> bool {
+        self.is(other)
+    }
+}
+
+impl<const N: usize> PartialEq<[u8; N]> for LeafKey<'_> {
+    fn eq(&self, other: &[u8; N]) -> bool {
+        self.is(other)
+    }
+}
+
+impl<const N: usize> PartialEq<&[u8; N]> for LeafKey<'_> {
+    fn eq(&self, other: &&[u8; N]) -> bool {
+        self.is(*other)
+    }
+}
+
+impl PartialEq<&[u8]> for LeafKey<'_> {
+    fn eq(&self, other: &&[u8]) -> bool {
+        self.is(other)
+    }
+}
+
+impl std::fmt::Debug for LeafKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_vec())
+    }
+}
+
 /// One decoded leaf entry.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LeafEntry<'a> {
-    pub key: &'a [u8],
+    pub key: LeafKey<'a>,
     pub lsn: u64,
     pub value: ValueRef<'a>,
 }
@@ -103,8 +195,20 @@ pub(crate) struct NodeBuf {
     data_start: usize,
     /// Whether [`Self::finish`] writes search keys in the slots (a version 2 or 3 leaf).
     keyed: bool,
-    /// Whether entries are compact (a version 3 leaf; only with `keyed`).
+    /// Whether entries are compact (a version 3 or 4 leaf; only with `keyed`).
     compact: bool,
+    /// Whether keys are stored without the shared prefix (a version 4 leaf; only with
+    /// `compact`). Such a leaf's entries are staged whole in `staged` (the prefix is known
+    /// once the last key is in) and written stripped into `buf` by [`Self::finish`].
+    strip: bool,
+    /// A version 4 leaf's entries as pushed, in version 3's encoding.
+    staged: Vec<u8>,
+    /// A version 4 leaf's entries, in push order.
+    cells: Vec<StagedEntry>,
+    /// A version 4 leaf's first key.
+    first_key: Vec<u8>,
+    /// How many bytes every key pushed into a version 4 leaf shares.
+    common: usize,
     /// Set by [`Self::finish`] (which moves a leaf's slots), cleared by [`Self::reset`];
     /// no entry may be pushed in between.
     finished: bool,
@@ -120,7 +224,22 @@ impl NodeBuf {
             data_start: size,
             keyed,
             compact: keyed,
+            strip: keyed,
+            staged: Vec::new(),
+            cells: Vec::new(),
+            first_key: Vec::new(),
+            common: 0,
             finished: false,
+        }
+    }
+
+    /// A leaf in the version 3 layout (compact entries, whole keys), as builds before
+    /// version 4 leaves wrote it: for the tests that such leaves are still read.
+    #[cfg(test)]
+    pub(crate) fn version3_leaf(size: usize) -> Self {
+        NodeBuf {
+            strip: false,
+            ..NodeBuf::new(size, NODE_LEAF)
         }
     }
 
@@ -131,6 +250,7 @@ impl NodeBuf {
         NodeBuf {
             keyed: false,
             compact: false,
+            strip: false,
             ..NodeBuf::new(size, NODE_LEAF)
         }
     }
@@ -141,6 +261,7 @@ impl NodeBuf {
     pub(crate) fn version2_leaf(size: usize) -> Self {
         NodeBuf {
             compact: false,
+            strip: false,
             ..NodeBuf::new(size, NODE_LEAF)
         }
     }
@@ -192,9 +313,33 @@ impl NodeBuf {
         self.count
     }
 
-    /// Whether an entry of `len` data bytes (plus its slot) still fits.
-    pub(crate) fn fits(&self, len: usize) -> bool {
-        NODE_HEADER + SLOT * (self.count as usize + 1) + len <= self.data_start
+    /// Whether an entry of key `key` and `len` data bytes (as the `*_len` methods size
+    /// it, the key whole) still fits, with its slot. In a version 4 leaf, after every key
+    /// loses the prefix all of them and `key` share (which `key` may shorten).
+    pub(crate) fn fits(&self, key: &[u8], len: usize) -> bool {
+        if !self.strip {
+            return NODE_HEADER + SLOT * (self.count as usize + 1) + len <= self.data_start;
+        }
+        let n = self.cells.len() + 1;
+        let prefix = self.common_with(key);
+        // Each key's length varint is counted at its whole key's width: the stripped one
+        // is never wider.
+        let data = (self.staged.len() + len).saturating_sub(n * prefix);
+        NODE_HEADER + prefix.next_multiple_of(SLOT) + SLOT * n + data <= self.buf.len()
+    }
+
+    /// The prefix every key of this version 4 leaf would share with `key` added.
+    fn common_with(&self, key: &[u8]) -> usize {
+        if self.cells.is_empty() {
+            return key.len();
+        }
+        let shared = self
+            .first_key
+            .iter()
+            .zip(key)
+            .take_while(|(a, b)| a == b)
+            .count();
+        shared.min(self.common)
     }
 
     /// Bytes an empty node offers for entries and their slots.
@@ -202,13 +347,31 @@ impl NodeBuf {
         size - NODE_HEADER
     }
 
-    /// Reserves `len` bytes in the data area, adds the slot, and returns the space.
+    /// Reserves `len` bytes in the data area (a version 4 leaf: in the staged entries),
+    /// adds the slot, and returns the space.
     /// # Preconditions
-    /// `self.fits(len)`.
-    fn reserve(&mut self, kind: u8, len: usize) -> &mut [u8] {
-        debug_assert!(self.fits(len));
+    /// `self.fits(key, len)`.
+    fn reserve(&mut self, kind: u8, key: &[u8], len: usize) -> &mut [u8] {
+        debug_assert!(self.fits(key, len));
         debug_assert!(!self.finished, "an entry pushed into a finished node");
         self.finished = false;
+        if self.strip {
+            self.common = self.common_with(key);
+            if self.cells.is_empty() {
+                self.first_key.clear();
+                self.first_key.extend_from_slice(key);
+            }
+            let start = self.staged.len();
+            self.staged.resize(start + len, 0);
+            self.cells.push(StagedEntry {
+                kind,
+                start,
+                len,
+                key_len: key.len(),
+            });
+            self.count += 1;
+            return self.staged.get_mut(start..).unwrap_or_default();
+        }
         self.data_start -= len;
         let cell = (u32::from(kind) << 29) | (self.data_start as u32 & OFFSET_MASK);
         put_u32_at(
@@ -229,7 +392,7 @@ impl NodeBuf {
     pub(crate) fn push_bytes(&mut self, kind: u8, key: &[u8], lsn: u64, value: &[u8]) {
         let len = self.inline_len(key.len(), lsn, value.len());
         let compact = self.compact;
-        let mut w = Writer(self.reserve(kind, len), 0);
+        let mut w = Writer(self.reserve(kind, key, len), 0);
         if compact {
             w.head(key, lsn);
             w.varint(value.len() as u64);
@@ -254,7 +417,7 @@ impl NodeBuf {
     ) {
         let entry_len = self.overflow_len(key.len(), lsn, len);
         let compact = self.compact;
-        let mut w = Writer(self.reserve(kind, entry_len), 0);
+        let mut w = Writer(self.reserve(kind, key, entry_len), 0);
         if compact {
             w.head(key, lsn);
             w.varint(u64::from(len));
@@ -273,7 +436,7 @@ impl NodeBuf {
     pub(crate) fn push_pointer(&mut self, kind: u8, key: &[u8], lsn: u64, ptr: LogPtr) {
         let len = self.pointer_len(key.len(), lsn, ptr);
         let compact = self.compact;
-        let mut w = Writer(self.reserve(kind, len), 0);
+        let mut w = Writer(self.reserve(kind, key, len), 0);
         if compact {
             w.head(key, lsn);
             w.varint(ptr.segment);
@@ -290,7 +453,7 @@ impl NodeBuf {
     pub(crate) fn push_tombstone(&mut self, key: &[u8], lsn: u64) {
         let len = self.tombstone_len(key.len(), lsn);
         let compact = self.compact;
-        let mut w = Writer(self.reserve(KIND_TOMBSTONE, len), 0);
+        let mut w = Writer(self.reserve(KIND_TOMBSTONE, key, len), 0);
         if compact {
             w.head(key, lsn);
         } else {
@@ -301,7 +464,7 @@ impl NodeBuf {
     }
 
     pub(crate) fn push_index(&mut self, key: &[u8], child: u64) {
-        let dst = self.reserve(KIND_INLINE, INDEX_FIXED + key.len());
+        let dst = self.reserve(KIND_INLINE, key, INDEX_FIXED + key.len());
         let mut w = Writer(dst, 0);
         w.put(&(key.len() as u16).to_le_bytes());
         w.put(&child.to_le_bytes());
@@ -317,8 +480,12 @@ impl NodeBuf {
             return &self.buf;
         }
         self.finished = true;
+        if self.strip {
+            self.write_stripped();
+            return &self.buf;
+        }
         let keyed_version = if self.compact {
-            LEAF_VERSION
+            LEAF_VERSION_COMPACT
         } else {
             LEAF_VERSION_FIXED
         };
@@ -397,13 +564,95 @@ impl NodeBuf {
         (skip, NODE_HEADER + shift)
     }
 
+    /// Writes a version 4 leaf into `buf` from the staged entries: the header, the prefix
+    /// all keys share (padded to a slot's multiple), the slots (2-byte cell, search key),
+    /// zeros, and the entries from the end backward, the first pushed last in the leaf,
+    /// each with its key's rest after the prefix; then the checksum.
+    fn write_stripped(&mut self) {
+        let size = self.buf.len();
+        let skip = if self.cells.is_empty() {
+            0
+        } else {
+            self.common
+        };
+        let slots = NODE_HEADER + skip.next_multiple_of(SLOT);
+        let mut data_start = size;
+        for (i, e) in self.cells.iter().enumerate() {
+            // The push methods staged each entry as version 3 encodes it: the key's length,
+            // the key, the rest.
+            let entry = self
+                .staged
+                .get(e.start..e.start + e.len)
+                .unwrap_or_default();
+            let key_at = varint_len(e.key_len as u64);
+            let key = entry.get(key_at..key_at + e.key_len).unwrap_or_default();
+            let rest = key.get(skip..).unwrap_or_default();
+            let tail = entry.get(key_at + e.key_len..).unwrap_or_default();
+            let out_len = varint_len(rest.len() as u64) + rest.len() + tail.len();
+            // `fits` sized the entries, the slots and the prefix to fit together.
+            let Some(start) = data_start.checked_sub(out_len) else {
+                debug_assert!(false, "a version 4 leaf's entries outgrew it");
+                break;
+            };
+            data_start = start;
+            let mut w = Writer(
+                self.buf
+                    .get_mut(data_start..data_start + out_len)
+                    .unwrap_or_default(),
+                0,
+            );
+            w.varint(rest.len() as u64);
+            w.put(rest);
+            w.put(tail);
+            let at = slots + SLOT * i;
+            let short = (u16::from(e.kind) << 13) | (data_start as u16 & SHORT_OFFSET_MASK);
+            let search = search_key(key, skip);
+            if let Some(dst) = self.buf.get_mut(at..at + SLOT) {
+                dst[..2].copy_from_slice(&short.to_le_bytes());
+                dst[2..].copy_from_slice(&search.to_be_bytes());
+            }
+        }
+        self.data_start = data_start;
+        let slots_end = slots + SLOT * self.cells.len();
+        if let Some(gap) = self.buf.get_mut(slots_end..data_start) {
+            gap.fill(0);
+        }
+        if let Some(h) = self.buf.get_mut(..slots) {
+            h.fill(0);
+            h[0] = self.kind;
+            h[1] = LEAF_VERSION;
+            h[2..4].copy_from_slice(&(skip as u16).to_le_bytes());
+            h[4..8].copy_from_slice(&self.count.to_le_bytes());
+            h[8..12].copy_from_slice(&(data_start as u32).to_le_bytes());
+            let prefix = self.first_key.get(..skip).unwrap_or_default();
+            if let Some(dst) = h.get_mut(NODE_HEADER..NODE_HEADER + skip) {
+                dst.copy_from_slice(prefix);
+            }
+        }
+        let crc = node_crc(&self.buf);
+        put_u32_at(&mut self.buf, 12, crc);
+    }
+
     /// Empties the node for the next one. The old bytes stay: every entry overwrites all
     /// of its slot and data, the header is written and the gap zeroed in [`Self::finish`].
     pub(crate) fn reset(&mut self) {
         self.count = 0;
         self.data_start = self.buf.len();
+        self.staged.clear();
+        self.cells.clear();
+        self.common = 0;
         self.finished = false;
     }
+}
+
+/// Where a version 4 leaf's entry lies among the staged ones ([`NodeBuf`]).
+#[derive(Clone, Copy)]
+struct StagedEntry {
+    kind: u8,
+    /// Its first byte in `staged` (the key's length varint).
+    start: usize,
+    len: usize,
+    key_len: usize,
 }
 
 struct Writer<'a>(&'a mut [u8], usize);
@@ -494,11 +743,16 @@ fn search_key(key: &[u8], skip: usize) -> u16 {
     u16::from_be_bytes(b)
 }
 
-/// Decodes a version 3 leaf's entry of `kind` (FORMAT.md, "Version 3 leaves").
+/// Decodes a version 3 or 4 leaf's entry of `kind` (FORMAT.md, "Version 3 leaves"), the
+/// leaf's keys sharing `prefix` and the entry storing the rest (a version 3 leaf: an
+/// empty prefix, the entry storing the whole key).
 #[inline]
-fn compact_entry<'a>(d: &mut Decoder<'a>, kind: u8) -> Option<LeafEntry<'a>> {
+fn compact_entry<'a>(d: &mut Decoder<'a>, kind: u8, prefix: &'a [u8]) -> Option<LeafEntry<'a>> {
     let klen = usize::try_from(d.varint()?).ok()?;
-    let key = d.bytes(klen)?;
+    let key = LeafKey {
+        prefix,
+        rest: d.bytes(klen)?,
+    };
     let lsn = d.varint()?;
     let len32 = |d: &mut Decoder<'a>| u32::try_from(d.varint()?).ok();
     let value = match kind {
@@ -553,9 +807,11 @@ pub(crate) struct NodeView<'a> {
     slots: usize,
     /// A version 2 or 3 leaf: 2-byte cells and search keys in the slots.
     keyed: bool,
-    /// A version 3 leaf: compact entries.
+    /// A version 3 or 4 leaf: compact entries.
     compact: bool,
-    /// Length of the key prefix every key of a version 2 or 3 leaf shares (0 otherwise).
+    /// A version 4 leaf: entries store their keys without the shared prefix.
+    strip: bool,
+    /// Length of the key prefix every key of a version 2 to 4 leaf shares (0 otherwise).
     skip: usize,
 }
 
@@ -580,12 +836,12 @@ impl<'a> NodeView<'a> {
             return Err("unexpected node kind");
         }
         let (slots, keyed, compact) = match (kind, version) {
-            (NODE_LEAF, LEAF_VERSION_FIXED | LEAF_VERSION) if buf.len() <= KEYED_LEAF_MAX => (
+            (NODE_LEAF, LEAF_VERSION_FIXED..=LEAF_VERSION) if buf.len() <= KEYED_LEAF_MAX => (
                 NODE_HEADER + skip.next_multiple_of(SLOT),
                 true,
-                version == LEAF_VERSION,
+                version >= LEAF_VERSION_COMPACT,
             ),
-            (NODE_LEAF, LEAF_VERSION_FIXED | LEAF_VERSION) => {
+            (NODE_LEAF, LEAF_VERSION_FIXED..=LEAF_VERSION) => {
                 return Err("keyed leaf larger than 8 KiB")
             }
             (_, NODE_VERSION) if skip == 0 => (NODE_HEADER, false, false),
@@ -607,6 +863,7 @@ impl<'a> NodeView<'a> {
             slots,
             keyed,
             compact,
+            strip: kind == NODE_LEAF && version == LEAF_VERSION,
             skip,
         })
     }
@@ -633,11 +890,31 @@ impl<'a> NodeView<'a> {
         Some((kind, off))
     }
 
-    /// Key of entry `i` (leaf or index).
+    /// The key bytes entry `i` stores (leaf or index): the whole key, but in a version 4
+    /// leaf the key after the shared prefix ([`Self::leaf_key`] gives both).
     pub(crate) fn key(&self, i: usize) -> Option<&'a [u8]> {
         let (kind, off) = self.slot(i)?;
         let (start, len) = entry_key_span(self.buf, self.kind, self.compact, kind, off)?;
         self.buf.get(start..start + len)
+    }
+
+    /// The key of leaf entry `i`, whole.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn leaf_key(&self, i: usize) -> Option<LeafKey<'a>> {
+        let rest = self.key(i)?;
+        Some(LeafKey {
+            prefix: self.stripped_prefix()?,
+            rest,
+        })
+    }
+
+    /// The prefix a version 4 leaf's entries leave out of their keys (empty otherwise).
+    fn stripped_prefix(&self) -> Option<&'a [u8]> {
+        if self.strip {
+            self.shared_prefix()
+        } else {
+            Some(&[])
+        }
     }
 
     /// The search key in slot `i` of a version 2 or 3 leaf.
@@ -647,7 +924,7 @@ impl<'a> NodeView<'a> {
         Some(u16::from_be_bytes(b.try_into().ok()?))
     }
 
-    /// The key prefix every key of a version 2 or 3 leaf shares (empty otherwise).
+    /// The key prefix every key of a version 2 to 4 leaf shares (empty otherwise).
     fn shared_prefix(&self) -> Option<&'a [u8]> {
         self.buf.get(NODE_HEADER..NODE_HEADER + self.skip)
     }
@@ -657,14 +934,14 @@ impl<'a> NodeView<'a> {
         let (kind, off) = self.slot(i)?;
         let mut d = Decoder::new(self.buf.get(off..)?);
         if self.compact {
-            return compact_entry(&mut d, kind);
+            return compact_entry(&mut d, kind, self.stripped_prefix()?);
         }
         let klen = d.u16()? as usize;
         let lsn = d.u64()?;
         match kind {
             KIND_INLINE | KIND_DELTAS => {
                 let vlen = d.u32()? as usize;
-                let key = d.bytes(klen)?;
+                let key = LeafKey::whole(d.bytes(klen)?);
                 let value = d.bytes(vlen)?;
                 Some(LeafEntry {
                     key,
@@ -680,7 +957,7 @@ impl<'a> NodeView<'a> {
                 let len = d.u32()?;
                 let offset = d.u64()?;
                 let crc = d.u32()?;
-                let key = d.bytes(klen)?;
+                let key = LeafKey::whole(d.bytes(klen)?);
                 Some(LeafEntry {
                     key,
                     lsn,
@@ -693,7 +970,7 @@ impl<'a> NodeView<'a> {
             }
             KIND_MEDIUM | KIND_LARGE => {
                 let ptr = LogPtr::decode(&mut d)?;
-                let key = d.bytes(klen)?;
+                let key = LeafKey::whole(d.bytes(klen)?);
                 let value = if kind == KIND_MEDIUM {
                     ValueRef::Medium(ptr)
                 } else {
@@ -702,7 +979,7 @@ impl<'a> NodeView<'a> {
                 Some(LeafEntry { key, lsn, value })
             }
             KIND_TOMBSTONE => Some(LeafEntry {
-                key: d.bytes(klen)?,
+                key: LeafKey::whole(d.bytes(klen)?),
                 lsn,
                 value: ValueRef::Tombstone,
             }),
@@ -756,11 +1033,18 @@ impl<'a> NodeView<'a> {
                 hi = mid;
             }
         }
-        self.lower_bound_by_keys(key, strict, lo, end)
+        // A version 4 leaf's entries hold what follows the prefix, which `key` has.
+        let stored = if self.strip {
+            key.get(self.skip..)?
+        } else {
+            key
+        };
+        self.lower_bound_by_keys(stored, strict, lo, end)
     }
 
-    /// Checks that every key of a version 2 or 3 leaf starts with the shared prefix and that
-    /// its slot's search key is the one its key gives (searches trust both).
+    /// Checks that every key of a version 2 or 3 leaf starts with the shared prefix (a
+    /// version 4 leaf's keys do by construction) and that its slot's search key is the one
+    /// its key gives (searches trust both).
     pub(crate) fn check_search_keys(&self) -> Result<(), &'static str> {
         if !self.keyed {
             return Ok(());
@@ -770,10 +1054,14 @@ impl<'a> NodeView<'a> {
             .ok_or("shared key prefix out of range")?;
         for i in 0..self.count {
             let key = self.key(i).ok_or("undecodable leaf key")?;
-            if !key.starts_with(shared) {
+            let search = if self.strip {
+                search_key(key, 0)
+            } else if key.starts_with(shared) {
+                search_key(key, self.skip)
+            } else {
                 return Err("leaf key without the leaf's shared prefix");
-            }
-            if self.slot_search_key(i) != Some(search_key(key, self.skip)) {
+            };
+            if self.slot_search_key(i) != Some(search) {
                 return Err("leaf search key does not match its key");
             }
         }
@@ -828,7 +1116,7 @@ mod tests {
         // The reused node first holds far more (every byte of it ends up non-zero).
         let mut reused = NodeBuf::new(4096, NODE_LEAF);
         let mut i = 0u32;
-        while reused.fits(INLINE_FIXED + 8 + 200) {
+        while reused.fits(&i.to_be_bytes(), INLINE_FIXED + 8 + 200) {
             reused.push_inline(&i.to_be_bytes(), 5, &[0xAB; 200]);
             i += 1;
         }
@@ -847,6 +1135,7 @@ mod tests {
         // Every entry kind, in each layout a reader still meets.
         for (layout, n) in [
             (LEAF_VERSION, NodeBuf::new(8192, NODE_LEAF)),
+            (LEAF_VERSION_COMPACT, NodeBuf::version3_leaf(8192)),
             (LEAF_VERSION_FIXED, NodeBuf::version2_leaf(8192)),
             (NODE_VERSION, NodeBuf::version1_leaf(8192)),
         ] {
@@ -873,7 +1162,7 @@ mod tests {
         assert_eq!(v.count(), 7);
         assert_eq!(v.leaf_entry(5).unwrap().value, ValueRef::Deltas(b"+1+2"));
         let e = v.leaf_entry(6).unwrap();
-        assert_eq!((e.key, e.lsn), (&b"grape"[..], 13));
+        assert_eq!((e.key.to_vec(), e.lsn), (b"grape".to_vec(), 13));
         assert_eq!(
             e.value,
             ValueRef::DeltasOverflow {
@@ -883,12 +1172,12 @@ mod tests {
             }
         );
         assert_eq!(v.leaf_entry(3).unwrap().value, ValueRef::Large(p));
-        assert_eq!(v.key(4).unwrap(), b"elder");
+        assert_eq!(v.leaf_key(4).unwrap(), b"elder");
         assert_eq!(v.leaf_entry(4).unwrap().value, ValueRef::Medium(p));
         let e = v.leaf_entry(0).unwrap();
         assert_eq!(
-            (e.key, e.lsn, e.value),
-            (&b"apple"[..], 7, ValueRef::Inline(b"red"))
+            (e.key.to_vec(), e.lsn, e.value),
+            (b"apple".to_vec(), 7, ValueRef::Inline(b"red"))
         );
         assert_eq!(v.leaf_entry(1).unwrap().value, ValueRef::Tombstone);
         assert_eq!(
@@ -1029,17 +1318,86 @@ mod tests {
                 .collect();
             keys.sort();
             keys.dedup();
-            let bytes = leaf_of(&keys, NodeBuf::new(8192, NODE_LEAF));
-            let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
-            assert_eq!(bytes[1], LEAF_VERSION);
             let (first, last) = (&keys[0], &keys[keys.len() - 1]);
             let common = first.iter().zip(last).take_while(|(a, b)| a == b).count();
-            assert_eq!(v.skip, common, "round {round}: the prefix all keys share");
-            for (i, k) in keys.iter().enumerate() {
-                assert_eq!(v.key(i).unwrap(), k.as_slice(), "round {round}");
+            for (layout, n) in [
+                (LEAF_VERSION, NodeBuf::new(8192, NODE_LEAF)),
+                (LEAF_VERSION_COMPACT, NodeBuf::version3_leaf(8192)),
+            ] {
+                let bytes = leaf_of(&keys, n);
+                let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
+                assert_eq!(bytes[1], layout);
+                assert_eq!(v.skip, common, "round {round}: the prefix all keys share");
+                assert_eq!(v.check_search_keys(), Ok(()));
+                for (i, k) in keys.iter().enumerate() {
+                    assert_eq!(v.leaf_key(i).unwrap(), k.as_slice(), "round {round}");
+                    assert_eq!(v.leaf_entry(i).unwrap().key, k.as_slice());
+                    // A version 4 leaf's entry stores the key's rest only.
+                    let stored = if layout == LEAF_VERSION {
+                        &k[common..]
+                    } else {
+                        k
+                    };
+                    assert_eq!(v.key(i).unwrap(), stored, "round {round}");
+                }
+                assert_searches_like_a_walk(&v, &keys, &format!("round {round}, v{layout}"));
             }
-            assert_searches_like_a_walk(&v, &keys, &format!("round {round}"));
         }
+    }
+
+    #[test]
+    fn a_version_4_leaf_stores_each_key_without_the_shared_prefix_and_holds_more() {
+        // YCSB-like keys: 24 bytes, about 10 of them shared within a leaf.
+        let key = |i: u64| format!("user{:020}", 9_000_000_000 + i * 7919).into_bytes();
+        let fill = |mut n: NodeBuf| {
+            let mut keys = Vec::new();
+            loop {
+                let k = key(keys.len() as u64);
+                if !n.fits(&k, n.inline_len(k.len(), 1 << 25, 9)) {
+                    return (keys, n.finish().to_vec());
+                }
+                n.push_inline(&k, 1 << 25, b"123456789");
+                keys.push(k);
+            }
+        };
+        let (v4_keys, v4) = fill(NodeBuf::new(4096, NODE_LEAF));
+        let (v3_keys, v3) = fill(NodeBuf::version3_leaf(4096));
+        assert_eq!((v4[1], v3[1]), (LEAF_VERSION, LEAF_VERSION_COMPACT));
+        let v = NodeView::verify(&v4, NODE_LEAF).unwrap();
+        assert_eq!(v.count(), v4_keys.len());
+        // 9,000,000,000 to 9,001,2..: "user", ten zeros and "900".
+        assert_eq!(v.shared_prefix().unwrap(), b"user0000000000900");
+        for (i, k) in v4_keys.iter().enumerate() {
+            let e = v.leaf_entry(i).unwrap();
+            assert_eq!((e.key.to_vec(), e.lsn), (k.clone(), 1 << 25));
+            assert_eq!(e.value, ValueRef::Inline(b"123456789"));
+            assert_eq!(v.key(i).unwrap(), &k[17..]);
+        }
+        assert_searches_like_a_walk(&v, &v4_keys, "a full version 4 leaf");
+        // 17 of each entry's 43 bytes (with its slot) are not stored again.
+        assert!(
+            v4_keys.len() * 100 >= v3_keys.len() * 150,
+            "{} keys in a version 4 leaf against {} in a version 3 one",
+            v4_keys.len(),
+            v3_keys.len()
+        );
+        // A key that shortens the shared prefix is refused once the leaf could no longer
+        // hold every key with the shorter prefix, and the leaf still finishes whole.
+        let mut n = NodeBuf::new(4096, NODE_LEAF);
+        for k in &v4_keys {
+            n.push_inline(k, 1 << 25, b"123456789");
+        }
+        let other = b"user1".to_vec();
+        assert!(!n.fits(&other, n.inline_len(other.len(), 1, 9)));
+        assert_eq!(n.finish(), v4.as_slice());
+        // One entry: its whole key is the prefix, the entry stores none of it.
+        let mut one = NodeBuf::new(4096, NODE_LEAF);
+        one.push_tombstone(b"only-key", 3);
+        let bytes = one.finish().to_vec();
+        let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
+        assert_eq!((v.skip, v.key(0).unwrap()), (8, &b""[..]));
+        assert_eq!(v.leaf_entry(0).unwrap().key, b"only-key");
+        assert_searches_like_a_walk(&v, &[b"only-key".to_vec()], "a one-entry leaf");
     }
 
     #[test]
@@ -1051,14 +1409,16 @@ mod tests {
                 k
             })
             .collect();
-        let bytes = leaf_of(&keys, NodeBuf::new(4096, NODE_LEAF));
-        let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
-        assert_eq!(v.skip, b"tenant-0042/orders/".len());
-        assert_eq!(v.shared_prefix().unwrap(), b"tenant-0042/orders/");
-        assert_eq!(v.slot_search_key(2), Some(u16::from_be_bytes([b'c', 0])));
-        // A leaf filled to its last byte has no room for the prefix: it searches with
-        // search keys taken from the start of each key, and still finds every key.
-        let mut full = NodeBuf::new(4096, NODE_LEAF);
+        for n in [NodeBuf::new(4096, NODE_LEAF), NodeBuf::version3_leaf(4096)] {
+            let bytes = leaf_of(&keys, n);
+            let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
+            assert_eq!(v.skip, b"tenant-0042/orders/".len());
+            assert_eq!(v.shared_prefix().unwrap(), b"tenant-0042/orders/");
+            assert_eq!(v.slot_search_key(2), Some(u16::from_be_bytes([b'c', 0])));
+        }
+        // A version 3 leaf filled to its last byte has no room for the prefix: it searches
+        // with search keys taken from the start of each key, and still finds every key.
+        let mut full = NodeBuf::version3_leaf(4096);
         let mut stored = Vec::new();
         let mut i = 0u32;
         loop {
@@ -1070,7 +1430,7 @@ mod tests {
                 b"!!!!!!!!!!",
             ]
             .concat();
-            if !full.fits(full.tombstone_len(k.len(), 1)) {
+            if !full.fits(&k, full.tombstone_len(k.len(), 1)) {
                 break;
             }
             full.push_tombstone(&k, 1);
@@ -1096,7 +1456,7 @@ mod tests {
         assert_eq!(v.check_search_keys(), Ok(()));
         for (i, k) in keys.iter().enumerate() {
             let e = v.leaf_entry(i).unwrap();
-            assert_eq!((e.key, e.lsn), (k.as_slice(), i as u64));
+            assert_eq!((e.key.to_vec(), e.lsn), (k.clone(), i as u64));
         }
         assert_searches_like_a_walk(&v, &keys, "a version 2 leaf");
     }
@@ -1122,7 +1482,7 @@ mod tests {
             },
         ];
         let lsns = [0u64, 127, 128, 1 << 40, u64::MAX];
-        let mut n = NodeBuf::new(8192, NODE_LEAF);
+        let mut n = NodeBuf::version3_leaf(8192);
         let mut want = Vec::new();
         for (i, lsn) in lsns.iter().enumerate() {
             let key = |j: usize| format!("key-{i}-{j}").into_bytes();
@@ -1152,13 +1512,13 @@ mod tests {
             want.push((key(3), *lsn, ValueRef::Tombstone));
         }
         let bytes = n.finish().to_vec();
-        assert_eq!(bytes[1], LEAF_VERSION);
+        assert_eq!(bytes[1], LEAF_VERSION_COMPACT);
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
         assert!(v.compact);
         assert_eq!(v.count(), want.len());
         for (i, (key, lsn, value)) in want.iter().enumerate() {
             let e = v.leaf_entry(i).unwrap();
-            assert_eq!((e.key, e.lsn), (key.as_slice(), *lsn), "entry {i}");
+            assert_eq!((e.key.to_vec(), e.lsn), (key.clone(), *lsn), "entry {i}");
             assert_eq!(v.key(i).unwrap(), key.as_slice());
             match (value, e.value) {
                 (ValueRef::Inline(_), ValueRef::Inline(got)) => {
@@ -1183,7 +1543,7 @@ mod tests {
                     0..=2 => n.inline_len(key.len(), lsn, 9),
                     _ => n.pointer_len(key.len(), lsn, p),
                 };
-                if !n.fits(len) {
+                if !n.fits(&key, len) {
                     return i;
                 }
                 match i % 5 {
@@ -1194,7 +1554,7 @@ mod tests {
             }
         };
         let (compact, fixed) = (
-            fill(NodeBuf::new(8192, NODE_LEAF)),
+            fill(NodeBuf::version3_leaf(8192)),
             fill(NodeBuf::version2_leaf(8192)),
         );
         assert!(
@@ -1214,8 +1574,8 @@ mod tests {
         let (_, off) = v.slot(0).unwrap();
         assert_eq!(
             off,
-            good.len() - 4,
-            "the tombstone (1 + 2 + 1 bytes) ends the leaf"
+            good.len() - 3,
+            "the tombstone (1 + 1 + 1 bytes: \"k\" is the shared prefix) ends the leaf"
         );
         let resealed = |mut b: Vec<u8>| {
             let crc = node_crc(&b);
@@ -1230,10 +1590,11 @@ mod tests {
         assert!(v.leaf_entry(0).is_none() && v.key(0).is_none());
         // An LSN whose varint goes on past the leaf's last byte.
         let mut cut_lsn = good.clone();
-        cut_lsn[off + 3] = 0x85;
+        cut_lsn[off + 2] = 0x85;
         let cut_lsn = resealed(cut_lsn);
         let v = NodeView::verify(&cut_lsn, NODE_LEAF).unwrap();
-        assert_eq!(v.key(0), Some(&b"k1"[..]));
+        assert_eq!(v.key(0), Some(&b"1"[..]));
+        assert_eq!(v.leaf_key(0).unwrap(), b"k1");
         assert!(v.leaf_entry(0).is_none());
         // The second entry is untouched in both.
         assert_eq!(v.leaf_entry(1).unwrap().key, b"k2");
@@ -1262,13 +1623,32 @@ mod tests {
         assert!(NodeView::verify(&bad, NODE_LEAF).is_err());
     }
 
+    fn seal(node: &mut [u8]) {
+        let crc = node_crc(node);
+        put_u32_at(node, 12, crc);
+    }
+
     #[test]
     fn lying_search_keys_and_prefixes_are_caught_by_the_check() {
         let keys: Vec<Vec<u8>> = ["row-a1", "row-b2", "row-c3"]
             .iter()
             .map(|k| k.as_bytes().to_vec())
             .collect();
+        // A version 4 leaf's lying search key.
         let good = leaf_of(&keys, NodeBuf::new(4096, NODE_LEAF));
+        let v = NodeView::verify(&good, NODE_LEAF).unwrap();
+        assert_eq!(v.check_search_keys(), Ok(()));
+        let mut lying = good.clone();
+        lying[v.slots + SLOT + 2] ^= 0x40;
+        seal(&mut lying);
+        assert_eq!(
+            NodeView::verify(&lying, NODE_LEAF)
+                .unwrap()
+                .check_search_keys(),
+            Err("leaf search key does not match its key")
+        );
+        // A version 3 leaf's lying search key and prefix.
+        let good = leaf_of(&keys, NodeBuf::version3_leaf(4096));
         let v = NodeView::verify(&good, NODE_LEAF).unwrap();
         assert_eq!(v.check_search_keys(), Ok(()));
         let slots = v.slots;

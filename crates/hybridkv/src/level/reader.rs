@@ -307,6 +307,16 @@ impl LevelFile {
         }
     }
 
+    /// Bytes of the file's root index node (none when its root is a leaf): a cost every
+    /// file of more than one leaf pays once, however many entries it holds.
+    pub(crate) fn root_index_bytes(&self) -> u64 {
+        if self.footer.height >= 2 {
+            u64::from(self.footer.index_size)
+        } else {
+            0
+        }
+    }
+
     /// Entries (including tombstones).
     pub(crate) fn entries(&self) -> u64 {
         self.footer.entries
@@ -740,7 +750,7 @@ impl LevelFile {
         let e = view
             .leaf_entry(i)
             .ok_or_else(|| self.corrupt(offset, "undecodable leaf entry"))?;
-        Ok((e.key == key).then(|| (e.lsn, e.value.into())))
+        Ok(e.key.is(key).then(|| (e.lsn, e.value.into())))
     }
 
     /// Reads an overflow value through `file`, checking its header and checksum.
@@ -1394,7 +1404,7 @@ impl LevelScanner {
                     };
                     *idx += 1;
                     key.clear();
-                    key.extend_from_slice(e.key);
+                    e.key.append_to(key);
                     match e.value {
                         ValueRef::Inline(b) => value.set_inline(b, &mut self.spare_value),
                         other => value.set_other(LevelValue::from(other), &mut self.spare_value),
