@@ -4,10 +4,10 @@
 //! [data_start u32][crc u32]`, a slot array growing from the front and a data area growing
 //! from the back (Parallax §3.2). A cell's top three bits hold the entry kind (the pair's
 //! category), the other bits its offset inside the node (29 of a 4-byte cell, 13 of a
-//! version 2 or 3 leaf's 2-byte cell). The CRC32C covers the whole node
+//! version 2 to 4 leaf's 2-byte cell). The CRC32C covers the whole node
 //! except the crc field itself.
 //!
-//! Leaves of up to 8 KiB (versions 2 and 3) keep a search key in every slot, beside a 2-byte cell:
+//! Leaves of up to 8 KiB (versions 2 to 4) keep a search key in every slot, beside a 2-byte cell:
 //! the 2 key bytes after the prefix all the leaf's keys share (`skip` bytes, stored once
 //! after the header). A lookup's binary
 //! search compares those in the contiguous slot array and reads an entry only to settle a
@@ -43,7 +43,7 @@ pub(crate) const LEAF_VERSION_COMPACT: u8 = 3;
 /// Version of leaves written now: version 3's layout, each entry's key without the
 /// leaf's shared prefix.
 pub(crate) const LEAF_VERSION: u8 = 4;
-/// Bytes per slot: a 4-byte cell, or in a version 2 or 3 leaf a 2-byte cell and a 2-byte
+/// Bytes per slot: a 4-byte cell, or in a version 2 to 4 leaf a 2-byte cell and a 2-byte
 /// search key.
 const SLOT: usize = 4;
 /// Leaves up to this size are written as version 4 (a 2-byte cell addresses 8 KiB);
@@ -193,7 +193,7 @@ pub(crate) struct NodeBuf {
     kind: u8,
     count: u32,
     data_start: usize,
-    /// Whether [`Self::finish`] writes search keys in the slots (a version 2 or 3 leaf).
+    /// Whether [`Self::finish`] writes search keys in the slots (a version 2 to 4 leaf).
     keyed: bool,
     /// Whether entries are compact (a version 3 or 4 leaf; only with `keyed`).
     compact: bool,
@@ -690,7 +690,7 @@ pub(crate) fn node_crc(node: &[u8]) -> u32 {
 }
 
 /// Where the key of the entry of `kind` at `off` starts inside `buf`, and its length
-/// (`compact`: a version 3 leaf's entry). `None` if the kind is unknown or the entry runs
+/// (`compact`: a version 3 or 4 leaf's entry). `None` if the kind is unknown or the entry runs
 /// past the buffer.
 #[inline]
 fn entry_key_span(
@@ -805,7 +805,7 @@ pub(crate) struct NodeView<'a> {
     data_start: usize,
     /// Where the slot array starts.
     slots: usize,
-    /// A version 2 or 3 leaf: 2-byte cells and search keys in the slots.
+    /// A version 2 to 4 leaf: 2-byte cells and search keys in the slots.
     keyed: bool,
     /// A version 3 or 4 leaf: compact entries.
     compact: bool,
@@ -917,7 +917,7 @@ impl<'a> NodeView<'a> {
         }
     }
 
-    /// The search key in slot `i` of a version 2 or 3 leaf.
+    /// The search key in slot `i` of a version 2 to 4 leaf.
     fn slot_search_key(&self, i: usize) -> Option<u16> {
         let at = self.slots + SLOT * i + 2;
         let b = self.buf.get(at..at + 2)?;
