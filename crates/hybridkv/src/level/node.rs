@@ -495,7 +495,13 @@ impl NodeBuf {
         } else {
             (NODE_VERSION, 0, NODE_HEADER)
         };
-        let slots_end = slots + SLOT * self.count as usize;
+        self.seal(version, skip, slots + SLOT * self.count as usize);
+        &self.buf
+    }
+
+    /// Zeros the gap between the slots (ending at `slots_end`) and the data, writes the
+    /// header and then the checksum.
+    fn seal(&mut self, version: u8, skip: usize, slots_end: usize) {
         if let Some(gap) = self.buf.get_mut(slots_end..self.data_start) {
             gap.fill(0);
         }
@@ -509,7 +515,6 @@ impl NodeBuf {
         }
         let crc = node_crc(&self.buf);
         put_u32_at(&mut self.buf, 12, crc);
-        &self.buf
     }
 
     /// A leaf's search keys: finds the prefix every key shares (as much of it as the free
@@ -613,24 +618,15 @@ impl NodeBuf {
             }
         }
         self.data_start = data_start;
-        let slots_end = slots + SLOT * self.cells.len();
-        if let Some(gap) = self.buf.get_mut(slots_end..data_start) {
-            gap.fill(0);
-        }
-        if let Some(h) = self.buf.get_mut(..slots) {
-            h.fill(0);
-            h[0] = self.kind;
-            h[1] = LEAF_VERSION;
-            h[2..4].copy_from_slice(&(skip as u16).to_le_bytes());
-            h[4..8].copy_from_slice(&self.count.to_le_bytes());
-            h[8..12].copy_from_slice(&(data_start as u32).to_le_bytes());
-            let prefix = self.first_key.get(..skip).unwrap_or_default();
-            if let Some(dst) = h.get_mut(NODE_HEADER..NODE_HEADER + skip) {
-                dst.copy_from_slice(prefix);
+        // The prefix and its padding; `seal` writes the header before them.
+        let prefix = self.first_key.get(..skip).unwrap_or_default();
+        if let Some(dst) = self.buf.get_mut(NODE_HEADER..slots) {
+            dst.fill(0);
+            if let Some(p) = dst.get_mut(..skip) {
+                p.copy_from_slice(prefix);
             }
         }
-        let crc = node_crc(&self.buf);
-        put_u32_at(&mut self.buf, 12, crc);
+        self.seal(LEAF_VERSION, skip, slots + SLOT * self.cells.len());
     }
 
     /// Empties the node for the next one. The old bytes stay: every entry overwrites all
