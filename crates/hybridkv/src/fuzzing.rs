@@ -364,7 +364,7 @@ pub fn encode_leaf(size: usize, entries: &[LevelEntry]) -> Option<Vec<u8>> {
             LevelValue::Tombstone => n.push_tombstone(k, *lsn),
         }
     }
-    Some(n.finish().to_vec())
+    Some(n.finish().ok()?.to_vec())
 }
 
 /// Builds an index node of `size` bytes from (pivot, child) pairs; `None` if they do not
@@ -377,7 +377,7 @@ pub fn encode_index(size: usize, entries: &[(Vec<u8>, u64)]) -> Option<Vec<u8>> 
         }
         n.push_index(k, *child);
     }
-    Some(n.finish().to_vec())
+    Some(n.finish().ok()?.to_vec())
 }
 
 /// Decodes a footer (the last [`FOOTER_SIZE`] bytes of a level file).

@@ -285,7 +285,7 @@ impl LevelBuilder {
             return Ok(());
         }
         let offset = self.file.len();
-        let bytes = self.leaf.finish();
+        let bytes = self.leaf.finish()?;
         let appended = self.file.append(bytes);
         if let Some(f) = &mut self.fill {
             // What the cache charges for the leaf (its bytes and the entry's overhead).
@@ -343,7 +343,7 @@ impl LevelBuilder {
         let Some(l) = self.index.get_mut(level) else {
             return Ok(());
         };
-        let bytes = l.node.finish();
+        let bytes = l.node.finish()?;
         self.file.append(bytes)?;
         l.node.reset();
         l.emitted += 1;

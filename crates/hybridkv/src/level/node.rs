@@ -25,6 +25,7 @@
 //! ([`LeafKey`]). Version 1 to 3 leaves are still read; leaves larger than 8 KiB are still
 //! written as version 1.
 
+use crate::error::{Error, Result};
 use crate::format::{crc32c, crc32c_append, put_u32_at, put_varint, u32_at, varint_len, Decoder};
 use crate::log::ptr::{LogPtr, LOG_PTR_SIZE};
 
@@ -212,6 +213,10 @@ pub(crate) struct NodeBuf {
     /// Set by [`Self::finish`] (which moves a leaf's slots), cleared by [`Self::reset`];
     /// no entry may be pushed in between.
     finished: bool,
+    /// Set when an entry was pushed that did not fit (a caller skipped [`Self::fits`]):
+    /// the entry was dropped, and [`Self::finish`] reports the node as unusable rather
+    /// than hand out a node without it.
+    overflowed: bool,
 }
 
 impl NodeBuf {
@@ -230,6 +235,7 @@ impl NodeBuf {
             first_key: Vec::new(),
             common: 0,
             finished: false,
+            overflowed: false,
         }
     }
 
@@ -348,13 +354,16 @@ impl NodeBuf {
     }
 
     /// Reserves `len` bytes in the data area (a version 4 leaf: in the staged entries),
-    /// adds the slot, and returns the space.
-    /// # Preconditions
-    /// `self.fits(key, len)`.
+    /// adds the slot, and returns the space. An entry that does not fit (the caller did
+    /// not ask [`Self::fits`]) gets no space and no slot, and marks the node overflowed
+    /// for [`Self::finish`] to report.
     fn reserve(&mut self, kind: u8, key: &[u8], len: usize) -> &mut [u8] {
-        debug_assert!(self.fits(key, len));
         debug_assert!(!self.finished, "an entry pushed into a finished node");
         self.finished = false;
+        if !self.fits(key, len) {
+            self.overflowed = true;
+            return &mut [];
+        }
         if self.strip {
             self.common = self.common_with(key);
             if self.cells.is_empty() {
@@ -474,15 +483,29 @@ impl NodeBuf {
     /// Writes the header, zeros the gap between the slots and the data (a reset leaves
     /// the last node's bytes there) and the checksum; returns the finished node bytes.
     /// A leaf's slots get their search keys here, and move past the shared key prefix.
-    /// Calling it again returns the same bytes.
-    pub(crate) fn finish(&mut self) -> &[u8] {
-        if self.finished {
-            return &self.buf;
+    /// Calling it again returns the same bytes. An error (a broken invariant, never
+    /// bad input) if an entry was pushed that did not fit: the node would lack it.
+    pub(crate) fn finish(&mut self) -> Result<&[u8]> {
+        if !self.finished {
+            self.finished = true;
+            self.seal_entries();
         }
-        self.finished = true;
+        if self.overflowed {
+            return Err(Error::Internal(format!(
+                "a {} of {} bytes was given entries past what fits ({} taken); the node is not written",
+                if self.kind == NODE_LEAF { "leaf" } else { "index node" },
+                self.buf.len(),
+                self.count
+            )));
+        }
+        Ok(&self.buf)
+    }
+
+    /// [`Self::finish`]'s work: the layout of this node's version, then the seal.
+    fn seal_entries(&mut self) {
         if self.strip {
             self.write_stripped();
-            return &self.buf;
+            return;
         }
         let keyed_version = if self.compact {
             LEAF_VERSION_COMPACT
@@ -496,7 +519,6 @@ impl NodeBuf {
             (NODE_VERSION, 0, NODE_HEADER)
         };
         self.seal(version, skip, slots + SLOT * self.count as usize);
-        &self.buf
     }
 
     /// Zeros the gap between the slots (ending at `slots_end`) and the data, writes the
@@ -594,9 +616,13 @@ impl NodeBuf {
             let rest = key.get(skip..).unwrap_or_default();
             let tail = entry.get(key_at + e.key_len..).unwrap_or_default();
             let out_len = varint_len(rest.len() as u64) + rest.len() + tail.len();
-            // `fits` sized the entries, the slots and the prefix to fit together.
-            let Some(start) = data_start.checked_sub(out_len) else {
-                debug_assert!(false, "a version 4 leaf's entries outgrew it");
+            // `fits` sized the entries, the slots and the prefix to fit together; were it
+            // wrong, the node is reported unusable rather than written without entries.
+            let Some(start) = data_start
+                .checked_sub(out_len)
+                .filter(|&s| s >= slots + SLOT * self.cells.len())
+            else {
+                self.overflowed = true;
                 break;
             };
             data_start = start;
@@ -638,6 +664,7 @@ impl NodeBuf {
         self.cells.clear();
         self.common = 0;
         self.finished = false;
+        self.overflowed = false;
     }
 }
 
@@ -1116,13 +1143,13 @@ mod tests {
             reused.push_inline(&i.to_be_bytes(), 5, &[0xAB; 200]);
             i += 1;
         }
-        reused.finish();
+        reused.finish().unwrap();
         reused.reset();
         fill(&mut reused, 7);
         let mut fresh = NodeBuf::new(4096, NODE_LEAF);
         fill(&mut fresh, 7);
-        assert_eq!(reused.finish(), fresh.finish());
-        let view = NodeView::new(reused.finish(), NODE_LEAF).unwrap();
+        assert_eq!(reused.finish().unwrap(), fresh.finish().unwrap());
+        let view = NodeView::new(reused.finish().unwrap(), NODE_LEAF).unwrap();
         assert_eq!(view.leaf_entry(2).unwrap().key, b"c");
     }
 
@@ -1152,7 +1179,7 @@ mod tests {
         n.push_pointer(KIND_MEDIUM, b"elder", 11, p);
         n.push_bytes(KIND_DELTAS, b"fig", 12, b"+1+2");
         n.push_overflow(KIND_DELTAS_OVERFLOW, b"grape", 13, 70_000, 8192, 7);
-        let bytes = n.finish().to_vec();
+        let bytes = n.finish().unwrap().to_vec();
         assert_eq!(bytes[1], layout);
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
         assert_eq!(v.count(), 7);
@@ -1195,7 +1222,7 @@ mod tests {
         for i in 0..20u32 {
             n.push_inline(format!("key{i:04}").as_bytes(), u64::from(i), b"value");
         }
-        let good = n.finish().to_vec();
+        let good = n.finish().unwrap().to_vec();
         for byte in (0..good.len()).step_by(97) {
             let mut bad = good.clone();
             bad[byte] ^= 1;
@@ -1250,7 +1277,7 @@ mod tests {
                 ),
             }
         }
-        n.finish().to_vec()
+        n.finish().unwrap().to_vec()
     }
 
     /// Probes around every key: the key, its neighbours by one byte, its prefixes and
@@ -1342,6 +1369,62 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_pushed_past_what_fits_makes_finish_refuse_the_node() {
+        // Writers ask `fits` before each push; one that did not must not get a node that
+        // silently lacks entries (or, in a version 4 leaf, has zeroed slots).
+        let key = |i: u64| format!("user{:020}", 9_000_000_000 + i * 7919).into_bytes();
+        let value = [b'v'; 200];
+        let nodes = [
+            ("version 4 leaf", NodeBuf::new(4096, NODE_LEAF)),
+            ("version 3 leaf", NodeBuf::version3_leaf(4096)),
+            ("version 1 leaf", NodeBuf::version1_leaf(4096)),
+            ("index node", NodeBuf::new(4096, NODE_INDEX)),
+        ];
+        for (what, mut n) in nodes {
+            let index = what == "index node";
+            let mut fitted = 0;
+            for i in 0..200u64 {
+                let k = key(i);
+                let len = if index {
+                    INDEX_FIXED + k.len()
+                } else {
+                    n.inline_len(k.len(), 5, value.len())
+                };
+                fitted += usize::from(n.fits(&k, len));
+                if index {
+                    n.push_index(&k, i * 4096);
+                } else {
+                    n.push_inline(&k, 5, &value);
+                }
+            }
+            assert!(
+                fitted < 200,
+                "{what}: every entry fitted; the test needs more"
+            );
+            let err = n.finish().unwrap_err();
+            assert!(matches!(err, Error::Internal(_)), "{what}: {err:?}");
+            let msg = err.to_string();
+            assert!(
+                msg.contains("4096 bytes") && msg.contains("past what fits"),
+                "{what}: {msg}"
+            );
+            // Asking again says the same; a reset node is whole again.
+            assert!(n.finish().is_err(), "{what}");
+            n.reset();
+            let k = key(0);
+            if index {
+                n.push_index(&k, 4096);
+            } else {
+                n.push_inline(&k, 5, &value);
+            }
+            let kind = if index { NODE_INDEX } else { NODE_LEAF };
+            let bytes = n.finish().unwrap().to_vec();
+            let v = NodeView::verify(&bytes, kind).unwrap();
+            assert_eq!(v.count(), 1, "{what}");
+        }
+    }
+
+    #[test]
     fn a_version_4_leaf_stores_each_key_without_the_shared_prefix_and_holds_more() {
         // YCSB-like keys: 24 bytes, about 10 of them shared within a leaf.
         let key = |i: u64| format!("user{:020}", 9_000_000_000 + i * 7919).into_bytes();
@@ -1350,7 +1433,7 @@ mod tests {
             loop {
                 let k = key(keys.len() as u64);
                 if !n.fits(&k, n.inline_len(k.len(), 1 << 25, 9)) {
-                    return (keys, n.finish().to_vec());
+                    return (keys, n.finish().unwrap().to_vec());
                 }
                 n.push_inline(&k, 1 << 25, b"123456789");
                 keys.push(k);
@@ -1385,11 +1468,11 @@ mod tests {
         }
         let other = b"user1".to_vec();
         assert!(!n.fits(&other, n.inline_len(other.len(), 1, 9)));
-        assert_eq!(n.finish(), v4.as_slice());
+        assert_eq!(n.finish().unwrap(), v4.as_slice());
         // One entry: its whole key is the prefix, the entry stores none of it.
         let mut one = NodeBuf::new(4096, NODE_LEAF);
         one.push_tombstone(b"only-key", 3);
-        let bytes = one.finish().to_vec();
+        let bytes = one.finish().unwrap().to_vec();
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
         assert_eq!((v.skip, v.key(0).unwrap()), (8, &b""[..]));
         assert_eq!(v.leaf_entry(0).unwrap().key, b"only-key");
@@ -1433,7 +1516,7 @@ mod tests {
             stored.push(k);
             i += 1;
         }
-        let bytes = full.finish().to_vec();
+        let bytes = full.finish().unwrap().to_vec();
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
         assert_eq!((stored.len(), v.skip), (120, 0));
         assert_searches_like_a_walk(&v, &stored, "a full leaf");
@@ -1507,7 +1590,7 @@ mod tests {
             n.push_tombstone(&key(3), *lsn);
             want.push((key(3), *lsn, ValueRef::Tombstone));
         }
-        let bytes = n.finish().to_vec();
+        let bytes = n.finish().unwrap().to_vec();
         assert_eq!(bytes[1], LEAF_VERSION_COMPACT);
         let v = NodeView::verify(&bytes, NODE_LEAF).unwrap();
         assert!(v.compact);
@@ -1565,7 +1648,7 @@ mod tests {
         let mut n = NodeBuf::new(4096, NODE_LEAF);
         n.push_tombstone(b"k1", 5);
         n.push_inline(b"k2", 300, b"value");
-        let good = n.finish().to_vec();
+        let good = n.finish().unwrap().to_vec();
         let v = NodeView::verify(&good, NODE_LEAF).unwrap();
         let (_, off) = v.slot(0).unwrap();
         assert_eq!(
