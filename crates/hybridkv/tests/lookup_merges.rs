@@ -836,3 +836,101 @@ fn a_merge_within_l1_at_the_merge_level_keeps_its_medium_values_in_place() {
     let db = Db::open(dir.path(), o).unwrap();
     check(&db);
 }
+
+/// Writes keys `0..PER_RUN` again (each run's values differ) and flushes: a run that
+/// shadows one version of each of them in L1.
+fn flush_overwrites(db: &Db, round: u32) {
+    for i in 0..PER_RUN {
+        db.put(key(i), overwrite(i, round)).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+}
+
+fn overwrite(i: u32, round: u32) -> Vec<u8> {
+    let mut v = value(i);
+    v.extend_from_slice(&round.to_le_bytes());
+    v
+}
+
+/// Flushes overwrite runs (rounds `from..`) until L1 is merged into L2; returns how many
+/// it took. L1's run limit is far away (`growth_factor` 32), so what makes L1 due is the
+/// share of dead versions its runs shadow.
+fn flushes_until_l1_goes_down(db: &Db, from: u32) -> u32 {
+    for n in 1..=20 {
+        flush_overwrites(db, from + n);
+        if db.stats().unwrap().levels[0].files == 0 {
+            return n;
+        }
+    }
+    panic!("L1 never went into L2: {}", db.stats().unwrap());
+}
+
+#[test]
+fn a_merge_within_l1_takes_the_versions_it_dropped_out_of_l1s_dead_share() {
+    // Four runs that overwrite the same keys shadow three runs' worth of versions in L1,
+    // a small share of L1 and the L2 a merge into L2 would rewrite. A merge within L1
+    // drops those versions; were they still counted, fewer new overwrite runs would make
+    // L1 due for L2 than in a database that never had them.
+    let o = || Options {
+        growth_factor: 32,
+        ..opts(256, 0)
+    };
+    // The same L2 and the same overwrite runs, without the first four runs and their
+    // merge within L1: how many overwrite runs it takes from one run of L1.
+    let fresh = tempfile::tempdir().unwrap();
+    let base = Db::open(fresh.path(), o()).unwrap();
+    for i in L2_FROM..L2_FROM + L2_KEYS {
+        base.put(key(i), value(i)).unwrap();
+    }
+    base.compact_all().unwrap();
+    flush_overwrites(&base, 0);
+    let expected = flushes_until_l1_goes_down(&base, 0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), o()).unwrap();
+    for i in L2_FROM..L2_FROM + L2_KEYS {
+        db.put(key(i), value(i)).unwrap();
+    }
+    db.compact_all().unwrap();
+    let compactions = db.stats().unwrap().compactions;
+    for round in 0..RUNS {
+        flush_overwrites(&db, round);
+    }
+    let s = db.stats().unwrap();
+    assert_eq!(
+        (s.levels[0].files, s.compactions),
+        (RUNS as usize, compactions),
+        "{s}"
+    );
+    // Gets of L2's keys search each of L1's runs in vain until that pays for merging them.
+    let mut i = L2_FROM;
+    while db.stats().unwrap().merges_within_l1 == 0 {
+        assert!(i < L2_FROM + L2_KEYS, "no merge within L1");
+        for k in i..i + 100 {
+            assert_eq!(db.get(key(k)).unwrap(), Some(value(k)), "key {k}");
+        }
+        i += 100;
+        db.compact().unwrap();
+    }
+    let s = db.stats().unwrap();
+    assert_eq!(
+        (s.levels[0].files, s.levels[0].entries),
+        (1, u64::from(PER_RUN)),
+        "{s}"
+    );
+    assert_eq!(s.levels[1].entries, u64::from(L2_KEYS), "{s}");
+
+    let took = flushes_until_l1_goes_down(&db, RUNS);
+    assert!(
+        took.abs_diff(expected) <= 1,
+        "{took} overwrite runs made L1 due after the merge within L1, {expected} from one run"
+    );
+    for i in 0..PER_RUN {
+        assert_eq!(
+            db.get(key(i)).unwrap(),
+            Some(overwrite(i, RUNS + took)),
+            "key {i}"
+        );
+    }
+}
