@@ -1,8 +1,11 @@
 //! How many of a run's reads are the first read of their key in that run, by size class:
 //! the reads no cache filled in the same process can answer except by holding the key's
-//! leaf (or block) already. Replays the benchmark's own streams (the load, for each
-//! record's size class, then the run), so the figures are those of `hybridkv bench` with
-//! the same workload, mix, record count, operation count and seed.
+//! leaf (or block) already. Replays the benchmark's own streams for one client thread (the
+//! load, for each record's size class, then the run), so the counts are those of
+//! `hybridkv bench --threads 1` with the same workload, mix, record count, operation count
+//! and seed. The size classes are the load's: in the benchmark, an earlier run phase's
+//! updates redraw the class of the keys they wrote (from the same mix, so the shares by
+//! class stay the same in expectation).
 //!
 //! `cargo run --release -p hybridkv-ycsb --example first_touches -- [WORKLOAD=c] [MIX=MD]
 //! [RECORDS=40000000] [OPS=2000000] [SEED=1497584450]`
