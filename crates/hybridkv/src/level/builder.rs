@@ -285,7 +285,14 @@ impl LevelBuilder {
             return Ok(());
         }
         let offset = self.file.len();
-        let bytes = self.leaf.finish()?;
+        let bytes = match self.leaf.finish() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // Reset even on failure: a finished leaf must not take more entries.
+                self.leaf.reset();
+                return Err(e);
+            }
+        };
         let appended = self.file.append(bytes);
         if let Some(f) = &mut self.fill {
             // What the cache charges for the leaf (its bytes and the entry's overhead).

@@ -323,19 +323,28 @@ impl NodeBuf {
     /// it, the key whole) still fits, with its slot. In a version 4 leaf, after every key
     /// loses the prefix all of them and `key` share (which `key` may shorten).
     pub(crate) fn fits(&self, key: &[u8], len: usize) -> bool {
+        self.fits_sharing(self.common_with(key), len)
+    }
+
+    /// [`Self::fits`] for an entry with which the keys of a version 4 leaf would share
+    /// `prefix` bytes ([`Self::common_with`]; ignored in other nodes).
+    fn fits_sharing(&self, prefix: usize, len: usize) -> bool {
         if !self.strip {
             return NODE_HEADER + SLOT * (self.count as usize + 1) + len <= self.data_start;
         }
         let n = self.cells.len() + 1;
-        let prefix = self.common_with(key);
         // Each key's length varint is counted at its whole key's width: the stripped one
         // is never wider.
         let data = (self.staged.len() + len).saturating_sub(n * prefix);
         NODE_HEADER + prefix.next_multiple_of(SLOT) + SLOT * n + data <= self.buf.len()
     }
 
-    /// The prefix every key of this version 4 leaf would share with `key` added.
+    /// The prefix every key of this version 4 leaf would share with `key` added (0 in
+    /// other nodes).
     fn common_with(&self, key: &[u8]) -> usize {
+        if !self.strip {
+            return 0;
+        }
         if self.cells.is_empty() {
             return key.len();
         }
@@ -360,12 +369,13 @@ impl NodeBuf {
     fn reserve(&mut self, kind: u8, key: &[u8], len: usize) -> &mut [u8] {
         debug_assert!(!self.finished, "an entry pushed into a finished node");
         self.finished = false;
-        if !self.fits(key, len) {
+        let prefix = self.common_with(key);
+        if !self.fits_sharing(prefix, len) {
             self.overflowed = true;
             return &mut [];
         }
         if self.strip {
-            self.common = self.common_with(key);
+            self.common = prefix;
             if self.cells.is_empty() {
                 self.first_key.clear();
                 self.first_key.extend_from_slice(key);
