@@ -202,8 +202,10 @@ pub(crate) struct NodeBuf {
     /// `compact`). Such a leaf's entries are staged whole in `staged` (the prefix is known
     /// once the last key is in) and written stripped into `buf` by [`Self::finish`].
     strip: bool,
-    /// A version 4 leaf's entries as pushed, in version 3's encoding.
+    /// A version 4 leaf's entries as pushed, in version 3's encoding: the first
+    /// `staged_len` bytes (the buffer only grows, so a push neither allocates nor zeroes).
     staged: Vec<u8>,
+    staged_len: usize,
     /// A version 4 leaf's entries, in push order.
     cells: Vec<StagedEntry>,
     /// A version 4 leaf's first key.
@@ -231,6 +233,7 @@ impl NodeBuf {
             compact: keyed,
             strip: keyed,
             staged: Vec::new(),
+            staged_len: 0,
             cells: Vec::new(),
             first_key: Vec::new(),
             common: 0,
@@ -335,7 +338,7 @@ impl NodeBuf {
         let n = self.cells.len() + 1;
         // Each key's length varint is counted at its whole key's width: the stripped one
         // is never wider.
-        let data = (self.staged.len() + len).saturating_sub(n * prefix);
+        let data = (self.staged_len + len).saturating_sub(n * prefix);
         NODE_HEADER + prefix.next_multiple_of(SLOT) + SLOT * n + data <= self.buf.len()
     }
 
@@ -348,13 +351,13 @@ impl NodeBuf {
         if self.cells.is_empty() {
             return key.len();
         }
-        let shared = self
-            .first_key
-            .iter()
-            .zip(key)
-            .take_while(|(a, b)| a == b)
-            .count();
-        shared.min(self.common)
+        // Keys come in order, so what they share only shrinks: `key` shares with all of
+        // them what it shares with the first within the prefix they share so far.
+        let bound = self.common.min(key.len());
+        common_prefix_len(
+            self.first_key.get(..bound).unwrap_or_default(),
+            key.get(..bound).unwrap_or_default(),
+        )
     }
 
     /// Bytes an empty node offers for entries and their slots.
@@ -380,8 +383,12 @@ impl NodeBuf {
                 self.first_key.clear();
                 self.first_key.extend_from_slice(key);
             }
-            let start = self.staged.len();
-            self.staged.resize(start + len, 0);
+            let start = self.staged_len;
+            let end = start + len;
+            if self.staged.len() < end {
+                self.staged.resize(end.max(2 * self.staged.len()), 0);
+            }
+            self.staged_len = end;
             self.cells.push(StagedEntry {
                 kind,
                 start,
@@ -389,7 +396,7 @@ impl NodeBuf {
                 key_len: key.len(),
             });
             self.count += 1;
-            return self.staged.get_mut(start..).unwrap_or_default();
+            return self.staged.get_mut(start..end).unwrap_or_default();
         }
         self.data_start -= len;
         let cell = (u32::from(kind) << 29) | (self.data_start as u32 & OFFSET_MASK);
@@ -573,7 +580,7 @@ impl NodeBuf {
         let common = {
             let a = self.buf.get(first.0..first.1).unwrap_or_default();
             let b = self.buf.get(last.0..last.1).unwrap_or_default();
-            a.iter().zip(b).take_while(|(x, y)| x == y).count()
+            common_prefix_len(a, b)
         };
         // The prefix and its padding must fit between the slots and the data.
         let room = self.data_start.saturating_sub(NODE_HEADER + SLOT * n);
@@ -623,9 +630,13 @@ impl NodeBuf {
                 .unwrap_or_default();
             let key_at = varint_len(e.key_len as u64);
             let key = entry.get(key_at..key_at + e.key_len).unwrap_or_default();
-            let rest = key.get(skip..).unwrap_or_default();
-            let tail = entry.get(key_at + e.key_len..).unwrap_or_default();
-            let out_len = varint_len(rest.len() as u64) + rest.len() + tail.len();
+            // The key's rest and the entry's tail lie together: one copy after the rest's
+            // length. (`skip` is at most every key's length: `common` only shrinks.)
+            debug_assert!(skip <= e.key_len, "a leaf's prefix longer than a key");
+            let strip = skip.min(e.key_len);
+            let body = entry.get(key_at + strip..).unwrap_or_default();
+            let rest_len = (e.key_len - strip) as u64;
+            let out_len = varint_len(rest_len) + body.len();
             // `fits` sized the entries, the slots and the prefix to fit together; were it
             // wrong, the node is reported unusable rather than written without entries.
             let Some(start) = data_start
@@ -636,15 +647,12 @@ impl NodeBuf {
                 break;
             };
             data_start = start;
-            let mut w = Writer(
-                self.buf
-                    .get_mut(data_start..data_start + out_len)
-                    .unwrap_or_default(),
-                0,
-            );
-            w.varint(rest.len() as u64);
-            w.put(rest);
-            w.put(tail);
+            if let Some(out) = self.buf.get_mut(data_start..data_start + out_len) {
+                let n = put_varint(out, rest_len);
+                if let Some(dst) = out.get_mut(n..n + body.len()) {
+                    dst.copy_from_slice(body);
+                }
+            }
             let at = slots + SLOT * i;
             let short = (u16::from(e.kind) << 13) | (data_start as u16 & SHORT_OFFSET_MASK);
             let search = search_key(key, skip);
@@ -654,6 +662,7 @@ impl NodeBuf {
             }
         }
         self.data_start = data_start;
+        self.staged_len = 0;
         // The prefix and its padding; `seal` writes the header before them.
         let prefix = self.first_key.get(..skip).unwrap_or_default();
         if let Some(dst) = self.buf.get_mut(NODE_HEADER..slots) {
@@ -670,7 +679,7 @@ impl NodeBuf {
     pub(crate) fn reset(&mut self) {
         self.count = 0;
         self.data_start = self.buf.len();
-        self.staged.clear();
+        self.staged_len = 0;
         self.cells.clear();
         self.common = 0;
         self.finished = false;
@@ -767,13 +776,39 @@ fn entry_key_span(
 /// zero-padded, as a big-endian number. Search keys order like the keys they come from,
 /// except that keys equal in those bytes (or one a zero-padded extension of the other)
 /// tie.
+#[inline]
 fn search_key(key: &[u8], skip: usize) -> u16 {
-    let mut b = [0u8; 2];
-    if let Some(rest) = key.get(skip..) {
-        let n = rest.len().min(2);
-        b[..n].copy_from_slice(&rest[..n]);
+    // Byte by byte: a copy of up to 2 bytes into an array was a call to `memcpy` and a
+    // stall on reading back what it stored, the largest cost of a leaf's finish.
+    let byte = |i: Option<usize>| i.and_then(|i| key.get(i)).copied().unwrap_or(0);
+    u16::from_be_bytes([byte(Some(skip)), byte(skip.checked_add(1))])
+}
+
+/// How many leading bytes `a` and `b` share, compared eight at a time.
+#[inline]
+pub(crate) fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let word = |s: &[u8], i: usize| {
+        s.get(i..i + 8)
+            .and_then(|w| <[u8; 8]>::try_from(w).ok())
+            .map(u64::from_le_bytes)
+    };
+    let mut i = 0;
+    while i + 8 <= n {
+        match (word(a, i), word(b, i)) {
+            (Some(x), Some(y)) if x == y => i += 8,
+            // Little-endian: the lowest differing bit is in the first differing byte.
+            (Some(x), Some(y)) => return i + ((x ^ y).trailing_zeros() / 8) as usize,
+            _ => break,
+        }
     }
-    u16::from_be_bytes(b)
+    i + a
+        .get(i..n)
+        .unwrap_or_default()
+        .iter()
+        .zip(b.get(i..n).unwrap_or_default())
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// Decodes a version 3 or 4 leaf's entry of `kind` (FORMAT.md, "Version 3 leaves"), the
@@ -1133,6 +1168,38 @@ impl<'a> NodeView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_prefix_counted_word_by_word_is_the_one_counted_byte_by_byte() {
+        let naive = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        let a: Vec<u8> = (1u8..=40).collect();
+        for la in 0..=a.len() {
+            for lb in 0..=a.len() {
+                // `b` is `a`'s first `lb` bytes, changed at `at` (not at all when `at == lb`).
+                for at in 0..=lb {
+                    let mut b = a[..lb].to_vec();
+                    if let Some(x) = b.get_mut(at) {
+                        *x ^= 0x80;
+                    }
+                    assert_eq!(
+                        common_prefix_len(&a[..la], &b),
+                        naive(&a[..la], &b),
+                        "{la} {lb} {at}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_search_key_is_the_two_bytes_after_the_prefix_zero_padded() {
+        assert_eq!(search_key(b"abc", 0), u16::from_be_bytes(*b"ab"));
+        assert_eq!(search_key(b"abc", 2), u16::from_be_bytes([b'c', 0]));
+        assert_eq!(search_key(b"abc", 3), 0);
+        assert_eq!(search_key(b"abc", 9), 0);
+        assert_eq!(search_key(b"", 0), 0);
+        assert_eq!(search_key(b"abc", usize::MAX), 0);
+    }
 
     #[test]
     fn a_reused_node_finishes_byte_for_byte_like_a_fresh_one() {

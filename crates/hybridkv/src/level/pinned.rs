@@ -161,7 +161,7 @@ impl Fences {
             return;
         };
         let second = self.key(1.min(self.len() - 1)).unwrap_or(last);
-        let shared = second.iter().zip(last).take_while(|(a, b)| a == b).count();
+        let shared = super::node::common_prefix_len(second, last);
         let mut heads = Heads {
             prefix: last[..shared].to_vec(),
             heads: Vec::with_capacity(self.len()),
