@@ -91,10 +91,10 @@ pub struct Options {
     /// holds a key it read from a leaf the cache held in a run below L1 (one a get, a
     /// scan, or a lookup of GC or of a flush had read). Flushed leaves do not count, so a
     /// merge of L1 does not cache everything it writes. A put's large value is cached as
-    /// it is appended to the large log when the keyspace served a get since its last large
-    /// value was appended (reads are running: a read after an update would otherwise read
-    /// the new value back from the device; a load with no gets caches nothing). Default
-    /// `true`.
+    /// it is appended to the large log when a get read its key lately (one of about the
+    /// last 65,536 keys read: a read after an update of a hot key would otherwise read the
+    /// new value back from the device; a load, or an update of a key nobody reads, caches
+    /// nothing). Default `true`.
     pub prepopulate_cache: bool,
     /// Read level files and log segments (unless `mmap_reads`), and write
     /// flush/compaction output, with `O_DIRECT`, bypassing the page cache so that device traffic can be measured (log

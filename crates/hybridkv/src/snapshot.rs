@@ -109,6 +109,7 @@ pub(crate) fn get_noting_folds(
     )?;
     let c = &engine.counters;
     Counters::add(&c.gets, 1);
+    engine.cache.note_read(crate::format::key_hash(key));
     if let Some(v) = &v {
         Counters::add(&c.user_bytes_read, (key.len() + v.len()) as u64);
     }

@@ -581,7 +581,7 @@ fn a_flush_caches_the_medium_records_it_logs_unless_told_not_to() {
 }
 
 #[test]
-fn a_put_caches_its_large_value_only_when_gets_run_between_puts() {
+fn a_put_caches_its_large_value_only_when_a_get_read_its_key_lately() {
     for prepopulate in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let opts = Options {
@@ -622,6 +622,21 @@ fn a_put_caches_its_large_value_only_when_gets_run_between_puts() {
         } else {
             assert_eq!(reads, 200, "{reads} large-log reads without prepopulation");
         }
+        // Gets of some keys between updates of others that no get read: those values are
+        // not cached, gets running or not (they would only push read keys out).
+        for i in 0..200 {
+            assert_eq!(db.get(seq_key(i)).unwrap(), Some(large(i, 1)));
+            db.put(seq_key(1_000 + i), large(i, 2)).unwrap();
+        }
+        let before = large_reads(&db);
+        for i in 0..200 {
+            assert_eq!(db.get(seq_key(1_000 + i)).unwrap(), Some(large(i, 2)));
+        }
+        assert_eq!(
+            large_reads(&db) - before,
+            200,
+            "a value of a key no get had read was cached as it was appended"
+        );
     }
 }
 

@@ -17,6 +17,7 @@
 //! entries of a deleted file can never be confused with a newer file's; they simply age out.
 
 pub(crate) mod hints;
+pub(crate) mod recent;
 
 pub(crate) use hints::HintedEntry;
 use quick_cache::sync::Cache;
@@ -167,6 +168,8 @@ pub(crate) struct BlockCache {
     reloaded_bytes: AtomicU64,
     /// Hint files this view found unusable.
     hints_rejected: AtomicU64,
+    /// The keys this keyspace's gets read lately.
+    recent_reads: recent::RecentReads,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -215,6 +218,7 @@ impl BlockCache {
             reloaded: AtomicU64::new(0),
             reloaded_bytes: AtomicU64::new(0),
             hints_rejected: AtomicU64::new(0),
+            recent_reads: recent::RecentReads::new(),
         }
     }
 
@@ -231,11 +235,26 @@ impl BlockCache {
             reloaded: AtomicU64::new(0),
             reloaded_bytes: AtomicU64::new(0),
             hints_rejected: AtomicU64::new(0),
+            recent_reads: recent::RecentReads::new(),
         }
     }
 
     pub(crate) fn get(&self, file: u64, offset: u64) -> Option<BlockBytes> {
         self.count(self.find(file, offset))
+    }
+
+    /// A get read the key whose hash (`format::key_hash`) is `hash` (a cache that holds
+    /// nothing keeps no note).
+    pub(crate) fn note_read(&self, hash: u64) {
+        if self.enabled() {
+            self.recent_reads.note(hash);
+        }
+    }
+
+    /// Whether a get read the key whose hash is `hash` lately: an update's large value is
+    /// then cached as it is appended.
+    pub(crate) fn read_lately(&self, hash: u64) -> bool {
+        self.enabled() && self.recent_reads.holds(hash)
     }
 
     /// [`BlockCache::get`] without counting a hit or a miss (the entry is marked used):

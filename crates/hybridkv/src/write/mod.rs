@@ -83,9 +83,6 @@ pub(crate) struct SpaceLog {
     env: EnvRef,
     /// The large-log segment being appended to (opened on the first large write).
     pub large: Option<SegmentWriter>,
-    /// The keyspace's count of gets when its last large value was appended: a put's value
-    /// is cached as it is appended only if gets ran since ([`LargeFill::IfRead`]).
-    gets_seen: u64,
 }
 
 /// Whether a large value appended by a commit goes into the node cache too.
@@ -96,12 +93,11 @@ enum LargeFill {
     /// Never (GC's relocations of values the cache did not hold: old values, read no
     /// more than where they were; GC asks `Always` for those it held).
     Never,
-    /// With `Options::prepopulate_cache`, if the keyspace served a get since its last
-    /// large value was appended: a value just written is what a zipfian read soon wants
-    /// (a read after an update would otherwise read it back from the device), but a load
-    /// that nobody reads would only pay the copy and push the cache's contents out. Gets
-    /// between puts are the sign that someone reads; the values cached then number at
-    /// most about the gets served.
+    /// With `Options::prepopulate_cache`, if a get read the key lately
+    /// (`BlockCache::read_lately`): a hot key's new value is what a zipfian read soon
+    /// wants (a read after an update would otherwise read it back from the device), but
+    /// the value of a key nobody reads, in a load or in an update of a cold key, would
+    /// only pay the copy and push the cache's contents out.
     IfRead,
 }
 
@@ -549,7 +545,6 @@ impl WritePath {
             SpaceLog {
                 env: Arc::downgrade(env),
                 large: None,
-                gets_seen: 0,
             },
         );
         self.slots.write().insert(
@@ -1321,15 +1316,13 @@ impl WritePath {
         fill: LargeFill,
     ) -> Result<LogPtr> {
         let space = log.spaces.get_mut(&env.keyspace()).ok_or(Error::Closed)?;
-        let gets = env
-            .counters()
-            .gets
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let read_since = std::mem::replace(&mut space.gets_seen, gets) != gets;
         let cache = match fill {
             LargeFill::Always => true,
             LargeFill::Never => false,
-            LargeFill::IfRead => read_since && env.opts().prepopulate_cache,
+            LargeFill::IfRead => {
+                env.opts().prepopulate_cache
+                    && env.cache().read_lately(crate::format::key_hash(key))
+            }
         };
         let full = space
             .large
