@@ -109,7 +109,10 @@ pub(crate) fn get_noting_folds(
     )?;
     let c = &engine.counters;
     Counters::add(&c.gets, 1);
-    engine.cache.note_read(crate::format::key_hash(key));
+    // Only `prepopulate_cache` asks which keys were read (`BlockCache::read_lately`).
+    if engine.opts.prepopulate_cache {
+        engine.cache.note_read(crate::format::key_hash(key));
+    }
     if let Some(v) = &v {
         Counters::add(&c.user_bytes_read, (key.len() + v.len()) as u64);
     }
