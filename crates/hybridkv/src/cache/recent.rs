@@ -2,15 +2,19 @@
 //! appended only when a read of its key is likely to follow (`Options::prepopulate_cache`).
 //!
 //! Owns: a direct-mapped table of 16-bit key fingerprints ([`RecentReads::SLOTS`] of them,
-//! 128 KiB), written by every get and asked by every large append. Never: decides what a
+//! 128 KiB, allocated by the first get that notes its key: a keyspace no get reads, or a
+//! cache that never asks, costs nothing), written by every get and asked by every large
+//! append. Never: decides what a
 //! read returns. It is a hint: a fingerprint that collides caches one value too many, one
 //! that a later get overwrote caches one too few; neither is ever wrong data.
 
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::OnceLock;
 
 /// The fingerprints of the keys gets read lately, one slot per key hash.
 pub(crate) struct RecentReads {
-    slots: Box<[AtomicU16]>,
+    /// Empty until the first [`RecentReads::note`].
+    slots: OnceLock<Box<[AtomicU16]>>,
 }
 
 impl RecentReads {
@@ -20,8 +24,14 @@ impl RecentReads {
 
     pub(crate) fn new() -> Self {
         RecentReads {
-            slots: (0..Self::SLOTS).map(|_| AtomicU16::new(0)).collect(),
+            slots: OnceLock::new(),
         }
+    }
+
+    /// Whether the table was allocated (a get noted a key).
+    #[cfg(test)]
+    fn allocated(&self) -> bool {
+        self.slots.get().is_some()
     }
 
     /// The slot of `hash` and the fingerprint it holds there (never 0, which an empty slot
@@ -35,7 +45,10 @@ impl RecentReads {
     /// A get read the key whose hash (`format::key_hash`) is `hash`.
     pub(crate) fn note(&self, hash: u64) {
         let (slot, tag) = Self::place(hash);
-        if let Some(s) = self.slots.get(slot) {
+        let slots = self
+            .slots
+            .get_or_init(|| (0..Self::SLOTS).map(|_| AtomicU16::new(0)).collect());
+        if let Some(s) = slots.get(slot) {
             // Only a changed slot is written: a hot key's gets leave its cache line shared.
             if s.load(Ordering::Relaxed) != tag {
                 s.store(tag, Ordering::Relaxed);
@@ -47,7 +60,8 @@ impl RecentReads {
     pub(crate) fn holds(&self, hash: u64) -> bool {
         let (slot, tag) = Self::place(hash);
         self.slots
-            .get(slot)
+            .get()
+            .and_then(|slots| slots.get(slot))
             .is_some_and(|s| s.load(Ordering::Relaxed) == tag)
     }
 }
@@ -61,7 +75,9 @@ mod tests {
     fn a_key_read_is_held_until_a_key_in_its_slot_is_read() {
         let r = RecentReads::new();
         assert!(!r.holds(key_hash(b"a")), "an empty table holds nothing");
+        assert!(!r.allocated(), "asking allocates nothing");
         r.note(key_hash(b"a"));
+        assert!(r.allocated(), "the first note allocates the table");
         assert!(r.holds(key_hash(b"a")));
         assert!(!r.holds(key_hash(b"b")));
         // Another key whose hash lands in the same slot with another fingerprint.

@@ -662,7 +662,6 @@ impl NodeBuf {
             }
         }
         self.data_start = data_start;
-        self.staged_len = 0;
         // The prefix and its padding; `seal` writes the header before them.
         let prefix = self.first_key.get(..skip).unwrap_or_default();
         if let Some(dst) = self.buf.get_mut(NODE_HEADER..slots) {
