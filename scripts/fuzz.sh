@@ -37,7 +37,7 @@ for t in "${targets[@]}"; do
     cargo fuzz run "$t" "corpus-work/$t" "corpus/$t" -- \
         -max_total_time="$secs" -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 \
         >"$log" 2>&1 || status=$?
-    n=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+    n=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
     execs[$t]="${n:-?}"
     if [ "$status" -ne 0 ]; then
         failed+=("$t")
