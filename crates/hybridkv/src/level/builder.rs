@@ -379,7 +379,7 @@ impl LevelBuilder {
         }
         // The filter unit (for a file with entries), aligned, then the footer.
         let (mut filter_offset, mut filter_len) = (0, 0);
-        if let Some(b) = self.bloom.take().filter(|b| b.keys() > 0) {
+        if let Some(mut b) = self.bloom.take().filter(|b| b.keys() > 0) {
             self.pad_to_alignment()?;
             let unit = b.encode();
             filter_offset = self.file.len();

@@ -55,12 +55,22 @@ fn flat_positions(hash: u64, probes: u32, nbits: u64) -> impl Iterator<Item = u6
     (0..u64::from(probes)).map(move |i| hash.wrapping_add(i.wrapping_mul(delta)) % nbits)
 }
 
+/// Keys a [`BloomBuilder`] holds back before setting their bits: each key's block is
+/// prefetched as the key arrives and written this many keys later, so that a merge adding
+/// every key it writes to a filter of tens of MiB does not wait on each block's cache miss
+/// (in a profile of a 10M MD load, before this, 60% of the merge loop's own time sat on
+/// the one instruction setting a key's bits).
+const PENDING: usize = 16;
+
 /// Builds a blocked filter for up to `expected` keys (more still work, with more false
 /// positives).
 pub(crate) struct BloomBuilder {
     blocks: Vec<Block>,
     probes: u32,
     keys: u64,
+    /// The hashes of the last `min(keys, PENDING)` keys added, whose bits are not set yet
+    /// (the key added as number `i` sits at `i % PENDING`).
+    pending: [u64; PENDING],
 }
 
 impl BloomBuilder {
@@ -77,12 +87,31 @@ impl BloomBuilder {
             blocks: vec![Block([0; BLOCK_BYTES]); blocks.max(1)],
             probes,
             keys: 0,
+            pending: [0; PENDING],
         }
     }
 
-    /// Adds `key`.
+    /// Adds `key`: its block is prefetched now, its bits are set [`PENDING`] keys later
+    /// (or by [`Self::encode`]).
     pub(crate) fn add(&mut self, key: &[u8]) {
-        let (block, bits) = blocked_probe(key_hash(key), self.blocks.len());
+        let hash = key_hash(key);
+        let at = (self.keys % PENDING as u64) as usize;
+        if let Some(slot) = self.pending.get_mut(at) {
+            let older = std::mem::replace(slot, hash);
+            if self.keys >= PENDING as u64 {
+                self.set_bits(older);
+            }
+        }
+        let (block, _) = blocked_probe(hash, self.blocks.len());
+        if let Some(b) = self.blocks.get(block) {
+            prefetch(b);
+        }
+        self.keys += 1;
+    }
+
+    /// Sets the bits of the key whose hash is `hash`.
+    fn set_bits(&mut self, hash: u64) {
+        let (block, bits) = blocked_probe(hash, self.blocks.len());
         if let Some(Block(b)) = self.blocks.get_mut(block) {
             for bit in bits.take(self.probes as usize) {
                 if let Some(byte) = b.get_mut(bit / 8) {
@@ -90,7 +119,16 @@ impl BloomBuilder {
                 }
             }
         }
-        self.keys += 1;
+    }
+
+    /// Sets the bits of the keys still held back (setting a bit twice changes nothing, so
+    /// this may run more than once).
+    fn set_pending(&mut self) {
+        let held = self.keys.min(PENDING as u64) as usize;
+        let pending = self.pending;
+        for hash in pending.iter().take(held) {
+            self.set_bits(*hash);
+        }
     }
 
     /// Keys added.
@@ -98,8 +136,10 @@ impl BloomBuilder {
         self.keys
     }
 
-    /// The unit's bytes (header and bits; the caller pads it to the block size).
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    /// The unit's bytes (header and bits; the caller pads it to the block size), every
+    /// key added included.
+    pub(crate) fn encode(&mut self) -> Vec<u8> {
+        self.set_pending();
         let bits_len = self.blocks.len() * BLOCK_BYTES;
         let mut out = Vec::with_capacity(FILTER_HEADER + bits_len);
         out.push(NODE_FILTER);
@@ -128,6 +168,22 @@ pub(crate) enum FilterError {
     Corrupt(&'static str),
     /// A unit version this build does not read (a newer build wrote it).
     Version(u8),
+}
+
+/// Asks the processor to bring `block`'s cache line in (a hint: no effect on what the
+/// program computes; nothing where the target has no such instruction, or under Miri).
+#[inline(always)]
+fn prefetch(block: &Block) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch never faults and reads nothing the program sees; the address is
+    // a live reference's.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            std::ptr::from_ref(block).cast::<i8>(),
+        )
+    };
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = block;
 }
 
 /// A filter's bits as held in memory, by unit version.
@@ -265,6 +321,35 @@ mod tests {
     }
 
     #[test]
+    fn keys_held_back_get_the_bits_they_would_have_got_at_once() {
+        for n in [
+            0,
+            1,
+            PENDING as u32 - 1,
+            PENDING as u32,
+            PENDING as u32 + 1,
+            1_000,
+        ] {
+            let mut held = BloomBuilder::new(10, 200);
+            let mut at_once = BloomBuilder::new(10, 200);
+            for i in 0..n {
+                held.add(&key(i));
+                // Straight into the bits: nothing held back for `encode` to set.
+                at_once.set_bits(key_hash(&key(i)));
+            }
+            let unit = held.encode();
+            assert_eq!(unit, at_once.encode(), "{n} keys");
+            assert_eq!(
+                held.encode(),
+                unit,
+                "{n} keys: a second encode changes nothing"
+            );
+            let f = Bloom::decode(&unit).unwrap();
+            assert!((0..n).all(|i| f.may_contain(&key(i))), "{n} keys");
+        }
+    }
+
+    #[test]
     fn more_keys_than_expected_still_never_lose_one() {
         let mut b = BloomBuilder::new(10, 10);
         for i in 0..5_000 {
@@ -331,6 +416,7 @@ mod tests {
         let mut b = BloomBuilder::new(10, 100_000);
         assert_eq!(b.blocks.len(), 1_000_000usize.div_ceil(512));
         b.add(b"one key");
+        let unit = b.encode();
         let touched: Vec<usize> = b
             .blocks
             .iter()
@@ -342,7 +428,6 @@ mod tests {
         let set: u32 = b.blocks[touched[0]].0.iter().map(|x| x.count_ones()).sum();
         // Seven probes; two may land on the same bit.
         assert!((5..=7).contains(&set), "{set} bits set");
-        let unit = b.encode();
         assert_eq!(unit[1], BLOCKED_VERSION);
         assert_eq!(unit.len(), FILTER_HEADER + b.blocks.len() * BLOCK_BYTES);
     }
