@@ -63,8 +63,9 @@ pub(crate) struct Engine {
     pub poisoned: AtomicBool,
     pub counters: Counters,
     pub dir_lock: Mutex<Option<Box<dyn DirLock>>>,
-    /// Serializes garbage-collection passes.
-    pub gc_lock: Mutex<()>,
+    /// Serializes garbage-collection passes, and holds the sizes of the complete large-log
+    /// segments they learned.
+    pub gc_lock: Mutex<crate::log::large::SegmentSizes>,
     /// Set first thing by `Db::close`: every entry point fails with `Error::Closed`.
     pub closed: AtomicBool,
     /// The delta buckets' store: their index and the segments flushes append to

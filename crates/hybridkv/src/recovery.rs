@@ -772,7 +772,7 @@ fn assemble(
         poisoned: AtomicBool::new(false),
         counters: Counters::default(),
         dir_lock: Mutex::new(lock),
-        gc_lock: Mutex::new(()),
+        gc_lock: Mutex::new(crate::log::large::SegmentSizes::default()),
         closed: AtomicBool::new(false),
         buckets: space.buckets,
         opts: space.opts,

@@ -56,7 +56,8 @@ impl Engine {
 
     /// Collects every large-log segment whose garbage ratio reached the threshold.
     pub(crate) fn gc_pass(&self, threshold: f64) -> Result<GcReport> {
-        let _one_at_a_time = self.gc_lock.lock();
+        // One pass at a time; the sizes of complete segments earlier passes learned.
+        let mut sizes = self.gc_lock.lock();
         // Closed (or its keyspace dropped) while this waited: nothing more is written.
         self.check_open()?;
         // The active segment and the segment list are read together under the `log` mutex:
@@ -80,18 +81,19 @@ impl Engine {
                 .collect()
         };
         drop(log);
-        // Their sizes are asked of the file system after the locks are let go: one `stat`
-        // per segment (about 4,000 at 40M SD pairs), during which every write waited on
-        // the `log` lock. Only GC frees a large-log segment, and it runs
-        // one pass at a time, so every segment listed is still there.
+        // Their sizes are asked of the file system after the locks are let go (a `stat`
+        // under the `log` lock held every write), and only once for a complete segment
+        // (`log::large::SegmentSizes`). Only GC frees a large-log segment, and it runs one pass at a
+        // time, so every segment listed is still there.
+        sizes.keep_only(&listed);
         let usage: Vec<SegmentUsage> = listed
             .into_iter()
             .map(|(id, garbage)| SegmentUsage {
                 id,
-                bytes: self
-                    .io
-                    .fs()
-                    .file_len(&self.dir.join(large::file_name(id)))
+                bytes: sizes
+                    .size_of(id, active, || {
+                        self.io.fs().file_len(&self.dir.join(large::file_name(id)))
+                    })
                     .unwrap_or(SEGMENT_HEADER)
                     .saturating_sub(SEGMENT_HEADER),
                 garbage,

@@ -1,7 +1,8 @@
 //! Garbage collection of the large log (Parallax §3.1; Titan/Badger-style discard counts).
 //!
 //! Owns: choosing segments whose garbage ratio reached `gc_threshold` ([`planner`], no
-//! I/O) and collecting them ([`job`]): read the segment once, keep the records the index
+//! I/O; the segments' sizes, each complete one asked of the file system once,
+//! `log::large::SegmentSizes`) and collecting them ([`job`]): read the segment once, keep the records the index
 //! still points at, re-append those through the write path (holding the keyspace's slot, only if
 //! the index still points at the old copy, so a newer write is never replaced), make the
 //! relocation and every other committed write durable, drop the segment from the manifest,
