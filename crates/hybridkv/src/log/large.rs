@@ -1831,9 +1831,13 @@ impl SegmentSizes {
 
     /// Forgets every segment not in `listed` (freed since).
     pub(crate) fn keep_only(&mut self, listed: &[(u64, u64)]) {
-        if self.known.len() > listed.len()
-            || listed.iter().any(|(id, _)| !self.known.contains_key(id))
-        {
+        // Listed ids are distinct: when as many of them are known as the table holds,
+        // every id it holds is listed and nothing was freed.
+        let listed_known = listed
+            .iter()
+            .filter(|(id, _)| self.known.contains_key(id))
+            .count();
+        if listed_known < self.known.len() {
             let live: std::collections::HashSet<u64> = listed.iter().map(|&(id, _)| id).collect();
             self.known.retain(|id, _| live.contains(id));
         }
