@@ -1802,7 +1802,7 @@ mod tests {
 
 /// The file sizes of complete large-log segments, as GC passes learned them: a segment no
 /// longer active is never appended to again, so its size is asked of the file system once
-/// (a pass used to `stat` every segment, about 4,300 at 40M MD pairs, once a second).
+/// (a pass used to `stat` every segment, about 4,000 at 40M MD pairs, once a second).
 /// GC holds one under its lock (`Engine::gc_lock`), so one pass at a time reads or changes
 /// it.
 #[derive(Debug, Default)]
