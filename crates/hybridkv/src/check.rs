@@ -106,6 +106,17 @@ impl Engine {
                         "the file's Bloom filter rules out a key the file holds",
                     ));
                 }
+                if let Some(q) = run.large_pointer_for(&key) {
+                    // The table names at most one record per fingerprint: a large pair's
+                    // own, or another key's record for a key that is not a large pair.
+                    if matches!(value, LevelValue::Large(p) if p != q) {
+                        report.problem(&Error::corruption(
+                            run.path(),
+                            run.large_pointers_offset(),
+                            "the file's large pointer table names another record for a large pair the file holds",
+                        ));
+                    }
+                }
                 let value = match value {
                     LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. } => {
                         match scanner.load_overflow(value) {

@@ -440,6 +440,7 @@ pub fn decode_level_file(data: &[u8]) -> Result<LevelScan> {
         if let Some((_, v)) = lf.get(key)? {
             lf.load_overflow(v)?;
         }
+        let _ = lf.large_guess(key);
     }
     let mut scanner = Vec::new();
     let mut s = lf.scanner(IoComponent::Compaction)?;
@@ -466,7 +467,7 @@ pub fn encode_level_file(
     let (fs, io) = sim_io();
     let name = crate::level::reader::file_name(1);
     let f = io.create(&Path::new(DIR).join(&name), IoComponent::Flush)?;
-    let mut b = LevelBuilder::new(f, leaf_size, index_size);
+    let mut b = LevelBuilder::new(f, leaf_size, index_size).with_large_pointers(true);
     for (k, lsn, v) in entries {
         let ev = match v {
             LevelValue::Inline(bytes) => EntryValue::Bytes(bytes),
@@ -706,6 +707,32 @@ pub fn decode_filter(unit: &[u8], keys: &[&[u8]]) -> std::result::Result<Vec<boo
         Err(FilterError::Corrupt(what)) => Err(what.to_string()),
         Err(FilterError::Version(v)) => Err(format!("unsupported filter version {v}")),
     }
+}
+
+/// A level file's large pointer table (`docs/FORMAT.md`, "Large pointer table") decoded as
+/// opening the file does; `Ok` holds the pointer it names for each of `keys`.
+pub fn decode_large_pointers(
+    unit: &[u8],
+    keys: &[&[u8]],
+) -> std::result::Result<Vec<Option<LogPtr>>, String> {
+    use crate::level::large_pointers::{LargePointers, LargePointersError};
+    match LargePointers::decode(unit) {
+        Ok(t) => Ok(keys.iter().map(|k| t.guess(k)).collect()),
+        Err(LargePointersError::Corrupt(what)) => Err(what.to_string()),
+        Err(LargePointersError::Version(v)) => {
+            Err(format!("unsupported large pointer table version {v}"))
+        }
+    }
+}
+
+/// The large pointer table a level file whose large pairs are `pairs` carries (`None`:
+/// no table, when no pointer is kept).
+pub fn encode_large_pointers(pairs: &[(&[u8], LogPtr)]) -> Option<Vec<u8>> {
+    let mut b = crate::level::large_pointers::LargePointersBuilder::default();
+    for (k, p) in pairs {
+        b.add(k, *p);
+    }
+    b.encode()
 }
 
 /// The filter unit a level file of `keys` carries at `bits_per_key` (1..=30), as the

@@ -321,6 +321,7 @@ impl Keyspace {
         s.cache_bytes = e.cache.used_bytes();
         (s.cache_hits, s.cache_misses) = e.cache.hits_and_misses();
         (s.warm_reads, s.warm_neighbours) = e.cache.warm_reads_and_neighbours();
+        (s.large_pointer_reads, s.large_pointer_misses) = e.cache.large_guesses();
         (s.cache_reloaded, s.cache_reload_bytes) = e.cache.reloaded();
         s.cache_hints_rejected = e.cache.hints_rejected();
         s.pinned_index_bytes = e.cache.pins().used();

@@ -87,6 +87,7 @@ fn lines(o: &Options) -> Vec<(&'static str, String)> {
         ),
         ("bloom_bits_per_key", o.bloom_bits_per_key.to_string()),
         ("pinned_index_bytes", o.pinned_index_bytes.to_string()),
+        ("large_pointer_tables", o.large_pointer_tables.to_string()),
         ("warm_read_bytes", o.warm_read_bytes.to_string()),
         ("reload_cache", o.reload_cache.to_string()),
         ("fold_on_read", o.fold_on_read.to_string()),
@@ -244,6 +245,7 @@ fn set(o: &mut Options, name: &str, value: &str) -> std::result::Result<(), &'st
         }
         "bloom_bits_per_key" => o.bloom_bits_per_key = num(value)?,
         "pinned_index_bytes" => o.pinned_index_bytes = num(value)?,
+        "large_pointer_tables" => o.large_pointer_tables = flag(value)?,
         "warm_read_bytes" => o.warm_read_bytes = num(value)?,
         "reload_cache" => o.reload_cache = flag(value)?,
         "fold_on_read" => o.fold_on_read = flag(value)?,
@@ -344,6 +346,7 @@ mod tests {
             space_amp_limit: Some(1.75),
             bloom_bits_per_key: 0,
             pinned_index_bytes: 99,
+            large_pointer_tables: false,
             warm_read_bytes: 8192,
             reload_cache: false,
             merge_operator: None,

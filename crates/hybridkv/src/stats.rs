@@ -174,6 +174,13 @@ pub struct Stats {
     /// Neighbouring leaves and transient-segment blocks (4 KiB, the last of a segment
     /// shorter) those reads put into the cache.
     pub warm_neighbours: u64,
+    /// Gets of a large pair whose leaf was not cached that read the value's record at once,
+    /// named by the level file's pinned large pointer table (`Options::
+    /// large_pointer_tables`), without reading the leaf.
+    pub large_pointer_reads: u64,
+    /// Records such a table named that held another key (a fingerprint the key shares
+    /// with a large pair of the file): the get then read the leaf too.
+    pub large_pointer_misses: u64,
     /// Cache entries this keyspace read back at open from the entries the cache held at
     /// the last close (`Options::reload_cache`).
     pub cache_reloaded: u64,
@@ -389,7 +396,7 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "reads: {} gets, {} scans; {} lookup reads ({:.1} MiB); node cache {} hits, {} misses ({:.1}% hits); {} reads around a leaf or record cached {} more",
+            "reads: {} gets, {} scans; {} lookup reads ({:.1} MiB); node cache {} hits, {} misses ({:.1}% hits); {} reads around a leaf or record cached {} more; {} large values read without their leaf ({} guesses missed)",
             self.gets,
             self.scans,
             self.lookup_reads(),
@@ -400,7 +407,9 @@ impl fmt::Display for Stats {
             self.cache_misses,
             100.0 * self.cache_hit_ratio(),
             self.warm_reads,
-            self.warm_neighbours
+            self.warm_neighbours,
+            self.large_pointer_reads,
+            self.large_pointer_misses
         )?;
         writeln!(
             f,

@@ -510,8 +510,10 @@ fn open_must_fail(kind: Kind, damage: Damage, data: &[u8]) -> Option<bool> {
     match kind {
         Kind::Manifest => Some(true),
         Kind::Level | Kind::LevelBlobs => {
-            // The Bloom filter unit (its offset and length are in the footer) is read and
-            // checked whole at open; its zero padding is not read.
+            // The Bloom filter unit and the large pointer table (their offsets and lengths
+            // are in the footer) are read and checked whole at open (the table with the
+            // pinned index, which the default budget has room for); their zero padding
+            // is not read.
             let footer = &data[len - 128..];
             let word = |at: usize, n: usize| {
                 footer[at..at + n]
@@ -521,7 +523,11 @@ fn open_must_fail(kind: Kind, damage: Damage, data: &[u8]) -> Option<bool> {
             };
             let (f_at, f_len) = (word(72, 8), word(80, 4));
             let in_filter = f_len > 0 && a < f_at + f_len && b > f_at;
-            Some(matches!(damage, Damage::Truncate { .. }) || b > len - 128 || in_filter)
+            let (p_at, p_len) = (word(84, 8), word(92, 4));
+            let in_table = p_len > 0 && a < p_at + p_len && b > p_at;
+            Some(
+                matches!(damage, Damage::Truncate { .. }) || b > len - 128 || in_filter || in_table,
+            )
         }
         Kind::Wal => {
             if matches!(damage, Damage::Truncate { .. }) {

@@ -343,6 +343,9 @@ impl Engine for HybridEngine {
             })).collect::<Vec<_>>(),
         });
         v["merges_within_l1"] = json!(s.merges_within_l1);
+        // Gets that read a large value without its leaf, and guesses whose record held
+        // another key (`Options::large_pointer_tables`).
+        v["large_pointer_reads"] = json!([s.large_pointer_reads, s.large_pointer_misses]);
         Some(v)
     }
 }

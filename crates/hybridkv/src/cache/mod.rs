@@ -163,6 +163,10 @@ pub(crate) struct BlockCache {
     /// neighbours.
     warm_reads: AtomicU64,
     warm_neighbours: AtomicU64,
+    /// Gets that read a large record a level file's pointer table named, and took it (the
+    /// record held the key) or not.
+    large_guesses: AtomicU64,
+    large_guesses_missed: AtomicU64,
     /// Entries read back from the last close's hint file, and the bytes they hold.
     reloaded: AtomicU64,
     reloaded_bytes: AtomicU64,
@@ -215,6 +219,8 @@ impl BlockCache {
             misses: AtomicU64::new(0),
             warm_reads: AtomicU64::new(0),
             warm_neighbours: AtomicU64::new(0),
+            large_guesses: AtomicU64::new(0),
+            large_guesses_missed: AtomicU64::new(0),
             reloaded: AtomicU64::new(0),
             reloaded_bytes: AtomicU64::new(0),
             hints_rejected: AtomicU64::new(0),
@@ -232,6 +238,8 @@ impl BlockCache {
             misses: AtomicU64::new(0),
             warm_reads: AtomicU64::new(0),
             warm_neighbours: AtomicU64::new(0),
+            large_guesses: AtomicU64::new(0),
+            large_guesses_missed: AtomicU64::new(0),
             reloaded: AtomicU64::new(0),
             reloaded_bytes: AtomicU64::new(0),
             hints_rejected: AtomicU64::new(0),
@@ -321,6 +329,26 @@ impl BlockCache {
         self.warm_reads.fetch_add(1, Ordering::Relaxed);
         self.warm_neighbours
             .fetch_add(neighbours, Ordering::Relaxed);
+    }
+
+    /// Counts a get that read the large record a level file's pointer table named, and
+    /// took it (`hit`: the record held the key) or went on to the leaf.
+    pub(crate) fn note_large_guess(&self, hit: bool) {
+        let counter = if hit {
+            &self.large_guesses
+        } else {
+            &self.large_guesses_missed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Gets that took a record a level file's pointer table named, and those whose record
+    /// held another key.
+    pub(crate) fn large_guesses(&self) -> (u64, u64) {
+        (
+            self.large_guesses.load(Ordering::Relaxed),
+            self.large_guesses_missed.load(Ordering::Relaxed),
+        )
     }
 
     /// Reads around a missing leaf or record, and the neighbours they cached.

@@ -261,7 +261,8 @@ impl MergeJob<'_> {
         let file = self.io.create(&path, self.component)?;
         let expected = sources.iter().map(|s| s.entries_hint()).sum();
         let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size)
-            .with_bloom(self.opts.bloom_bits_per_key, expected);
+            .with_bloom(self.opts.bloom_bits_per_key, expected)
+            .with_large_pointers(self.opts.large_pointer_tables);
         let fill = match self.cache_fill {
             CacheFill::Off => None,
             CacheFill::All { limit } => Some((true, limit)),

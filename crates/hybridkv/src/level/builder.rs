@@ -5,6 +5,7 @@
 
 use super::filter::BloomBuilder;
 use super::footer::Footer;
+use super::large_pointers::LargePointersBuilder;
 use super::node::{
     NodeBuf, INDEX_FIXED, INLINE_FIXED, KIND_DELTAS, KIND_DELTAS_OVERFLOW, KIND_LARGE, KIND_MEDIUM,
     KIND_OVERFLOW, NODE_BLOB, NODE_INDEX, NODE_LEAF,
@@ -70,6 +71,8 @@ pub(crate) struct LevelBuilder {
     last_key: Option<Vec<u8>>,
     zero: Vec<u8>,
     bloom: Option<BloomBuilder>,
+    /// The large pointer table being collected, when the file gets one.
+    large: Option<LargePointersBuilder>,
     fill: Option<LeafFill>,
 }
 
@@ -113,6 +116,7 @@ impl LevelBuilder {
             last_key: None,
             zero: vec![0u8; IO_ALIGN],
             bloom: None,
+            large: None,
             fill: None,
         }
     }
@@ -148,6 +152,14 @@ impl LevelBuilder {
     /// keys (an upper bound: the entries of the merge's inputs); 0 bits: none.
     pub(crate) fn with_bloom(mut self, bits_per_key: u32, expected: u64) -> Self {
         self.bloom = (bits_per_key > 0).then(|| BloomBuilder::new(bits_per_key, expected));
+        self
+    }
+
+    /// Also writes a large pointer table (`super::large_pointers`) when `on` and the file
+    /// holds a large pair: 16 bytes per large pair, held in memory until the file is
+    /// finished.
+    pub(crate) fn with_large_pointers(mut self, on: bool) -> Self {
+        self.large = on.then(LargePointersBuilder::default);
         self
     }
 
@@ -244,6 +256,9 @@ impl LevelBuilder {
                 let medium = matches!(value, EntryValue::Medium(_));
                 let kind = if medium { KIND_MEDIUM } else { KIND_LARGE };
                 self.leaf.push_pointer(kind, key, lsn, p);
+                if let (false, Some(t)) = (medium, &mut self.large) {
+                    t.add(key, p);
+                }
                 self.meta.pointer_entries += 1;
                 let vlen =
                     (p.len as usize).saturating_sub(key.len() + crate::log::large::RECORD_HEADER);
@@ -387,6 +402,17 @@ impl LevelBuilder {
             self.file.append(&unit)?;
             self.pad_to_alignment()?;
         }
+        // The large pointer table (when a large pair was added), aligned; one too large
+        // for the footer's length field (over 268 million large pairs) is left out.
+        let (mut pointers_offset, mut pointers_len) = (0, 0);
+        let unit = self.large.take().and_then(|mut t| t.encode());
+        if let Some((unit, len)) = unit.and_then(|u| u32::try_from(u.len()).ok().map(|l| (u, l))) {
+            self.pad_to_alignment()?;
+            pointers_offset = self.file.len();
+            pointers_len = len;
+            self.file.append(&unit)?;
+            self.pad_to_alignment()?;
+        }
         // The footer fills the end of one aligned block, so the file stays aligned.
         let footer = Footer {
             height,
@@ -400,6 +426,8 @@ impl LevelBuilder {
             medium_bytes: self.meta.medium_bytes,
             filter_offset,
             filter_len,
+            pointers_offset,
+            pointers_len,
         };
         let mut block = vec![0u8; IO_ALIGN];
         footer.encode_into(&mut block);

@@ -13,7 +13,9 @@ const MAGIC: &[u8; 8] = b"HKVLEVEL";
 /// Version 4: leaves may be version 3 (compact entries); the footer is unchanged.
 /// Version 5: leaves may be version 4 (keys stored without the leaf's shared prefix); the
 /// footer is unchanged.
-pub(crate) const LEVEL_VERSION: u32 = 5;
+/// Version 6: the footer may name a large pointer table (`super::large_pointers`); leaves
+/// are version 5's.
+pub(crate) const LEVEL_VERSION: u32 = 6;
 
 /// What the footer records about a level file.
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
@@ -41,6 +43,10 @@ pub struct Footer {
     pub filter_offset: u64,
     /// Bytes of the filter unit (header and bits, without padding).
     pub filter_len: u32,
+    /// Offset of the large pointer table (0: the file has none; version 6).
+    pub pointers_offset: u64,
+    /// Bytes of the large pointer table, without padding.
+    pub pointers_len: u32,
 }
 
 /// Why a footer was rejected.
@@ -66,6 +72,8 @@ impl Footer {
         f[64..72].copy_from_slice(&self.medium_bytes.to_le_bytes());
         f[72..80].copy_from_slice(&self.filter_offset.to_le_bytes());
         f[80..84].copy_from_slice(&self.filter_len.to_le_bytes());
+        f[84..92].copy_from_slice(&self.pointers_offset.to_le_bytes());
+        f[92..96].copy_from_slice(&self.pointers_len.to_le_bytes());
         let crc = crc32c(&f[..FOOTER_SIZE - 4]);
         f[FOOTER_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         let n = block.len();
@@ -104,6 +112,8 @@ impl Footer {
             medium_bytes: d.u64().ok_or(FooterError::Corrupt("footer too short"))?,
             filter_offset: 0,
             filter_len: 0,
+            pointers_offset: 0,
+            pointers_len: 0,
         };
         let mut footer = footer;
         if version >= 2 {
@@ -114,6 +124,17 @@ impl Footer {
             {
                 return Err(FooterError::Corrupt(
                     "footer filter offset or length invalid",
+                ));
+            }
+        }
+        if version >= 6 {
+            footer.pointers_offset = d.u64().ok_or(FooterError::Corrupt("footer too short"))?;
+            footer.pointers_len = d.u32().ok_or(FooterError::Corrupt("footer too short"))?;
+            if (footer.pointers_offset == 0) != (footer.pointers_len == 0)
+                || !footer.pointers_offset.is_multiple_of(4096)
+            {
+                return Err(FooterError::Corrupt(
+                    "footer large pointer table offset or length invalid",
                 ));
             }
         }

@@ -11,6 +11,7 @@
 pub(crate) mod builder;
 pub(crate) mod filter;
 pub(crate) mod footer;
+pub(crate) mod large_pointers;
 pub(crate) mod node;
 pub(crate) mod pinned;
 pub(crate) mod reader;
@@ -1102,5 +1103,122 @@ mod tests {
         assert_eq!(cache.level_bytes(), b_nodes);
         drop(b);
         assert_eq!(cache.level_bytes(), 0);
+    }
+
+    /// A file of large pairs (and a few small ones) with a large pointer table, with or
+    /// without a filter unit before it.
+    fn build_large(dir: &std::path::Path, id: u64, bits: u32, n: u64) -> (Arc<LevelFile>, u64) {
+        let io = Io::new(Arc::new(RealFs), false);
+        let f = io
+            .create(&dir.join(reader::file_name(id)), IoComponent::Flush)
+            .unwrap();
+        let mut b = LevelBuilder::new(f, 4096, 12288)
+            .with_bloom(bits, n)
+            .with_large_pointers(true);
+        for i in 0..n {
+            let key = format!("key{i:06}");
+            if i % 4 == 3 {
+                b.add(key.as_bytes(), i, EntryValue::Bytes(b"small"))
+                    .unwrap();
+            } else {
+                b.add(key.as_bytes(), i, EntryValue::Large(large_ptr(i)))
+                    .unwrap();
+            }
+        }
+        let meta = b.finish().unwrap();
+        let cache = Arc::new(BlockCache::with_pinning(1 << 20, 64 << 20));
+        (
+            Arc::new(LevelFile::open(&io, dir, id, cache).unwrap()),
+            meta.file_len,
+        )
+    }
+
+    fn large_ptr(i: u64) -> LogPtr {
+        LogPtr {
+            segment: 3,
+            offset: 16 + 1100 * i,
+            len: 1028,
+        }
+    }
+
+    #[test]
+    fn a_large_pointer_table_names_each_large_pair_and_ends_the_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 3000;
+        for (id, bits) in [(1, 0), (2, 10)] {
+            let (lf, file_len) = build_large(dir.path(), id, bits, n);
+            let at = lf.large_pointers_offset();
+            assert!(at > 0 && at % 4096 == 0);
+            assert_eq!(lf.filter_offset() > 0, bits > 0);
+            if bits > 0 {
+                assert!(lf.filter_offset() < at, "the filter unit comes first");
+            }
+            let first_unit = if bits > 0 { lf.filter_offset() } else { at };
+            assert_eq!(
+                lf.node_bytes(),
+                first_unit,
+                "the nodes end at the first unit"
+            );
+            assert!(at < file_len - 4096);
+            // The compaction scanner stops at the first unit that is not a node.
+            let mut s = lf.scanner(IoComponent::Compaction).unwrap();
+            let mut seen = 0;
+            while let Some((key, lsn, v)) = s.next_entry().unwrap() {
+                assert_eq!(key, format!("key{lsn:06}").into_bytes());
+                if lsn % 4 == 3 {
+                    assert_eq!(v, LevelValue::Inline(b"small".to_vec()));
+                } else {
+                    assert_eq!(v, LevelValue::Large(large_ptr(lsn)));
+                }
+                seen += 1;
+            }
+            assert_eq!(seen, n);
+            // Every large pair's pointer is in the pinned table, and a get whose leaf is
+            // not cached is offered it.
+            for i in 0..n {
+                let key = format!("key{i:06}");
+                let named = lf.large_pointer_for(key.as_bytes());
+                if i % 4 == 3 {
+                    assert_ne!(named, Some(large_ptr(i)));
+                } else {
+                    assert_eq!(named, Some(large_ptr(i)), "key {i}");
+                    assert_eq!(lf.large_guess(key.as_bytes()), Some(large_ptr(i)));
+                }
+            }
+            // Once the leaf is cached, the get reads it instead.
+            assert_eq!(
+                lf.get(b"key000000").unwrap(),
+                Some((0, LevelValue::Large(large_ptr(0))))
+            );
+            assert_eq!(lf.large_guess(b"key000000"), None);
+        }
+    }
+
+    #[test]
+    fn a_damaged_large_pointer_table_fails_the_open_that_pins_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lf, _) = build_large(dir.path(), 1, 0, 500);
+        let at = lf.large_pointers_offset() as usize;
+        drop(lf);
+        let path = dir.path().join(reader::file_name(1));
+        let mut data = std::fs::read(&path).unwrap();
+        data[at + 40] ^= 0x10;
+        std::fs::write(&path, &data).unwrap();
+        let io = Io::new(Arc::new(RealFs), false);
+        let pinned = Arc::new(BlockCache::with_pinning(1 << 20, 64 << 20));
+        match LevelFile::open(&io, dir.path(), 1, pinned) {
+            Err(Error::Corruption { offset, what, .. }) => {
+                assert_eq!(offset, at as u64);
+                assert!(what.contains("large pointer table"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without pinning the table is not read: the file opens and reads its leaves.
+        let unpinned = Arc::new(BlockCache::with_pinning(1 << 20, 0));
+        let lf = LevelFile::open(&io, dir.path(), 1, unpinned).unwrap();
+        assert_eq!(
+            lf.get(b"key000001").unwrap(),
+            Some((1, LevelValue::Large(large_ptr(1))))
+        );
     }
 }

@@ -4,11 +4,13 @@
 //! without descending index nodes through the node cache, and reads at most one leaf per
 //! run; a key below the file's first key is answered without any read.
 //!
-//! Owns: the fence arrays ([`Fences`]) and their charge to the database's pinning budget
+//! Owns: the fence arrays ([`Fences`]) and their charge, with the file's large pointer
+//! table's (`super::large_pointers`), to the database's pinning budget
 //! (`crate::cache::PinBudget`; a file that does not fit is simply not pinned and reads
 //! through the node cache). Never: reads a file itself (the reader builds the fences from index nodes whose
 //! checksums it checked) or holds anything that is not a copy of verified bytes.
 
+use super::large_pointers::LargePointers;
 use crate::cache::PinBudget;
 use std::sync::Arc;
 
@@ -196,22 +198,37 @@ impl Fences {
     }
 }
 
-/// A file's fences, charged to the budget for as long as they live.
+/// A file's fences, and its large pointer table when the file has one and the budget had
+/// room for it too, charged to the budget for as long as they live.
 #[derive(Debug)]
 pub(crate) struct PinnedIndex {
     fences: Fences,
+    large: Option<LargePointers>,
     bytes: u64,
     budget: Arc<PinBudget>,
 }
 
 impl PinnedIndex {
-    /// Pins `fences` if the budget has room for them.
-    pub(crate) fn charge(mut fences: Fences, budget: &Arc<PinBudget>) -> Option<Self> {
+    /// Pins `fences` if the budget has room for them, and `large` with them if it has room
+    /// for both (the fences come first: every lookup uses them).
+    pub(crate) fn charge(
+        mut fences: Fences,
+        large: Option<LargePointers>,
+        budget: &Arc<PinBudget>,
+    ) -> Option<Self> {
         fences.shrink();
         fences.seal();
-        let bytes = fences.memory_bytes();
-        budget.try_reserve(bytes).then(|| PinnedIndex {
+        let mut bytes = fences.memory_bytes();
+        if !budget.try_reserve(bytes) {
+            return None;
+        }
+        let large = large.filter(|t| {
+            let more = t.memory_bytes();
+            budget.try_reserve(more).then(|| bytes += more).is_some()
+        });
+        Some(PinnedIndex {
             fences,
+            large,
             bytes,
             budget: Arc::clone(budget),
         })
@@ -219,6 +236,11 @@ impl PinnedIndex {
 
     pub(crate) fn fences(&self) -> &Fences {
         &self.fences
+    }
+
+    /// The file's large pointer table, if pinned.
+    pub(crate) fn large(&self) -> Option<&LargePointers> {
+        self.large.as_ref()
     }
 
     /// Bytes charged to the budget.
@@ -376,18 +398,55 @@ mod tests {
     #[test]
     fn the_budget_is_charged_while_an_index_lives_and_refuses_what_does_not_fit() {
         let budget = Arc::new(PinBudget::new(1000));
-        let a = PinnedIndex::charge(fences(&["a", "b", "c"]), &budget).unwrap();
+        let a = PinnedIndex::charge(fences(&["a", "b", "c"]), None, &budget).unwrap();
         assert_eq!(budget.used(), a.bytes());
         assert!(a.bytes() >= 3 + 3 * 4 + 3 * 8);
         let big: Vec<String> = (0..100).map(|i| format!("key{i:04}")).collect();
         let big: Vec<&str> = big.iter().map(String::as_str).collect();
-        assert!(PinnedIndex::charge(fences(&big), &budget).is_none());
+        assert!(PinnedIndex::charge(fences(&big), None, &budget).is_none());
         assert_eq!(budget.used(), a.bytes(), "a refused index charges nothing");
         drop(a);
         assert_eq!(budget.used(), 0);
         assert!(budget.has_room());
         let off = Arc::new(PinBudget::new(0));
         assert!(!off.has_room());
-        assert!(PinnedIndex::charge(fences(&["a"]), &off).is_none());
+        assert!(PinnedIndex::charge(fences(&["a"]), None, &off).is_none());
+    }
+
+    fn table(keys: u64) -> LargePointers {
+        let mut b = super::super::large_pointers::LargePointersBuilder::default();
+        for i in 0..keys {
+            let p = crate::log::ptr::LogPtr {
+                segment: 1,
+                offset: 100 * i,
+                len: 60,
+            };
+            b.add(format!("k{i}").as_bytes(), p);
+        }
+        LargePointers::decode(&b.encode().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_large_pointer_table_is_pinned_with_its_fences_only_when_both_fit() {
+        let small = table(4);
+        let (f, t) = (fences(&["a", "b"]), small.memory_bytes());
+        let fb = {
+            let mut f = fences(&["a", "b"]);
+            f.shrink();
+            f.seal();
+            f.memory_bytes()
+        };
+        let budget = Arc::new(PinBudget::new(fb + t));
+        let both = PinnedIndex::charge(f, Some(small), &budget).unwrap();
+        assert!(both.large().is_some());
+        assert_eq!(both.bytes(), fb + t);
+        assert_eq!(budget.used(), fb + t);
+        drop(both);
+        assert_eq!(budget.used(), 0);
+        // Room for the fences, not for the table too: the fences alone are pinned.
+        let tight = Arc::new(PinBudget::new(fb + t - 1));
+        let alone = PinnedIndex::charge(fences(&["a", "b"]), Some(table(4)), &tight).unwrap();
+        assert!(alone.large().is_none());
+        assert_eq!(tight.used(), fb);
     }
 }

@@ -5,12 +5,14 @@
 use super::builder::BLOB_HEADER;
 use super::filter::{Bloom, FilterError};
 use super::footer::{Footer, FooterError, FOOTER_SIZE};
+use super::large_pointers::{LargePointers, LargePointersError};
 use super::node::{NodeView, ValueRef, NODE_BLOB, NODE_INDEX, NODE_LEAF};
 use super::pinned::{Fences, PinnedIndex};
 use crate::cache::{BlockBytes, BlockCache};
 use crate::error::{Error, Result};
 use crate::format::{crc32c, Decoder};
 use crate::io::{Io, IoComponent, ReadableFile, IO_ALIGN};
+use crate::log::ptr::LogPtr;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -212,10 +214,37 @@ impl LevelFile {
             // A damaged or unreadable index is not pinned: lookups then descend it through
             // the cache and report the damage where they meet it, as without pinning.
             if let Ok(fences) = lf.read_fences() {
-                lf.pinned = PinnedIndex::charge(fences, lf.cache.pins());
+                let large = lf.read_large_pointers()?;
+                lf.pinned = PinnedIndex::charge(fences, large, lf.cache.pins());
             }
         }
         Ok(lf)
+    }
+
+    /// The file's large pointer table, if it has one (checked; damage is corruption at its
+    /// offset, as a damaged filter is).
+    fn read_large_pointers(&self) -> Result<Option<LargePointers>> {
+        let (at, len) = (self.footer.pointers_offset, self.footer.pointers_len);
+        if at == 0 {
+            return Ok(None);
+        }
+        if at
+            .checked_add(u64::from(len))
+            .is_none_or(|end| end > self.data_end)
+        {
+            return Err(self.corrupt(at, "the footer's large pointer table lies past the data"));
+        }
+        let mut unit = vec![0u8; len as usize];
+        self.file.read_exact_at(at, &mut unit)?;
+        match LargePointers::decode(&unit) {
+            Ok(t) => Ok(Some(t)),
+            Err(LargePointersError::Corrupt(what)) => Err(self.corrupt(at, what)),
+            Err(LargePointersError::Version(found)) => Err(Error::UnsupportedVersion {
+                file: self.path.clone(),
+                found: u32::from(found),
+                supported: u32::from(super::large_pointers::UNIT_VERSION),
+            }),
+        }
     }
 
     /// The first key and offset of every leaf, read from the index nodes (each checked
@@ -301,10 +330,17 @@ impl LevelFile {
     /// Bytes of the file's nodes and blobs: its length less the filter unit and the
     /// footer block, which do not grow with its entries as its nodes do.
     pub(crate) fn node_bytes(&self) -> u64 {
-        match self.footer.filter_offset {
-            0 => self.data_end,
-            at => at.min(self.data_end),
-        }
+        self.nodes_end()
+    }
+
+    /// Where the nodes and blobs end: at the filter unit or the large pointer table,
+    /// whichever comes first (the builder writes them after every node), else at the
+    /// footer block.
+    fn nodes_end(&self) -> u64 {
+        [self.footer.filter_offset, self.footer.pointers_offset]
+            .into_iter()
+            .filter(|&at| at > 0)
+            .fold(self.data_end, u64::min)
     }
 
     /// Bytes of the file's root index node (none when its root is a leaf): a cost every
@@ -345,6 +381,11 @@ impl LevelFile {
     /// Offset of the filter unit (0: none).
     pub(crate) fn filter_offset(&self) -> u64 {
         self.footer.filter_offset
+    }
+
+    /// Offset of the large pointer table (0: none).
+    pub(crate) fn large_pointers_offset(&self) -> u64 {
+        self.footer.pointers_offset
     }
 
     /// Bytes of the Bloom filter held in memory (0 without one).
@@ -725,6 +766,29 @@ impl LevelFile {
         let fences = self.pinned.as_ref()?.fences();
         let offset = fences.leaf_offset(fences.leaf_for(key)?)?;
         (!self.cache.contains(self.id, offset)).then_some(offset)
+    }
+
+    /// The log record a client's get of `key` may read instead of this file's leaf: the
+    /// pointer the file's pinned large pointer table holds for `key`'s fingerprint, when
+    /// the get would otherwise read the leaf from the device (the filter admits the key,
+    /// the cache lacks its leaf). The record is `key`'s value in this file exactly when it
+    /// holds `key` (the file holds one entry per key, and only its large pairs are in the
+    /// table); else the get searches the leaf ([`LevelFile::search`]).
+    pub(crate) fn large_guess(&self, key: &[u8]) -> Option<LogPtr> {
+        let table = self.pinned.as_ref()?.large()?;
+        self.leaf_to_fetch(key)?;
+        table.guess(key)
+    }
+
+    /// The pointer the file's pinned large pointer table holds for `key`'s fingerprint,
+    /// whatever the cache holds (`check` compares it with the file's entries).
+    pub(crate) fn large_pointer_for(&self, key: &[u8]) -> Option<LogPtr> {
+        self.pinned.as_ref()?.large()?.guess(key)
+    }
+
+    /// Counts a [`LevelFile::large_guess`] whose record held its key (`hit`) or did not.
+    pub(crate) fn note_large_guess(&self, hit: bool) {
+        self.cache.note_large_guess(hit);
     }
 
     /// The entry for `key` in the leaf at `offset`, if it holds one.
@@ -1316,11 +1380,8 @@ impl LevelScanner {
             self.file.footer.leaf_size as usize,
             self.file.footer.index_size as usize,
         );
-        // The filter unit, if any, ends the nodes.
-        let nodes_end = match self.file.footer.filter_offset {
-            0 => self.file.data_end,
-            at => at,
-        };
+        // The filter unit or the large pointer table, if any, ends the nodes.
+        let nodes_end = self.file.nodes_end();
         while self.pos < nodes_end {
             let pos = self.pos;
             let head = self.ensure(pos, BLOB_HEADER)?;

@@ -375,6 +375,24 @@ impl SegmentFile {
         Ok(value)
     }
 
+    /// [`SegmentFile::read_through_cache`] of a record that may hold another key than
+    /// `key` (a level file's large pointer table names it by the key's fingerprint): its
+    /// value when it holds `key`, else `None`, as when it cannot be read or is damaged
+    /// (the caller then searches the leaf, which reports what a read of the key's own
+    /// record finds). A record that holds `key` is cached as a get's is.
+    pub(crate) fn read_if_holds(&self, ptr: LogPtr, key: &[u8]) -> Option<Bytes> {
+        if let Some(found) = self.cached_value(ptr, key) {
+            return found.ok();
+        }
+        check_ptr_len(ptr, &self.path).ok()?;
+        let mut buf = vec![0u8; ptr.len as usize];
+        self.read_into(ptr, &mut buf).ok()?;
+        let rec = Bytes::from(buf);
+        let value = value_in(&rec, ptr, key, &self.path, true).ok()?;
+        self.keep(ptr, rec);
+        Some(value)
+    }
+
     /// [`SegmentFile::read_through_cache`] for a record likely to be superseded (the
     /// base of deltas a get folds and means to write back): from the cache when it is
     /// there (and left there: the write-back may still be skipped, and then the record

@@ -38,6 +38,10 @@ pub(crate) struct Lookup {
     pub from_files: usize,
     /// The delta buckets the stacked bucket lists read (set when one was met).
     buckets: Option<Arc<BucketTable>>,
+    /// The value of a large base already read, with its pointer: a level file's large
+    /// pointer table named the record and the record held the key
+    /// (`LevelFile::large_guess`), so the value is not read again.
+    large_read: Option<(crate::log::ptr::LogPtr, bytes::Bytes)>,
 }
 
 impl Lookup {
@@ -236,6 +240,26 @@ impl KeySearch {
 
     /// Looks for `key` in level run `file`; returns whether the lookup must look further.
     fn step(&mut self, sv: &SuperVersion, file: &Arc<LevelFile>, key: &[u8]) -> Result<bool> {
+        // A client's get that would read this run's leaf from the device reads the large
+        // record the run's pointer table names instead, and takes it if it holds the key:
+        // it is then the key's entry here. Not under a range tombstone (whether it cuts the
+        // entry depends on the entry's LSN, which is in the leaf).
+        if self.asker == Asker::Client && self.cut == 0 {
+            if let Some(p) = file.large_guess(key) {
+                let read = sv
+                    .segments
+                    .get(&p.segment)
+                    .and_then(|s| s.read_if_holds(p, key));
+                file.note_large_guess(read.is_some());
+                if let Some(value) = read {
+                    self.found.large_read = Some((p, value));
+                    self.more =
+                        self.found
+                            .take(LevelValue::Large(p), Some(file), &sv.version.buckets)?;
+                    return Ok(self.more);
+                }
+            }
+        }
         let found = match self.asker {
             Asker::Client => file.search(key)?,
             Asker::Engine => file.get(key)?,
@@ -396,6 +420,11 @@ pub(crate) fn value_of(
             Some(Value::from(
                 segment_of(segments, &v, p)?.read_passing(p, key)?,
             ))
+        }
+        Some((LevelValue::Large(p), _))
+            if found.large_read.as_ref().is_some_and(|(q, _)| *q == p) =>
+        {
+            found.large_read.take().map(|(_, value)| Value::from(value))
         }
         Some((v, file)) => resolve_with(segments, key, v, file.as_deref())?,
         None => None,

@@ -1,0 +1,256 @@
+//! Level files' large pointer tables (`Options::large_pointer_tables`): a get of a large
+//! pair whose leaf is not cached reads the value's record alone; a record that holds
+//! another key (a shared fingerprint) sends the get to the leaf; a key under a range
+//! tombstone is never answered from the table.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use hybridkv::io::IoComponent;
+use hybridkv::{Db, Options};
+
+fn key(i: u32) -> Vec<u8> {
+    format!("user{:012}", i.wrapping_mul(2_654_435_761)).into_bytes()
+}
+
+/// Pair `i`: a large value (past `large_threshold`) when `i % 3 == 0`, else a small one.
+fn value(i: u32) -> Vec<u8> {
+    let len = if i.is_multiple_of(3) {
+        1500 + (i % 7) as usize
+    } else {
+        40
+    };
+    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+fn opts(tables: bool) -> Options {
+    Options {
+        memtable_size: 256 << 10,
+        // A cache, so the table is used (it saves a leaf read that would be cached), but
+        // nothing in it at open, and each leaf read alone.
+        cache_bytes: 32 << 20,
+        prepopulate_cache: false,
+        warm_read_bytes: 0,
+        large_pointer_tables: tables,
+        ..Options::default()
+    }
+}
+
+/// `n` pairs merged into the levels, then the database reopened with an empty cache.
+fn build(dir: &std::path::Path, n: u32, tables: bool) -> Db {
+    let db = Db::open(dir, opts(tables)).unwrap();
+    for i in 0..n {
+        db.put(key(i), value(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    drop(db);
+    Db::open(dir, opts(tables)).unwrap()
+}
+
+/// Device reads of level files and of the large log that `f` makes.
+fn reads(db: &Db, f: impl FnOnce()) -> (u64, u64) {
+    let s = db.stats().unwrap();
+    let before = (
+        s.io.read_ops_by(IoComponent::LevelRead),
+        s.io.read_ops_by(IoComponent::LargeLog),
+    );
+    f();
+    let s = db.stats().unwrap();
+    (
+        s.io.read_ops_by(IoComponent::LevelRead) - before.0,
+        s.io.read_ops_by(IoComponent::LargeLog) - before.1,
+    )
+}
+
+#[test]
+fn a_large_get_whose_leaf_is_not_cached_reads_only_its_record() {
+    let n = 6000;
+    let probes: Vec<u32> = (0..n)
+        .filter(|i: &u32| i.is_multiple_of(3))
+        .step_by(41)
+        .collect();
+    for tables in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = build(dir.path(), n, tables);
+        let pinned = db.stats().unwrap().pinned_index_bytes;
+        let (level, large) = reads(&db, || {
+            for &i in &probes {
+                assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+            }
+        });
+        let s = db.stats().unwrap();
+        let gets = probes.len() as u64;
+        assert_eq!(large, gets, "one record read per large get");
+        if tables {
+            assert_eq!(level, 0, "no leaf read: {s}");
+            assert_eq!(s.large_pointer_reads, gets, "{s}");
+            assert_eq!(s.large_pointer_misses, 0, "{s}");
+        } else {
+            // Without the table, each get reads its leaf first, unless an earlier probe
+            // read the same leaf (the index is pinned: no index node is read).
+            assert!(level > gets / 2 && level <= gets, "{level} leaf reads: {s}");
+            assert_eq!(s.large_pointer_reads, 0, "{s}");
+        }
+        // A table costs pinned memory: 16 bytes a large pair and its directory.
+        let large_pairs = u64::from(n.div_ceil(3));
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = build(other_dir.path(), n, !tables);
+        let (with, without) = if tables {
+            (pinned, other.stats().unwrap().pinned_index_bytes)
+        } else {
+            (other.stats().unwrap().pinned_index_bytes, pinned)
+        };
+        assert!(with >= without + 16 * large_pairs, "{with} vs {without}");
+        // Small pairs and missing keys are answered as before.
+        for i in (1..n).step_by(97) {
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+        }
+        assert_eq!(db.get(b"user-missing").unwrap(), None);
+    }
+}
+
+/// The fingerprint the tables key by (`docs/FORMAT.md`, "Large pointer table"): the high
+/// 32 bits of the key's xxh3 with the format's seed.
+fn fingerprint(key: &[u8]) -> u32 {
+    (xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x6c61_7267_6570_7472) >> 32) as u32
+}
+
+/// Two keys of the form `key(i)` that share a fingerprint.
+fn colliding_pair() -> (u32, u32) {
+    let mut seen = std::collections::HashMap::new();
+    for i in 0u32.. {
+        if let Some(j) = seen.insert(fingerprint(&key(i)), i) {
+            return (j, i);
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+#[test]
+fn a_record_holding_another_key_sends_the_get_to_the_leaf() {
+    let (a, b) = colliding_pair();
+    let dir = tempfile::tempdir().unwrap();
+    let small = b"a small value".to_vec();
+    let big = vec![7u8; 3000];
+    {
+        let db = Db::open(dir.path(), opts(true)).unwrap();
+        db.put(key(a), &big).unwrap();
+        db.put(key(b), &small).unwrap();
+        // Another pair, so the file's table is not only the colliding key's.
+        db.put(b"user-other", vec![9u8; 2000]).unwrap();
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    // `b` is small: the table names `a`'s record for its fingerprint, which holds `a`.
+    let (level, _) = reads(&db, || {
+        assert_eq!(db.get(key(b)).unwrap(), Some(small.clone()));
+    });
+    let s = db.stats().unwrap();
+    assert_eq!(
+        (s.large_pointer_reads, s.large_pointer_misses),
+        (0, 1),
+        "{s}"
+    );
+    assert_eq!(level, 1, "the leaf was read after the guess: {s}");
+    assert_eq!(db.get(key(a)).unwrap(), Some(big.clone()));
+    drop(db);
+
+    // Both large: the fingerprint is left out of the table, and each get reads its leaf.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts(true)).unwrap();
+        db.put(key(a), &big).unwrap();
+        db.put(key(b), vec![8u8; 2500]).unwrap();
+        db.put(b"user-other", vec![9u8; 2000]).unwrap();
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    // The pairs share one leaf: the first get finds it uncached, the others cached.
+    assert_eq!(db.get(b"user-other").unwrap(), Some(vec![9u8; 2000]));
+    assert_eq!(db.get(key(a)).unwrap(), Some(big));
+    assert_eq!(db.get(key(b)).unwrap(), Some(vec![8u8; 2500]));
+    let s = db.stats().unwrap();
+    assert_eq!(
+        (s.large_pointer_reads, s.large_pointer_misses),
+        (1, 0),
+        "{s}"
+    );
+    drop(db);
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    let (level, _) = reads(&db, || {
+        assert_eq!(db.get(key(a)).unwrap(), Some(vec![7u8; 3000]));
+    });
+    assert_eq!(level, 1, "left out of the table: the leaf is read");
+    let s = db.stats().unwrap();
+    assert_eq!(
+        (s.large_pointer_reads, s.large_pointer_misses),
+        (0, 0),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_key_under_a_range_tombstone_is_not_answered_from_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts(true)).unwrap();
+        for i in 0..3000 {
+            db.put(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        // The tombstone stays in the memtable (and the small log): the run keeps the
+        // values, and their table names them.
+        db.delete_range(b"user", b"user002000000000").unwrap();
+    }
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    let large = |i: &u32| i.is_multiple_of(3);
+    let under = |i: &u32| key(*i).as_slice() < b"user002000000000".as_slice();
+    // A few keys under the tombstone first, each in a leaf not yet cached: the table
+    // names their records, which hold them, but the tombstone deletes them.
+    for i in (0..3000).filter(large).filter(under).take(10) {
+        assert_eq!(db.get(key(i)).unwrap(), None, "key {i}");
+    }
+    let s = db.stats().unwrap();
+    assert_eq!(s.large_pointer_reads + s.large_pointer_misses, 0, "{s}");
+    for i in (0..3000).filter(large).filter(|i| !under(i)) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+    let s = db.stats().unwrap();
+    assert!(
+        s.large_pointer_reads > 0,
+        "keys past the range still use it: {s}"
+    );
+}
+
+#[test]
+fn a_newer_version_above_the_run_wins_over_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts(true)).unwrap();
+        for i in 0..600 {
+            db.put(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        // Newer versions in a run above (flushed, not merged down) and in the memtable.
+        for i in (0..600).step_by(6) {
+            db.put(key(i), b"newer").unwrap();
+        }
+        db.flush().unwrap();
+        for i in (3..600).step_by(6) {
+            db.delete(key(i)).unwrap();
+        }
+    }
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    for i in 0..600 {
+        let want = match i % 6 {
+            0 => Some(b"newer".to_vec()),
+            3 => None,
+            _ => Some(value(i)),
+        };
+        assert_eq!(db.get(key(i)).unwrap(), want, "key {i}");
+    }
+}
