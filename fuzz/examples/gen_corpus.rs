@@ -176,6 +176,8 @@ fn main() {
             medium_bytes: 77,
             filter_offset: 0,
             filter_len: 0,
+            pointers_offset: 0,
+            pointers_len: 0,
         };
         let bytes = encode_footer(&f);
         o.add(Some(0), &bytes);

@@ -132,6 +132,8 @@ pub struct BenchOptions {
     pub prepopulate_cache: Option<bool>,
     /// hybridkv's reads around a missing leaf while its cache fills (`None`: its default).
     pub warm_read_bytes: Option<u64>,
+    /// hybridkv's memory for large pointer tables (`None`: its default).
+    pub large_pointer_table_bytes: Option<u64>,
     /// hybridkv's bytes of merging per wasted search (`None`: its default).
     pub merge_bytes_per_wasted_search: Option<u64>,
     /// hybridkv's spin on a direct read's completion (`None`: its default).
@@ -209,6 +211,7 @@ fn engine_config(opts: &BenchOptions, cache_bytes: u64, memtable_bytes: u64) -> 
         medium_merge_level: opts.medium_merge_level,
         prepopulate_cache: opts.prepopulate_cache,
         warm_read_bytes: opts.warm_read_bytes,
+        large_pointer_table_bytes: opts.large_pointer_table_bytes,
         merge_bytes_per_wasted_search: opts.merge_bytes_per_wasted_search,
         read_spin_us: opts.read_spin_us,
         gc_threshold: opts.gc_threshold,

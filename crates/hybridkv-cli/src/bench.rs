@@ -172,6 +172,11 @@ pub struct RunArgs {
     /// engine's default (64 KiB). The peers are unchanged.
     #[arg(long)]
     pub warm_read_bytes: Option<u64>,
+    /// Memory for hybridkv's large pointer tables in MiB (`Options::
+    /// large_pointer_table_bytes`; 0: no tables written or used). Default: the engine's
+    /// default (256 MiB). The peers are unchanged.
+    #[arg(long)]
+    pub large_pointer_table_mib: Option<u64>,
     /// Bytes of merging one wasted search of a run pays for: hybridkv merges a level into
     /// the next once its runs' wasted searches times this reach what the merge rewrites
     /// (`Options::merge_bytes_per_wasted_search`; 0 turns it off). Default: the engine's
@@ -393,6 +398,7 @@ fn run_benchmark(a: RunArgs) -> Result<(), Box<dyn std::error::Error>> {
         }),
         prepopulate_cache: a.prepopulate_cache.as_deref().map(|v| v == "on"),
         warm_read_bytes: a.warm_read_bytes,
+        large_pointer_table_bytes: a.large_pointer_table_mib.map(|m| m << 20),
         merge_bytes_per_wasted_search: a.merge_bytes_per_wasted_search,
         read_spin_us: a.read_spin_us,
         gc_threshold: a.gc_threshold,

@@ -87,12 +87,19 @@ impl Engine {
         for run in sv.version.all_runs() {
             report.runs_checked += 1;
             let mut scanner = run.scanner(IoComponent::LevelRead)?.checking_search_keys();
+            // The large pointer table the file's large pairs make, when it has one: the
+            // stored table must be exactly that (a reader trusts the record a table names
+            // only once it holds the key, but a table that lost entries or names other
+            // records would go unnoticed otherwise).
+            let mut expected_table = (run.large_pointers_offset() > 0)
+                .then(crate::level::large_pointers::LargePointersBuilder::default);
             loop {
                 let entry = match scanner.next_entry() {
                     Ok(Some(e)) => e,
                     Ok(None) => break,
                     Err(e) => {
                         report.problem(&e);
+                        expected_table = None; // the entries are not all known
                         break; // the rest of this run cannot be walked
                     }
                 };
@@ -106,16 +113,10 @@ impl Engine {
                         "the file's Bloom filter rules out a key the file holds",
                     ));
                 }
-                if let Some(q) = run.large_pointer_for(&key) {
-                    // The table names at most one record per fingerprint: a large pair's
-                    // own, or another key's record for a key that is not a large pair.
-                    if matches!(value, LevelValue::Large(p) if p != q) {
-                        report.problem(&Error::corruption(
-                            run.path(),
-                            run.large_pointers_offset(),
-                            "the file's large pointer table names another record for a large pair the file holds",
-                        ));
-                    }
+                // The large pairs, for the table the file should carry (kind 3 entries
+                // only: a list of deltas closed over a large value is not one).
+                if let (Some(t), LevelValue::Large(p)) = (&mut expected_table, &value) {
+                    t.add(&key, *p);
                 }
                 let value = match value {
                     LevelValue::Deltas(_) | LevelValue::DeltasOverflow { .. } => {
@@ -202,6 +203,17 @@ impl Engine {
                 };
                 if let Err(e) = result {
                     report.problem(&e);
+                }
+            }
+            if let Some(mut t) = expected_table {
+                match run.large_pointers_unit() {
+                    Ok(stored) if stored == t.encode() => {}
+                    Ok(_) => report.problem(&Error::corruption(
+                        run.path(),
+                        run.large_pointers_offset(),
+                        "the file's large pointer table is not the one its large pairs make",
+                    )),
+                    Err(e) => report.problem(&e),
                 }
             }
         }

@@ -325,6 +325,7 @@ impl Keyspace {
         (s.cache_reloaded, s.cache_reload_bytes) = e.cache.reloaded();
         s.cache_hints_rejected = e.cache.hints_rejected();
         s.pinned_index_bytes = e.cache.pins().used();
+        s.large_pointer_table_bytes = e.cache.table_pins().used();
         s.delta_buckets = sv.version.buckets.slots.len();
         s.delta_bucket_bytes = sv.version.buckets.bytes();
         s.delta_bucket_index_entries = e.buckets.indexed() as u64;
@@ -344,6 +345,7 @@ impl Keyspace {
                 kv_bytes: runs.iter().map(|f| f.kv_bytes()).sum(),
                 filter_bytes: runs.iter().map(|f| f.filter_bytes()).sum(),
                 pinned_bytes: runs.iter().map(|f| f.pinned_bytes()).sum(),
+                large_pointer_bytes: runs.iter().map(|f| f.large_pointer_bytes()).sum(),
                 wasted_searches: runs
                     .iter()
                     .map(|f| f.wasted_searches())

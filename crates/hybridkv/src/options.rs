@@ -190,15 +190,18 @@ pub struct Options {
     /// (every level of about 50 GB of level data); `0` turns pinning off. `Stats::
     /// pinned_index_bytes` reports the bytes held.
     pub pinned_index_bytes: usize,
-    /// Level files written with this on keep a table of their large pairs' log pointers,
-    /// keyed by a 32-bit fingerprint of the key (16 bytes per large pair, in the file and,
-    /// while `pinned_index_bytes` has room, in memory with the file's pinned fences). A
-    /// get of a large pair whose leaf is not cached then reads the value's record at once
-    /// and takes it when the record holds its key: one device read instead of two (the
-    /// leaf, then the record). A merge holds its output's table in memory until the file
-    /// is finished. Default on; files written without a table are read as before.
-    /// `Stats::large_pointer_reads` counts the gets it served.
-    pub large_pointer_tables: bool,
+    /// Memory for large pointer tables, beside the pinned indexes. While it is not 0,
+    /// level files are written with a table of their large pairs' log pointers, keyed by a
+    /// 32-bit fingerprint of the key (16 bytes per large pair in the file), and each file
+    /// keeps its table in memory at open while this budget has room (16.5 bytes per large
+    /// pair). A get of a large pair whose leaf is not cached then reads the value's record
+    /// at once and takes it when the record holds its key: one device read instead of two
+    /// (the leaf, then the record). A merge holds its output's table in memory until the
+    /// file is finished (about 48 bytes per large pair at its peak). Default 256 MiB (the
+    /// tables of about 16 million large pairs); `0` writes no table and pins none (files
+    /// written with one are then read as without). `Stats::large_pointer_table_bytes`
+    /// reports the bytes held, `Stats::large_pointer_reads` the gets they served.
+    pub large_pointer_table_bytes: usize,
     /// While the node cache has room (a fresh process, a restart: a cold cache), a leaf
     /// read that misses reads this many bytes of the leaves around it in its run (the
     /// pinned fences' group of `warm_read_bytes / leaf_size` leaves holding it, those back
@@ -310,7 +313,7 @@ impl Default for Options {
             space_amp_limit: None,
             bloom_bits_per_key: 10,
             pinned_index_bytes: 256 << 20,
-            large_pointer_tables: true,
+            large_pointer_table_bytes: 256 << 20,
             warm_read_bytes: 64 << 10,
             reload_cache: false,
             merge_operator: None,

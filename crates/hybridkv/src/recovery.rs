@@ -86,6 +86,7 @@ pub(crate) fn open_database(dir: &Path, opts: Options, io: Io, read_only: bool) 
     let cache = BlockCache::configured(
         opts.cache_bytes,
         opts.pinned_index_bytes as u64,
+        opts.large_pointer_table_bytes as u64,
         opts.warm_read_bytes as u64,
     );
     if !read_only {

@@ -85,6 +85,8 @@ pub struct LevelStats {
     pub filter_bytes: u64,
     /// Bytes of the level's pinned indexes (leaf fences), held in memory.
     pub pinned_bytes: u64,
+    /// Bytes of the level's pinned large pointer tables, held in memory.
+    pub large_pointer_bytes: u64,
     /// Clients' gets that searched one of the level's current runs and did not find their
     /// key there, and clients' scans that positioned a cursor in one and took no pair from
     /// it, since those runs were written: this process's count, plus what earlier writable
@@ -176,11 +178,14 @@ pub struct Stats {
     pub warm_neighbours: u64,
     /// Gets of a large pair whose leaf was not cached that read the value's record at once,
     /// named by the level file's pinned large pointer table (`Options::
-    /// large_pointer_tables`), without reading the leaf.
+    /// large_pointer_table_bytes`), without reading the leaf.
     pub large_pointer_reads: u64,
-    /// Records such a table named that held another key (a fingerprint the key shares
-    /// with a large pair of the file): the get then read the leaf too.
+    /// Records such a table named that the get did not take: the record held another key
+    /// (a fingerprint the key shares with a large pair of the file), or could not be read,
+    /// was damaged or too long to guess at; the get then read the leaf.
     pub large_pointer_misses: u64,
+    /// Bytes of pinned large pointer tables (`Options::large_pointer_table_bytes`).
+    pub large_pointer_table_bytes: u64,
     /// Cache entries this keyspace read back at open from the entries the cache held at
     /// the last close (`Options::reload_cache`).
     pub cache_reloaded: u64,
@@ -385,14 +390,15 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "memory: memtables {:.1} MiB ({:.1} MiB of arena; {} immutable; key filters {:.1} MiB, spot tables {:.1} MiB), cache {:.1} MiB, pinned indexes {:.1} MiB",
+            "memory: memtables {:.1} MiB ({:.1} MiB of arena; {} immutable; key filters {:.1} MiB, spot tables {:.1} MiB), cache {:.1} MiB, pinned indexes {:.1} MiB, large pointer tables {:.1} MiB",
             mib(self.memtable_bytes),
             mib(self.memtable_arena_bytes),
             self.immutable_memtables,
             mib(self.memtable_filter_bytes),
             mib(self.memtable_spot_bytes),
             mib(self.cache_bytes),
-            mib(self.pinned_index_bytes)
+            mib(self.pinned_index_bytes),
+            mib(self.large_pointer_table_bytes)
         )?;
         writeln!(
             f,

@@ -510,10 +510,8 @@ fn open_must_fail(kind: Kind, damage: Damage, data: &[u8]) -> Option<bool> {
     match kind {
         Kind::Manifest => Some(true),
         Kind::Level | Kind::LevelBlobs => {
-            // The Bloom filter unit and the large pointer table (their offsets and lengths
-            // are in the footer) are read and checked whole at open (the table with the
-            // pinned index, which the default budget has room for); their zero padding
-            // is not read.
+            // The Bloom filter unit (its offset and length are in the footer) is read and
+            // checked whole at open; its zero padding is not read.
             let footer = &data[len - 128..];
             let word = |at: usize, n: usize| {
                 footer[at..at + n]
@@ -523,11 +521,7 @@ fn open_must_fail(kind: Kind, damage: Damage, data: &[u8]) -> Option<bool> {
             };
             let (f_at, f_len) = (word(72, 8), word(80, 4));
             let in_filter = f_len > 0 && a < f_at + f_len && b > f_at;
-            let (p_at, p_len) = (word(84, 8), word(92, 4));
-            let in_table = p_len > 0 && a < p_at + p_len && b > p_at;
-            Some(
-                matches!(damage, Damage::Truncate { .. }) || b > len - 128 || in_filter || in_table,
-            )
+            Some(matches!(damage, Damage::Truncate { .. }) || b > len - 128 || in_filter)
         }
         Kind::Wal => {
             if matches!(damage, Damage::Truncate { .. }) {
@@ -541,6 +535,15 @@ fn open_must_fail(kind: Kind, damage: Damage, data: &[u8]) -> Option<bool> {
         }
         Kind::VlogNewest | Kind::VlogOld | Kind::Tlog => Some(false),
     }
+}
+
+/// Whether bytes `a..b` of level file `data` touch its large pointer table (its offset and
+/// length are footer bytes 84..96, `docs/FORMAT.md`).
+fn in_large_pointer_table(data: &[u8], a: usize, b: usize) -> bool {
+    let footer = &data[data.len() - 128..];
+    let at = u64::from_le_bytes(footer[84..92].try_into().unwrap()) as usize;
+    let len = u32::from_le_bytes(footer[92..96].try_into().unwrap()) as usize;
+    len > 0 && a < at + len && b > at
 }
 
 /// Lowest number of tail writes that must survive a damage of `kind`.
@@ -648,13 +651,20 @@ fn sweep(
                 // opened database merged away without reading the damaged bytes (opening
                 // flushes the replayed tail; the compaction that follows writes the live
                 // medium pairs in place, checking each one it reads, and frees the file).
+                // Likewise a level file's large pointer table (an index no read trusts
+                // until the record it names holds the key: `check` compares it with the
+                // file's pairs) in a file the opened database merged away.
                 let (a, b) = damage.range(pristine.len());
                 let padding = matches!(kind, Kind::Level | Kind::LevelBlobs)
                     && pristine[a..b].iter().all(|&x| x == 0);
                 let dead_records_cut = matches!(kind, Kind::VlogOld | Kind::Tlog)
                     && matches!(damage, Damage::Truncate { at }
                         if records(&pristine, false).iter().any(|&(s, _)| s == at));
-                let merged_away = matches!(kind, Kind::Tlog) && after.read_file(&path).is_none();
+                let gone = after.read_file(&path).is_none();
+                let merged_away = gone
+                    && (matches!(kind, Kind::Tlog)
+                        || (matches!(kind, Kind::Level | Kind::LevelBlobs)
+                            && in_large_pointer_table(&pristine, a, b)));
                 if !padding && !dead_records_cut && !merged_away {
                     violations += 1;
                     t.violations += 1;

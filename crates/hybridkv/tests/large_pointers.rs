@@ -1,4 +1,4 @@
-//! Level files' large pointer tables (`Options::large_pointer_tables`): a get of a large
+//! Level files' large pointer tables (`Options::large_pointer_table_bytes`): a get of a large
 //! pair whose leaf is not cached reads the value's record alone; a record that holds
 //! another key (a shared fingerprint) sends the get to the leaf; a key under a range
 //! tombstone is never answered from the table.
@@ -30,7 +30,7 @@ fn opts(tables: bool) -> Options {
         cache_bytes: 32 << 20,
         prepopulate_cache: false,
         warm_read_bytes: 0,
-        large_pointer_tables: tables,
+        large_pointer_table_bytes: if tables { 256 << 20 } else { 0 },
         ..Options::default()
     }
 }
@@ -72,7 +72,7 @@ fn a_large_get_whose_leaf_is_not_cached_reads_only_its_record() {
     for tables in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let db = build(dir.path(), n, tables);
-        let pinned = db.stats().unwrap().pinned_index_bytes;
+        let table_bytes = db.stats().unwrap().large_pointer_table_bytes;
         let (level, large) = reads(&db, || {
             for &i in &probes {
                 assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
@@ -91,16 +91,17 @@ fn a_large_get_whose_leaf_is_not_cached_reads_only_its_record() {
             assert!(level > gets / 2 && level <= gets, "{level} leaf reads: {s}");
             assert_eq!(s.large_pointer_reads, 0, "{s}");
         }
-        // A table costs pinned memory: 16 bytes a large pair and its directory.
+        // A table costs pinned memory, 16 bytes a large pair and its directory, in its own
+        // budget.
         let large_pairs = u64::from(n.div_ceil(3));
-        let other_dir = tempfile::tempdir().unwrap();
-        let other = build(other_dir.path(), n, !tables);
-        let (with, without) = if tables {
-            (pinned, other.stats().unwrap().pinned_index_bytes)
+        if tables {
+            assert!(table_bytes >= 16 * large_pairs, "{s}");
+            assert!(table_bytes <= 17 * large_pairs, "{s}");
+            let per_level: u64 = s.levels.iter().map(|l| l.large_pointer_bytes).sum();
+            assert_eq!(per_level, table_bytes, "{s}");
         } else {
-            (other.stats().unwrap().pinned_index_bytes, pinned)
-        };
-        assert!(with >= without + 16 * large_pairs, "{with} vs {without}");
+            assert_eq!(table_bytes, 0, "{s}");
+        }
         // Small pairs and missing keys are answered as before.
         for i in (1..n).step_by(97) {
             assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
@@ -253,4 +254,62 @@ fn a_newer_version_above_the_run_wins_over_the_table() {
         };
         assert_eq!(db.get(key(i)).unwrap(), want, "key {i}");
     }
+}
+
+/// The level files of the database in `dir`, with the offset and length of each one's
+/// large pointer table (footer bytes 84..96, `docs/FORMAT.md`).
+fn tables_in(dir: &std::path::Path) -> Vec<(std::path::PathBuf, usize, usize)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "lvl") {
+            let data = std::fs::read(&path).unwrap();
+            let footer = &data[data.len() - 128..];
+            let at = u64::from_le_bytes(footer[84..92].try_into().unwrap()) as usize;
+            let len = u32::from_le_bytes(footer[92..96].try_into().unwrap()) as usize;
+            if at > 0 {
+                out.push((path, at, len));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_damaged_table_is_not_used_and_check_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 900;
+    drop(build(dir.path(), n, true));
+    let tables = tables_in(dir.path());
+    assert_eq!(tables.len(), 1, "one run after the compaction");
+    let (path, at, len) = &tables[0];
+    let mut data = std::fs::read(path).unwrap();
+    data[at + len / 2] ^= 0x04;
+    std::fs::write(path, &data).unwrap();
+
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(s.large_pointer_table_bytes, 0, "not pinned: {s}");
+    assert!(s.pinned_index_bytes > 0, "the fences still are: {s}");
+    for i in 0..n {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+    let s = db.stats().unwrap();
+    assert_eq!(s.large_pointer_reads + s.large_pointer_misses, 0, "{s}");
+    let report = db.check().unwrap();
+    let text = report.to_string();
+    assert_eq!(report.error_count, 1, "{text}");
+    assert!(
+        text.contains("large pointer table is not the one its large pairs make"),
+        "{text}"
+    );
+    drop(db);
+
+    // Mended (the byte put back), the table is used and `check` is clean.
+    data[at + len / 2] ^= 0x04;
+    std::fs::write(path, &data).unwrap();
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    assert!(db.stats().unwrap().large_pointer_table_bytes > 0);
+    let report = db.check().unwrap();
+    assert_eq!(report.error_count, 0, "{report}");
 }

@@ -42,6 +42,9 @@ impl HybridEngine {
         if let Some(bytes) = config.warm_read_bytes {
             o.warm_read_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
+        if let Some(bytes) = config.large_pointer_table_bytes {
+            o.large_pointer_table_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        }
         if let Some(bytes) = config.merge_bytes_per_wasted_search {
             o.merge_bytes_per_wasted_search = bytes;
         }
@@ -150,6 +153,7 @@ impl Engine for HybridEngine {
             medium_merge_level: Some(o.medium_merge_level),
             prepopulate_cache: Some(o.prepopulate_cache),
             warm_read_bytes: Some(o.warm_read_bytes as u64),
+            large_pointer_table_bytes: Some(o.large_pointer_table_bytes as u64),
             merge_bytes_per_wasted_search: Some(o.merge_bytes_per_wasted_search),
             read_spin_us: Some(o.read_spin_us),
             gc_threshold: Some(o.gc_threshold),
@@ -250,6 +254,17 @@ impl Engine for HybridEngine {
             },
         );
         m.insert(
+            "large_pointer_table_bytes".into(),
+            if o.large_pointer_table_bytes == 0 {
+                "off".into()
+            } else {
+                format!(
+                    "{}: a get of a large pair whose leaf is not cached reads only its record",
+                    show_bytes(o.large_pointer_table_bytes as u64)
+                )
+            },
+        );
+        m.insert(
             "warm_read_bytes".into(),
             if o.warm_read_bytes == 0 {
                 "off".into()
@@ -343,9 +358,10 @@ impl Engine for HybridEngine {
             })).collect::<Vec<_>>(),
         });
         v["merges_within_l1"] = json!(s.merges_within_l1);
-        // Gets that read a large value without its leaf, and guesses whose record held
-        // another key (`Options::large_pointer_tables`).
+        // Gets that read a large value without its leaf, guesses not taken, and the
+        // tables' pinned bytes (`Options::large_pointer_table_bytes`).
         v["large_pointer_reads"] = json!([s.large_pointer_reads, s.large_pointer_misses]);
+        v["large_pointer_table_bytes"] = json!(s.large_pointer_table_bytes);
         Some(v)
     }
 }

@@ -103,6 +103,9 @@ pub struct EngineConfig {
     /// How much a leaf read that misses hybridkv's cache reads around it while the cache
     /// has room (`Options::warm_read_bytes`; `None`: its default). The peers ignore it.
     pub warm_read_bytes: Option<u64>,
+    /// Memory for hybridkv's large pointer tables (`Options::large_pointer_table_bytes`;
+    /// `None`: its default). The peers ignore it.
+    pub large_pointer_table_bytes: Option<u64>,
     /// Bytes of merging one wasted search of a run pays for in hybridkv
     /// (`Options::merge_bytes_per_wasted_search`; `None`: its default). The peers ignore it.
     pub merge_bytes_per_wasted_search: Option<u64>,
@@ -134,6 +137,7 @@ impl Default for EngineConfig {
             medium_merge_level: None,
             prepopulate_cache: None,
             warm_read_bytes: None,
+            large_pointer_table_bytes: None,
             merge_bytes_per_wasted_search: None,
             read_spin_us: None,
             gc_threshold: None,

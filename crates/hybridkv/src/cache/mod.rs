@@ -132,6 +132,9 @@ impl PinBudget {
 struct Shared {
     cache: Option<Cache<Key, BlockBytes, ByteWeighter>>,
     pins: Arc<PinBudget>,
+    /// The budget pinned large pointer tables are charged to (apart, so that a table
+    /// never takes the room of another file's fences).
+    table_pins: Arc<PinBudget>,
     /// `Options::warm_read_bytes` (0: off).
     warm_read_bytes: u64,
     /// The byte budget, kept here: `Cache::capacity` and `Cache::weight` visit every
@@ -191,16 +194,22 @@ impl BlockCache {
         Self::with_pinning(budget, 0)
     }
 
-    /// A cache of `budget` bytes, and `pinned` bytes more for pinned indexes; no reads
-    /// around a missing leaf.
+    /// A cache of `budget` bytes, and `pinned` bytes more for pinned indexes and as many
+    /// for large pointer tables; no reads around a missing leaf.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn with_pinning(budget: usize, pinned: u64) -> Self {
-        Self::configured(budget, pinned, 0)
+        Self::configured(budget, pinned, pinned, 0)
     }
 
-    /// A cache of `budget` bytes, `pinned` bytes more for pinned indexes, and a leaf read
-    /// that misses reading up to `warm_read_bytes` around it while the cache fills.
-    pub(crate) fn configured(budget: usize, pinned: u64, warm_read_bytes: u64) -> Self {
+    /// A cache of `budget` bytes, `pinned` bytes more for pinned indexes, `tables` bytes
+    /// more for pinned large pointer tables, and a leaf read that misses reading up to
+    /// `warm_read_bytes` around it while the cache fills.
+    pub(crate) fn configured(
+        budget: usize,
+        pinned: u64,
+        tables: u64,
+        warm_read_bytes: u64,
+    ) -> Self {
         let cache = (budget > 0)
             .then(|| Cache::with_weighter((budget / 8192).max(16), budget as u64, ByteWeighter));
         let capacity = cache.as_ref().map_or(0, Cache::capacity);
@@ -208,6 +217,7 @@ impl BlockCache {
             shared: Arc::new(Shared {
                 cache,
                 pins: Arc::new(PinBudget::new(pinned)),
+                table_pins: Arc::new(PinBudget::new(tables)),
                 warm_read_bytes,
                 capacity,
                 warmed: std::sync::atomic::AtomicBool::new(false),
@@ -424,6 +434,11 @@ impl BlockCache {
         &self.shared.pins
     }
 
+    /// The budget pinned large pointer tables are charged to.
+    pub(crate) fn table_pins(&self) -> &Arc<PinBudget> {
+        &self.shared.table_pins
+    }
+
     /// Whether the cache holds anything at all (a budget of 0 disables it).
     pub(crate) fn enabled(&self) -> bool {
         self.shared.cache.is_some()
@@ -590,7 +605,7 @@ mod tests {
 
     #[test]
     fn hints_name_every_entry_and_a_reload_leaves_a_sixteenth_free() {
-        let c = BlockCache::configured(1 << 20, 0, 64 << 10);
+        let c = BlockCache::configured(1 << 20, 0, 0, 64 << 10);
         let other = c.view(3);
         c.insert(5, 8192, bytes::Bytes::from(vec![1u8; 4096]));
         other.insert(6, 100, bytes::Bytes::from(vec![2u8; 1030]));
@@ -619,12 +634,12 @@ mod tests {
 
     #[test]
     fn reads_around_a_leaf_only_while_the_cache_has_room() {
-        let off = BlockCache::configured(1 << 20, 0, 0);
+        let off = BlockCache::configured(1 << 20, 0, 0, 0);
         assert_eq!(off.warm_read_bytes(), 0, "not configured");
-        let none = BlockCache::configured(0, 0, 64 << 10);
+        let none = BlockCache::configured(0, 0, 0, 64 << 10);
         assert_eq!(none.warm_read_bytes(), 0, "no cache");
         // Levels twice the budget: groups fill the cache up to half its budget.
-        let c = BlockCache::configured(1 << 20, 0, 64 << 10);
+        let c = BlockCache::configured(1 << 20, 0, 0, 64 << 10);
         c.add_level_bytes(2 << 20);
         assert_eq!(c.warm_read_bytes(), 64 << 10, "empty");
         // Filling: reads around a leaf stop once a window more would fill the cache past
@@ -663,7 +678,7 @@ mod tests {
 
         // Levels the cache can nearly hold: groups fill it up to fifteen sixteenths; the
         // count follows files opened and dropped, across keyspaces' views.
-        let c = BlockCache::configured(1 << 20, 0, 64 << 10);
+        let c = BlockCache::configured(1 << 20, 0, 0, 64 << 10);
         let other = c.view(2);
         c.add_level_bytes(3 << 20);
         other.add_level_bytes(1 << 19);

@@ -262,7 +262,7 @@ impl MergeJob<'_> {
         let expected = sources.iter().map(|s| s.entries_hint()).sum();
         let mut builder = LevelBuilder::new(file, self.leaf_size, self.index_size)
             .with_bloom(self.opts.bloom_bits_per_key, expected)
-            .with_large_pointers(self.opts.large_pointer_tables);
+            .with_large_pointers(self.opts.large_pointer_table_bytes > 0);
         let fill = match self.cache_fill {
             CacheFill::Off => None,
             CacheFill::All { limit } => Some((true, limit)),

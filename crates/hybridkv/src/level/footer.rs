@@ -13,9 +13,12 @@ const MAGIC: &[u8; 8] = b"HKVLEVEL";
 /// Version 4: leaves may be version 3 (compact entries); the footer is unchanged.
 /// Version 5: leaves may be version 4 (keys stored without the leaf's shared prefix); the
 /// footer is unchanged.
-/// Version 6: the footer may name a large pointer table (`super::large_pointers`); leaves
-/// are version 5's.
+/// Version 6: the footer names a large pointer table (`super::large_pointers`); leaves
+/// are version 5's. A file without a table is written as version 5, which a build that
+/// does not know tables still reads.
 pub(crate) const LEVEL_VERSION: u32 = 6;
+/// The version a file without a large pointer table is written as.
+const LEVEL_VERSION_WITHOUT_TABLE: u32 = 5;
 
 /// What the footer records about a level file.
 // `pub`, not `pub(crate)`: `hybridkv::fuzzing` re-exports it (the module stays private).
@@ -60,7 +63,12 @@ impl Footer {
     pub(crate) fn encode_into(&self, block: &mut [u8]) {
         let mut f = [0u8; FOOTER_SIZE];
         f[..8].copy_from_slice(MAGIC);
-        f[8..12].copy_from_slice(&LEVEL_VERSION.to_le_bytes());
+        let version = if self.pointers_offset > 0 {
+            LEVEL_VERSION
+        } else {
+            LEVEL_VERSION_WITHOUT_TABLE
+        };
+        f[8..12].copy_from_slice(&version.to_le_bytes());
         f[12..16].copy_from_slice(&self.height.to_le_bytes());
         f[16..24].copy_from_slice(&self.root.to_le_bytes());
         f[24..32].copy_from_slice(&self.entries.to_le_bytes());

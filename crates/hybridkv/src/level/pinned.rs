@@ -4,8 +4,8 @@
 //! without descending index nodes through the node cache, and reads at most one leaf per
 //! run; a key below the file's first key is answered without any read.
 //!
-//! Owns: the fence arrays ([`Fences`]) and their charge, with the file's large pointer
-//! table's (`super::large_pointers`), to the database's pinning budget
+//! Owns: the fence arrays ([`Fences`]) and their charge to the database's pinning budget,
+//! and the charge of the file's large pointer table (`super::large_pointers`) to its own
 //! (`crate::cache::PinBudget`; a file that does not fit is simply not pinned and reads
 //! through the node cache). Never: reads a file itself (the reader builds the fences from index nodes whose
 //! checksums it checked) or holds anything that is not a copy of verified bytes.
@@ -198,39 +198,60 @@ impl Fences {
     }
 }
 
-/// A file's fences, and its large pointer table when the file has one and the budget had
-/// room for it too, charged to the budget for as long as they live.
+/// A file's fences, charged to the pinning budget, and its large pointer table when the
+/// file has one and the table budget had room for it, charged to that one, for as long as
+/// they live.
 #[derive(Debug)]
 pub(crate) struct PinnedIndex {
     fences: Fences,
-    large: Option<LargePointers>,
+    bytes: u64,
+    budget: Arc<PinBudget>,
+    large: Option<PinnedTable>,
+}
+
+/// A pinned large pointer table and its charge.
+#[derive(Debug)]
+struct PinnedTable {
+    table: LargePointers,
     bytes: u64,
     budget: Arc<PinBudget>,
 }
 
+impl Drop for PinnedTable {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
+    }
+}
+
 impl PinnedIndex {
-    /// Pins `fences` if the budget has room for them, and `large` with them if it has room
-    /// for both (the fences come first: every lookup uses them).
+    /// Pins `fences` if `budget` has room for them, and with them `large` if
+    /// `table_budget` has room for it. The budgets are apart, so a table never takes the
+    /// room another file's fences would need.
     pub(crate) fn charge(
         mut fences: Fences,
         large: Option<LargePointers>,
         budget: &Arc<PinBudget>,
+        table_budget: &Arc<PinBudget>,
     ) -> Option<Self> {
         fences.shrink();
         fences.seal();
-        let mut bytes = fences.memory_bytes();
+        let bytes = fences.memory_bytes();
         if !budget.try_reserve(bytes) {
             return None;
         }
-        let large = large.filter(|t| {
-            let more = t.memory_bytes();
-            budget.try_reserve(more).then(|| bytes += more).is_some()
+        let large = large.and_then(|table| {
+            let bytes = table.memory_bytes();
+            table_budget.try_reserve(bytes).then(|| PinnedTable {
+                table,
+                bytes,
+                budget: Arc::clone(table_budget),
+            })
         });
         Some(PinnedIndex {
             fences,
-            large,
             bytes,
             budget: Arc::clone(budget),
+            large,
         })
     }
 
@@ -240,12 +261,17 @@ impl PinnedIndex {
 
     /// The file's large pointer table, if pinned.
     pub(crate) fn large(&self) -> Option<&LargePointers> {
-        self.large.as_ref()
+        self.large.as_ref().map(|t| &t.table)
     }
 
-    /// Bytes charged to the budget.
+    /// Bytes of the fences, charged to the pinning budget.
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Bytes of the large pointer table, charged to the table budget (0: none pinned).
+    pub(crate) fn table_bytes(&self) -> u64 {
+        self.large.as_ref().map_or(0, |t| t.bytes)
     }
 }
 
@@ -398,19 +424,19 @@ mod tests {
     #[test]
     fn the_budget_is_charged_while_an_index_lives_and_refuses_what_does_not_fit() {
         let budget = Arc::new(PinBudget::new(1000));
-        let a = PinnedIndex::charge(fences(&["a", "b", "c"]), None, &budget).unwrap();
+        let a = PinnedIndex::charge(fences(&["a", "b", "c"]), None, &budget, &budget).unwrap();
         assert_eq!(budget.used(), a.bytes());
         assert!(a.bytes() >= 3 + 3 * 4 + 3 * 8);
         let big: Vec<String> = (0..100).map(|i| format!("key{i:04}")).collect();
         let big: Vec<&str> = big.iter().map(String::as_str).collect();
-        assert!(PinnedIndex::charge(fences(&big), None, &budget).is_none());
+        assert!(PinnedIndex::charge(fences(&big), None, &budget, &budget).is_none());
         assert_eq!(budget.used(), a.bytes(), "a refused index charges nothing");
         drop(a);
         assert_eq!(budget.used(), 0);
         assert!(budget.has_room());
         let off = Arc::new(PinBudget::new(0));
         assert!(!off.has_room());
-        assert!(PinnedIndex::charge(fences(&["a"]), None, &off).is_none());
+        assert!(PinnedIndex::charge(fences(&["a"]), None, &off, &off).is_none());
     }
 
     fn table(keys: u64) -> LargePointers {
@@ -427,26 +453,35 @@ mod tests {
     }
 
     #[test]
-    fn a_large_pointer_table_is_pinned_with_its_fences_only_when_both_fit() {
-        let small = table(4);
-        let (f, t) = (fences(&["a", "b"]), small.memory_bytes());
-        let fb = {
+    fn a_large_pointer_table_is_charged_to_its_own_budget_and_pinned_when_it_fits() {
+        let t = table(4).memory_bytes();
+        let fence_bytes = {
             let mut f = fences(&["a", "b"]);
             f.shrink();
             f.seal();
             f.memory_bytes()
         };
-        let budget = Arc::new(PinBudget::new(fb + t));
-        let both = PinnedIndex::charge(f, Some(small), &budget).unwrap();
+        let (pins, tables) = (
+            Arc::new(PinBudget::new(fence_bytes)),
+            Arc::new(PinBudget::new(t)),
+        );
+        let both = PinnedIndex::charge(fences(&["a", "b"]), Some(table(4)), &pins, &tables);
+        let both = both.unwrap();
         assert!(both.large().is_some());
-        assert_eq!(both.bytes(), fb + t);
-        assert_eq!(budget.used(), fb + t);
+        assert_eq!((both.bytes(), both.table_bytes()), (fence_bytes, t));
+        assert_eq!((pins.used(), tables.used()), (fence_bytes, t));
         drop(both);
-        assert_eq!(budget.used(), 0);
-        // Room for the fences, not for the table too: the fences alone are pinned.
-        let tight = Arc::new(PinBudget::new(fb + t - 1));
-        let alone = PinnedIndex::charge(fences(&["a", "b"]), Some(table(4)), &tight).unwrap();
+        assert_eq!((pins.used(), tables.used()), (0, 0));
+        // No room for the table: the fences alone are pinned.
+        let tight = Arc::new(PinBudget::new(t - 1));
+        let alone = PinnedIndex::charge(fences(&["a", "b"]), Some(table(4)), &pins, &tight);
+        let alone = alone.unwrap();
         assert!(alone.large().is_none());
-        assert_eq!(tight.used(), fb);
+        assert_eq!((pins.used(), tight.used()), (fence_bytes, 0));
+        drop(alone);
+        // No room for the fences: nothing is pinned, the table neither.
+        let none = Arc::new(PinBudget::new(fence_bytes - 1));
+        assert!(PinnedIndex::charge(fences(&["a", "b"]), Some(table(4)), &none, &tables).is_none());
+        assert_eq!(tables.used(), 0);
     }
 }

@@ -214,16 +214,25 @@ impl LevelFile {
             // A damaged or unreadable index is not pinned: lookups then descend it through
             // the cache and report the damage where they meet it, as without pinning.
             if let Ok(fences) = lf.read_fences() {
-                let large = lf.read_large_pointers()?;
-                lf.pinned = PinnedIndex::charge(fences, large, lf.cache.pins());
+                // A table that cannot be read or is damaged is not pinned either: gets then
+                // read their leaves, and `check` reports the damage (it reads the table).
+                let large = match lf.cache.table_pins().has_room() {
+                    true => lf.read_large_pointers().unwrap_or_else(|e| {
+                        log::warn!("{}: large pointer table not used: {e}", lf.path.display());
+                        None
+                    }),
+                    false => None,
+                };
+                lf.pinned =
+                    PinnedIndex::charge(fences, large, lf.cache.pins(), lf.cache.table_pins());
             }
         }
         Ok(lf)
     }
 
-    /// The file's large pointer table, if it has one (checked; damage is corruption at its
-    /// offset, as a damaged filter is).
-    fn read_large_pointers(&self) -> Result<Option<LargePointers>> {
+    /// The bytes of the file's large pointer table, as stored (unchecked), if it has one
+    /// (`check` compares them with the table its entries make).
+    pub(crate) fn large_pointers_unit(&self) -> Result<Option<Vec<u8>>> {
         let (at, len) = (self.footer.pointers_offset, self.footer.pointers_len);
         if at == 0 {
             return Ok(None);
@@ -236,6 +245,16 @@ impl LevelFile {
         }
         let mut unit = vec![0u8; len as usize];
         self.file.read_exact_at(at, &mut unit)?;
+        Ok(Some(unit))
+    }
+
+    /// The file's large pointer table, if it has one, checked (damage is corruption at its
+    /// offset).
+    fn read_large_pointers(&self) -> Result<Option<LargePointers>> {
+        let at = self.footer.pointers_offset;
+        let Some(unit) = self.large_pointers_unit()? else {
+            return Ok(None);
+        };
         match LargePointers::decode(&unit) {
             Ok(t) => Ok(Some(t)),
             Err(LargePointersError::Corrupt(what)) => Err(self.corrupt(at, what)),
@@ -312,6 +331,11 @@ impl LevelFile {
     /// Bytes of this file's pinned index (0 when it is not pinned).
     pub(crate) fn pinned_bytes(&self) -> u64 {
         self.pinned.as_ref().map_or(0, PinnedIndex::bytes)
+    }
+
+    /// Bytes of this file's pinned large pointer table (0 when none is pinned).
+    pub(crate) fn large_pointer_bytes(&self) -> u64 {
+        self.pinned.as_ref().map_or(0, PinnedIndex::table_bytes)
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -778,12 +802,6 @@ impl LevelFile {
         let table = self.pinned.as_ref()?.large()?;
         self.leaf_to_fetch(key)?;
         table.guess(key)
-    }
-
-    /// The pointer the file's pinned large pointer table holds for `key`'s fingerprint,
-    /// whatever the cache holds (`check` compares it with the file's entries).
-    pub(crate) fn large_pointer_for(&self, key: &[u8]) -> Option<LogPtr> {
-        self.pinned.as_ref()?.large()?.guess(key)
     }
 
     /// Counts a [`LevelFile::large_guess`] whose record held its key (`hit`) or did not.

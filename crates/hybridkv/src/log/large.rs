@@ -377,19 +377,27 @@ impl SegmentFile {
 
     /// [`SegmentFile::read_through_cache`] of a record that may hold another key than
     /// `key` (a level file's large pointer table names it by the key's fingerprint): its
-    /// value when it holds `key`, else `None`, as when it cannot be read or is damaged
-    /// (the caller then searches the leaf, which reports what a read of the key's own
-    /// record finds). A record that holds `key` is cached as a get's is.
-    pub(crate) fn read_if_holds(&self, ptr: LogPtr, key: &[u8]) -> Option<Bytes> {
+    /// value when it holds `key`, else `None`, as when it cannot be read, is damaged, or is
+    /// longer than a record the cache keeps (a guess that names another key's record would
+    /// read it whole; such records are rare, and their gets read the leaf). The caller
+    /// then searches the leaf, which reports what a read of the key's own record finds. A
+    /// record that holds `key` is cached as a get's is when `keep` (not when the get folds
+    /// deltas into it and writes the result back: it is then read for the last time).
+    pub(crate) fn read_if_holds(&self, ptr: LogPtr, key: &[u8], keep: bool) -> Option<Bytes> {
         if let Some(found) = self.cached_value(ptr, key) {
             return found.ok();
+        }
+        if ptr.len as usize > CACHE_RECORD_MAX {
+            return None;
         }
         check_ptr_len(ptr, &self.path).ok()?;
         let mut buf = vec![0u8; ptr.len as usize];
         self.read_into(ptr, &mut buf).ok()?;
         let rec = Bytes::from(buf);
         let value = value_in(&rec, ptr, key, &self.path, true).ok()?;
-        self.keep(ptr, rec);
+        if keep {
+            self.keep(ptr, rec);
+        }
         Some(value)
     }
 

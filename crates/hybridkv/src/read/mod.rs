@@ -246,10 +246,13 @@ impl KeySearch {
         // entry depends on the entry's LSN, which is in the leaf).
         if self.asker == Asker::Client && self.cut == 0 {
             if let Some(p) = file.large_guess(key) {
+                // Under deltas the record is a base the get may fold and write back:
+                // read for the last time, not cached (as `value_of`'s `read_passing`).
+                let keep = self.found.deltas.is_empty();
                 let read = sv
                     .segments
                     .get(&p.segment)
-                    .and_then(|s| s.read_if_holds(p, key));
+                    .and_then(|s| s.read_if_holds(p, key, keep));
                 file.note_large_guess(read.is_some());
                 if let Some(value) = read {
                     self.found.large_read = Some((p, value));
