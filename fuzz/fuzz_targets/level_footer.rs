@@ -54,7 +54,7 @@ fuzz_target!(|input: &[u8]| {
             _ => FIELDS_V2,
         };
         assert_eq!(again[12..fields], f[12..fields], "encode(decode(x)) != x");
-        if old != Some(1) && f[FIELDS..FOOTER_SIZE - 4].iter().all(|&b| b == 0) {
+        if old != Some(1) && f[fields..FOOTER_SIZE - 4].iter().all(|&b| b == 0) {
             let whole = if old == now {
                 FOOTER_SIZE
             } else {
