@@ -313,14 +313,16 @@ pub fn memory_line(r: &PhaseRecord) -> Option<String> {
     let num = |pointer: &str| s.pointer(pointer).and_then(serde_json::Value::as_u64);
     if let Some(memtables) = num("/memtable_budget_bytes") {
         let pinned = num("/pinned_index_bytes").unwrap_or(0);
+        let tables = num("/large_pointer_table_bytes").unwrap_or(0);
         let filters = num("/filter_bytes").unwrap_or(0);
         line.push_str(&format!(
-            "; budget: cache {:.1} + memtables {:.1} + pinned {:.1} + filters {:.1} = {:.1} MiB",
+            "; budget: cache {:.1} + memtables {:.1} + pinned {:.1} + large pointer tables {:.1} + filters {:.1} = {:.1} MiB",
             mib(r.cache_bytes),
             mib(memtables),
             mib(pinned),
+            mib(tables),
             mib(filters),
-            mib(r.cache_bytes + memtables + pinned + filters)
+            mib(r.cache_bytes + memtables + pinned + tables + filters)
         ));
     }
     Some(line)
@@ -540,6 +542,7 @@ mod tests {
         let mut r = with_stats(json!({
             "memtable_budget_bytes": 6u64 << 20,
             "pinned_index_bytes": 1u64 << 20,
+            "large_pointer_table_bytes": 2u64 << 20,
             "filter_bytes": 1u64 << 19,
         }));
         assert!(memory_line(&r).is_none(), "no peak, no line");
@@ -552,7 +555,9 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.contains("cache 100.0 + memtables 6.0 + pinned 1.0 + filters 0.5 = 107.5 MiB"),
+            line.contains(
+                "cache 100.0 + memtables 6.0 + pinned 1.0 + large pointer tables 2.0 + filters 0.5 = 109.5 MiB"
+            ),
             "{line}"
         );
         let mut peer = with_stats(json!({"levels": []}));
