@@ -3,8 +3,8 @@
 //!
 //! Owns: the byte layout of leaves, index nodes, overflow blobs and the footer, writing a
 //! level file from sorted entries ([`builder::LevelBuilder`]) and reading it back
-//! ([`reader::LevelFile`]: point lookups, cursors, compaction scans), and the file's Bloom
-//! filter ([`filter`]). Never: decides which
+//! ([`reader::LevelFile`]: point lookups, cursors, compaction scans), the file's Bloom
+//! filter ([`filter`]) and its large pointer table ([`large_pointers`]). Never: decides which
 //! entries to keep or which files are live (the merge, the compaction worker and the
 //! version set do; a file marked obsolete deletes itself when its last reader drops it).
 
