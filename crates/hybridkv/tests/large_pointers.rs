@@ -313,3 +313,37 @@ fn a_damaged_table_is_not_used_and_check_reports_it() {
     let report = db.check().unwrap();
     assert_eq!(report.error_count, 0, "{report}");
 }
+
+#[test]
+fn a_large_base_under_deltas_is_read_once_by_a_get_that_folds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        merge_operator: Some(std::sync::Arc::new(hybridkv::Append)),
+        ..opts(true)
+    };
+    let n = 600;
+    {
+        let db = Db::open(dir.path(), o.clone()).unwrap();
+        for i in 0..n {
+            db.put(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    // Deltas above the large bases, in the memtable.
+    let probes: Vec<u32> = (0..n).filter(|i| i.is_multiple_of(3)).step_by(7).collect();
+    for &i in &probes {
+        db.merge(key(i), b"+delta").unwrap();
+    }
+    let (_, large) = reads(&db, || {
+        for &i in &probes {
+            let mut want = value(i);
+            want.extend_from_slice(b"+delta");
+            assert_eq!(db.get(key(i)).unwrap(), Some(want), "key {i}");
+        }
+    });
+    let s = db.stats().unwrap();
+    assert!(s.large_pointer_reads > 0, "{s}");
+    assert_eq!(large, probes.len() as u64, "each base read once: {s}");
+}

@@ -415,6 +415,13 @@ pub(crate) fn value_of(
     passing: bool,
 ) -> Result<Option<Value>> {
     let base = match found.base.take() {
+        // A large base the lookup already read (through a level file's pointer table; not
+        // cached when deltas were stacked above it) is not read again.
+        Some((LevelValue::Large(p), _))
+            if found.large_read.as_ref().is_some_and(|(q, _)| *q == p) =>
+        {
+            found.large_read.take().map(|(_, value)| Value::from(value))
+        }
         // A log base the get folds and writes back is read for the last time: taken out
         // of the cache, or read without caching it (the value written back is cached).
         Some((v @ (LevelValue::Large(p) | LevelValue::Medium(p)), _))
@@ -423,11 +430,6 @@ pub(crate) fn value_of(
             Some(Value::from(
                 segment_of(segments, &v, p)?.read_passing(p, key)?,
             ))
-        }
-        Some((LevelValue::Large(p), _))
-            if found.large_read.as_ref().is_some_and(|(q, _)| *q == p) =>
-        {
-            found.large_read.take().map(|(_, value)| Value::from(value))
         }
         Some((v, file)) => resolve_with(segments, key, v, file.as_deref())?,
         None => None,
