@@ -440,7 +440,7 @@ pub fn decode_level_file(data: &[u8]) -> Result<LevelScan> {
         if let Some((_, v)) = lf.get(key)? {
             lf.load_overflow(v)?;
         }
-        let _ = lf.large_guess(key);
+        let _ = lf.search(key, true)?;
     }
     let mut scanner = Vec::new();
     let mut s = lf.scanner(IoComponent::Compaction)?;

@@ -197,7 +197,7 @@ pub struct Options {
     /// pair). A get of a large pair whose leaf is not cached then reads the value's record
     /// at once and takes it when the record holds its key: one device read instead of two
     /// (the leaf, then the record). A merge holds its output's table in memory until the
-    /// file is finished (about 48 bytes per large pair at its peak). Default 256 MiB (the
+    /// file is finished (32 bytes per large pair at its peak, while it encodes). Default 256 MiB (the
     /// tables of about 16 million large pairs); `0` writes no table and pins none (files
     /// written with one are then read as without). `Stats::large_pointer_table_bytes`
     /// reports the bytes held, `Stats::large_pointer_reads` the gets they served.

@@ -127,22 +127,31 @@ fn colliding_pair() -> (u32, u32) {
     unreachable!("the loop returns")
 }
 
+/// `pairs` written, merged into one run, and the database reopened with an empty cache.
+fn merged(dir: &std::path::Path, pairs: &[(&[u8], &[u8])]) -> Db {
+    {
+        let db = Db::open(dir, opts(true)).unwrap();
+        for (k, v) in pairs {
+            db.put(k, v).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    Db::open(dir, opts(true)).unwrap()
+}
+
 #[test]
 fn a_record_holding_another_key_sends_the_get_to_the_leaf() {
     let (a, b) = colliding_pair();
     let dir = tempfile::tempdir().unwrap();
     let small = b"a small value".to_vec();
     let big = vec![7u8; 3000];
-    {
-        let db = Db::open(dir.path(), opts(true)).unwrap();
-        db.put(key(a), &big).unwrap();
-        db.put(key(b), &small).unwrap();
-        // Another pair, so the file's table is not only the colliding key's.
-        db.put(b"user-other", vec![9u8; 2000]).unwrap();
-        db.flush().unwrap();
-        db.compact().unwrap();
-    }
-    let db = Db::open(dir.path(), opts(true)).unwrap();
+    let other = vec![9u8; 2000];
+    // Another pair, so the file's table is not only the colliding key's.
+    let db = merged(
+        dir.path(),
+        &[(&key(a), &big), (&key(b), &small), (b"user-other", &other)],
+    );
     // `b` is small: the table names `a`'s record for its fingerprint, which holds `a`.
     let (level, _) = reads(&db, || {
         assert_eq!(db.get(key(b)).unwrap(), Some(small.clone()));
@@ -159,19 +168,15 @@ fn a_record_holding_another_key_sends_the_get_to_the_leaf() {
 
     // Both large: the fingerprint is left out of the table, and each get reads its leaf.
     let dir = tempfile::tempdir().unwrap();
-    {
-        let db = Db::open(dir.path(), opts(true)).unwrap();
-        db.put(key(a), &big).unwrap();
-        db.put(key(b), vec![8u8; 2500]).unwrap();
-        db.put(b"user-other", vec![9u8; 2000]).unwrap();
-        db.flush().unwrap();
-        db.compact().unwrap();
-    }
-    let db = Db::open(dir.path(), opts(true)).unwrap();
+    let big_b = vec![8u8; 2500];
+    let db = merged(
+        dir.path(),
+        &[(&key(a), &big), (&key(b), &big_b), (b"user-other", &other)],
+    );
     // The pairs share one leaf: the first get finds it uncached, the others cached.
-    assert_eq!(db.get(b"user-other").unwrap(), Some(vec![9u8; 2000]));
+    assert_eq!(db.get(b"user-other").unwrap(), Some(other));
     assert_eq!(db.get(key(a)).unwrap(), Some(big));
-    assert_eq!(db.get(key(b)).unwrap(), Some(vec![8u8; 2500]));
+    assert_eq!(db.get(key(b)).unwrap(), Some(big_b));
     let s = db.stats().unwrap();
     assert_eq!(
         (s.large_pointer_reads, s.large_pointer_misses),
@@ -346,4 +351,67 @@ fn a_large_base_under_deltas_is_read_once_by_a_get_that_folds_it() {
     let s = db.stats().unwrap();
     assert!(s.large_pointer_reads > 0, "{s}");
     assert_eq!(large, probes.len() as u64, "each base read once: {s}");
+}
+
+#[test]
+fn a_damaged_record_named_by_the_table_is_reported_by_the_leaf_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 300;
+    drop(build(dir.path(), n, true));
+    // Damage the value of pair 3 (large) in its log segment: the key is stored in the
+    // record, so the segment holding it is found by searching for the key's bytes.
+    let victim = key(3);
+    let mut damaged = None;
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "vlog") {
+            let mut data = std::fs::read(&path).unwrap();
+            if let Some(at) = data
+                .windows(victim.len())
+                .position(|w| w == victim.as_slice())
+            {
+                data[at + victim.len() + 100] ^= 0x40;
+                std::fs::write(&path, &data).unwrap();
+                damaged = Some(path);
+            }
+        }
+    }
+    let damaged = damaged.expect("the victim's segment");
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    let err = db.get(&victim).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    let name = damaged.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(err.to_string().contains(&name), "{err}");
+    let s = db.stats().unwrap();
+    // The table's guess met the damage and left the get to its leaf, which reports it.
+    assert_eq!(
+        (s.large_pointer_reads, s.large_pointer_misses),
+        (0, 1),
+        "{s}"
+    );
+    // Every other pair still reads.
+    for i in (0..n).filter(|&i| i != 3) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i)), "key {i}");
+    }
+}
+
+#[test]
+fn a_record_longer_than_the_cache_keeps_is_not_guessed_at() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = vec![5u8; 100 << 10];
+    let small = vec![6u8; 1500];
+    let db = merged(
+        dir.path(),
+        &[(b"user-huge", &huge), (b"user-small", &small)],
+    );
+    let (level, large) = reads(&db, || {
+        assert_eq!(db.get(b"user-huge").unwrap(), Some(huge.clone()));
+    });
+    let s = db.stats().unwrap();
+    assert_eq!((level, large), (1, 1), "the leaf, then the record: {s}");
+    assert_eq!(
+        (s.large_pointer_reads, s.large_pointer_misses),
+        (0, 1),
+        "{s}"
+    );
 }

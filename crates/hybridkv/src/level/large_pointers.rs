@@ -62,28 +62,22 @@ impl LargePointersBuilder {
     pub(crate) fn encode(&mut self) -> Option<Vec<u8>> {
         let mut entries = std::mem::take(&mut self.entries);
         entries.sort_unstable_by_key(|e| e.0);
-        let mut unique = Vec::with_capacity(entries.len());
-        let mut i = 0;
-        while let Some(&(fp, fields)) = entries.get(i) {
-            let same = entries[i..].iter().take_while(|e| e.0 == fp).count();
-            if same == 1 {
-                unique.push((fp, fields));
+        let mut out = Vec::with_capacity(HEADER + ENTRY * entries.len());
+        // The count and the crc are set once the entries are in.
+        out.extend_from_slice(&[UNIT_KIND, UNIT_VERSION, 0, 0]);
+        out.extend_from_slice(&[0u8; 12]);
+        for run in entries.chunk_by(|a, b| a.0 == b.0) {
+            if let [(fp, [segment, offset, len])] = run {
+                for v in [*fp, *segment, *offset, *len] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
             }
-            i += same;
         }
-        if unique.is_empty() {
+        let count = u32::try_from((out.len() - HEADER) / ENTRY).ok()?;
+        if count == 0 {
             return None;
         }
-        let count = u32::try_from(unique.len()).ok()?;
-        let mut out = Vec::with_capacity(HEADER + ENTRY * unique.len());
-        out.extend_from_slice(&[UNIT_KIND, UNIT_VERSION, 0, 0]);
-        out.extend_from_slice(&count.to_le_bytes());
-        out.extend_from_slice(&[0u8; 8]); // crc, reserved: the crc is set below
-        for (fp, [segment, offset, len]) in &unique {
-            for v in [*fp, *segment, *offset, *len] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
+        out[4..8].copy_from_slice(&count.to_le_bytes());
         let crc = crc32c_append(crc32c(&out[..8]), &out[HEADER..]);
         out[8..12].copy_from_slice(&crc.to_le_bytes());
         Some(out)

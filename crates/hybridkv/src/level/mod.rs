@@ -17,7 +17,7 @@ pub(crate) mod pinned;
 pub(crate) mod reader;
 
 pub(crate) use builder::{EntryValue, LevelBuilder, LevelMeta};
-pub(crate) use reader::{LevelCursor, LevelEntry, LevelFile, LevelValue};
+pub(crate) use reader::{LevelCursor, LevelEntry, LevelFile, LevelValue, Probe};
 
 #[cfg(test)]
 mod tests {
@@ -1173,24 +1173,39 @@ mod tests {
                 seen += 1;
             }
             assert_eq!(seen, n);
-            // Every large pair's pointer is in the pinned table, and a get whose leaf is
-            // not cached (none is yet: the scanner does not cache) is offered it.
-            for i in 0..n {
+            // Every large pair's pointer is in the pinned table, and a client's search
+            // whose leaf is not cached (none is yet: the scanner does not cache) is
+            // offered it; a search without guessing reads the leaf.
+            let record = |key: &[u8]| match lf.search(key, true).unwrap() {
+                Probe::Record(p) => Some(p),
+                Probe::Entry(_) => None,
+            };
+            for i in (0..n).filter(|i| i % 4 != 3) {
                 let key = format!("key{i:06}");
-                let named = lf.large_guess(key.as_bytes());
-                if i % 4 == 3 {
-                    assert_ne!(named, Some(large_ptr(i)));
-                } else {
-                    assert_eq!(named, Some(large_ptr(i)), "key {i}");
-                }
+                assert_eq!(record(key.as_bytes()), Some(large_ptr(i)), "key {i}");
             }
+            // A small pair is answered from its leaf (read now, and cached).
+            for i in (0..n).filter(|i| i % 4 == 3).step_by(50) {
+                let key = format!("key{i:06}");
+                assert!(matches!(
+                    lf.search(key.as_bytes(), true).unwrap(),
+                    Probe::Entry(Some((lsn, LevelValue::Inline(v)))) if lsn == i && v == b"small"
+                ));
+            }
+            assert!(matches!(
+                lf.search(b"key000002", false).unwrap(),
+                Probe::Entry(Some((2, LevelValue::Large(p)))) if p == large_ptr(2)
+            ));
             assert!(lf.large_pointer_bytes() >= 16 * (n - n / 4));
             // Once the leaf is cached, the get reads it instead.
             assert_eq!(
                 lf.get(b"key000000").unwrap(),
                 Some((0, LevelValue::Large(large_ptr(0))))
             );
-            assert_eq!(lf.large_guess(b"key000000"), None);
+            assert!(matches!(
+                lf.search(b"key000000", true).unwrap(),
+                Probe::Entry(Some((0, LevelValue::Large(p)))) if p == large_ptr(0)
+            ));
         }
     }
 
@@ -1199,7 +1214,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (lf, _) = build_large(dir.path(), 1, 0, 500);
         let at = lf.large_pointers_offset() as usize;
-        assert!(lf.large_guess(b"key000001").is_some());
+        assert!(matches!(
+            lf.search(b"key000001", true).unwrap(),
+            Probe::Record(_)
+        ));
         drop(lf);
         let path = dir.path().join(reader::file_name(1));
         let mut data = std::fs::read(&path).unwrap();
@@ -1211,7 +1229,10 @@ mod tests {
         assert!(lf.pinned_bytes() > 0, "the fences are pinned");
         assert_eq!(lf.large_pointer_bytes(), 0);
         assert_eq!(cache.table_pins().used(), 0);
-        assert_eq!(lf.large_guess(b"key000001"), None);
+        assert!(matches!(
+            lf.search(b"key000001", true).unwrap(),
+            Probe::Entry(Some((1, _)))
+        ));
         assert_eq!(
             lf.get(b"key000001").unwrap(),
             Some((1, LevelValue::Large(large_ptr(1))))

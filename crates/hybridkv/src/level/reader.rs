@@ -43,6 +43,27 @@ impl From<ValueRef<'_>> for LevelValue {
     }
 }
 
+/// What a client's search of one level file found ([`LevelFile::search`]).
+#[derive(Debug)]
+pub(crate) enum Probe {
+    /// The file's entry for the key (LSN and value), or `None`: it holds none.
+    Entry(Option<(u64, LevelValue)>),
+    /// The key's leaf is not cached and the file's large pointer table names this record
+    /// for the key's fingerprint: the key's value in this file if the record holds the key
+    /// (the file holds one entry per key, and only its large pairs are in the table).
+    Record(LogPtr),
+}
+
+impl Probe {
+    /// The entry of a search made without guessing (which never answers `Record`).
+    pub(crate) fn into_entry(self) -> Option<(u64, LevelValue)> {
+        match self {
+            Probe::Entry(found) => found,
+            Probe::Record(_) => None,
+        }
+    }
+}
+
 /// Reads into the node cache, as one batch (`Io::read_batch`: one submission and one
 /// device notification for all of them where the system allows), every leaf that
 /// [`LevelFile::get`] of each `(file, key)` would read and the cache lacks, so that those
@@ -695,34 +716,52 @@ impl LevelFile {
 
     /// Newest entry for `key` in this level, if any.
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
-        self.find(key, false)
+        self.find(key, false, false).map(Probe::into_entry)
     }
 
     /// [`LevelFile::get`] for a client's get, which goes on to the runs below when this
     /// one lacks the key: a leaf searched without finding it is counted as a wasted search
     /// ([`LevelFile::wasted_searches`]). The engine's own lookups (GC's liveness checks,
     /// `check`, a flush's estimate of what it shadows) use `get`.
-    pub(crate) fn search(&self, key: &[u8]) -> Result<Option<(u64, LevelValue)>> {
-        self.find(key, true)
+    ///
+    /// With `guess`, a search that would read the key's leaf from the device (the filter
+    /// admits the key, the cache lacks the leaf) answers [`Probe::Record`] instead when the
+    /// file's pinned large pointer table names a record for the key's fingerprint: the
+    /// caller reads it, and if it does not hold the key, searches again without `guess`.
+    pub(crate) fn search(&self, key: &[u8], guess: bool) -> Result<Probe> {
+        self.find(key, true, guess)
     }
 
-    fn find(&self, key: &[u8], count_waste: bool) -> Result<Option<(u64, LevelValue)>> {
+    fn find(&self, key: &[u8], count_waste: bool, guess: bool) -> Result<Probe> {
         if self.footer.height == 0 {
-            return Ok(None);
+            return Ok(Probe::Entry(None));
         }
         if !self.filter_admits(key) {
-            return Ok(None);
+            return Ok(Probe::Entry(None));
         }
         if let Some(p) = &self.pinned {
             let fences = p.fences();
             let Some(i) = fences.leaf_for(key) else {
-                return Ok(None); // below the file's first key
+                return Ok(Probe::Entry(None)); // below the file's first key
             };
             let offset = fences
                 .leaf_offset(i)
                 .ok_or_else(|| self.corrupt(0, "pinned fence without a leaf"))?;
+            if let Some(table) = p.large().filter(|_| guess && self.cache.enabled()) {
+                // The cache is asked once here; on a miss that no guess takes,
+                // `load_pinned_leaf` asks again (and counts the miss) before it reads.
+                if let Some(node) = self.cache.find(self.id, offset) {
+                    self.cache.count(Some(()));
+                    let found = self.search_leaf_node(&node, offset, key);
+                    return self.searched(found, count_waste).map(Probe::Entry);
+                }
+                if let Some(ptr) = table.guess(key) {
+                    return Ok(Probe::Record(ptr));
+                }
+            }
             let node = self.load_pinned_leaf(fences, i, offset, None)?;
-            return self.searched(self.search_leaf_node(&node, offset, key), count_waste);
+            let found = self.search_leaf_node(&node, offset, key);
+            return self.searched(found, count_waste).map(Probe::Entry);
         }
         let mut offset = self.footer.root;
         let mut height = self.footer.height;
@@ -736,6 +775,7 @@ impl LevelFile {
             height -= 1;
         }
         self.searched(self.search_leaf(offset, key), count_waste)
+            .map(Probe::Entry)
     }
 
     /// Counts a leaf search that did not find its key, when `count_waste` (see
@@ -792,19 +832,7 @@ impl LevelFile {
         (!self.cache.contains(self.id, offset)).then_some(offset)
     }
 
-    /// The log record a client's get of `key` may read instead of this file's leaf: the
-    /// pointer the file's pinned large pointer table holds for `key`'s fingerprint, when
-    /// the get would otherwise read the leaf from the device (the filter admits the key,
-    /// the cache lacks its leaf). The record is `key`'s value in this file exactly when it
-    /// holds `key` (the file holds one entry per key, and only its large pairs are in the
-    /// table); else the get searches the leaf ([`LevelFile::search`]).
-    pub(crate) fn large_guess(&self, key: &[u8]) -> Option<LogPtr> {
-        let table = self.pinned.as_ref()?.large()?;
-        self.leaf_to_fetch(key)?;
-        table.guess(key)
-    }
-
-    /// Counts a [`LevelFile::large_guess`] whose record held its key (`hit`) or did not.
+    /// Counts a [`Probe::Record`] whose record held its key (`hit`) or did not.
     pub(crate) fn note_large_guess(&self, hit: bool) {
         self.cache.note_large_guess(hit);
     }

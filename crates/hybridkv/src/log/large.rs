@@ -366,13 +366,21 @@ impl SegmentFile {
         if let Some(value) = self.read_blocks(ptr, key) {
             return value;
         }
-        let mut buf = vec![0u8; ptr.len as usize];
-        self.read_into(ptr, &mut buf)?;
-        // The record read is the one cached and the one the value is a view of: no copy.
-        let rec = Bytes::from(buf);
-        let value = value_in(&rec, ptr, key, &self.path, true)?;
+        let (rec, value) = self.read_alone(ptr, key)?;
         self.keep(ptr, rec);
         Ok(value)
+    }
+
+    /// The record `ptr` points at, read alone (its length checked against what a record
+    /// may be before a buffer is sized by it), and its value, checked to hold `key`: a
+    /// view of the record, which is what a caller caches, so nothing is copied.
+    fn read_alone(&self, ptr: LogPtr, key: &[u8]) -> Result<(Bytes, Bytes)> {
+        check_ptr_len(ptr, &self.path)?;
+        let mut buf = vec![0u8; ptr.len as usize];
+        self.read_into(ptr, &mut buf)?;
+        let rec = Bytes::from(buf);
+        let value = value_in(&rec, ptr, key, &self.path, true)?;
+        Ok((rec, value))
     }
 
     /// [`SegmentFile::read_through_cache`] of a record that may hold another key than
@@ -390,11 +398,7 @@ impl SegmentFile {
         if ptr.len as usize > CACHE_RECORD_MAX {
             return None;
         }
-        check_ptr_len(ptr, &self.path).ok()?;
-        let mut buf = vec![0u8; ptr.len as usize];
-        self.read_into(ptr, &mut buf).ok()?;
-        let rec = Bytes::from(buf);
-        let value = value_in(&rec, ptr, key, &self.path, true).ok()?;
+        let (rec, value) = self.read_alone(ptr, key).ok()?;
         if keep {
             self.keep(ptr, rec);
         }
@@ -410,10 +414,7 @@ impl SegmentFile {
         if let Some(value) = self.cached_value(ptr, key) {
             return value;
         }
-        check_ptr_len(ptr, &self.path)?;
-        let mut buf = vec![0u8; ptr.len as usize];
-        self.read_into(ptr, &mut buf)?;
-        value_in(&Bytes::from(buf), ptr, key, &self.path, true)
+        self.read_alone(ptr, key).map(|(_, value)| value)
     }
 
     /// For a sorted segment's record of at most a block: reads the

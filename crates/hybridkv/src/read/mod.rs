@@ -12,7 +12,7 @@ pub(crate) mod iter;
 use crate::bucket::BucketTable;
 use crate::delta::MergeOperator;
 use crate::error::{Error, Result};
-use crate::level::{LevelFile, LevelValue};
+use crate::level::{LevelFile, LevelValue, Probe};
 use crate::log::large::SegmentKind;
 use crate::range_delete::RangeTombstones;
 use crate::value::Value;
@@ -240,31 +240,19 @@ impl KeySearch {
 
     /// Looks for `key` in level run `file`; returns whether the lookup must look further.
     fn step(&mut self, sv: &SuperVersion, file: &Arc<LevelFile>, key: &[u8]) -> Result<bool> {
-        // A client's get that would read this run's leaf from the device reads the large
-        // record the run's pointer table names instead, and takes it if it holds the key:
-        // it is then the key's entry here. Not under a range tombstone (whether it cuts the
-        // entry depends on the entry's LSN, which is in the leaf).
-        if self.asker == Asker::Client && self.cut == 0 {
-            if let Some(p) = file.large_guess(key) {
-                // Under deltas the record is a base the get may fold and write back:
-                // read for the last time, not cached (as `value_of`'s `read_passing`).
-                let keep = self.found.deltas.is_empty();
-                let read = sv
-                    .segments
-                    .get(&p.segment)
-                    .and_then(|s| s.read_if_holds(p, key, keep));
-                file.note_large_guess(read.is_some());
-                if let Some(value) = read {
-                    self.found.large_read = Some((p, value));
-                    self.more =
-                        self.found
-                            .take(LevelValue::Large(p), Some(file), &sv.version.buckets)?;
-                    return Ok(self.more);
-                }
-            }
-        }
         let found = match self.asker {
-            Asker::Client => file.search(key)?,
+            // A client's get that would read this run's leaf from the device may read the
+            // large record the run's pointer table names instead. Not under a range
+            // tombstone: whether it cuts the entry depends on the entry's LSN, in the leaf.
+            Asker::Client => match file.search(key, self.cut == 0)? {
+                Probe::Entry(found) => found,
+                Probe::Record(p) => {
+                    if self.took_record(sv, file, key, p)? {
+                        return Ok(self.more);
+                    }
+                    file.search(key, false)?.into_entry()
+                }
+            },
             Asker::Engine => file.get(key)?,
         };
         if let Some((lsn, v)) = found {
@@ -277,6 +265,37 @@ impl KeySearch {
             };
         }
         Ok(self.more)
+    }
+}
+
+impl KeySearch {
+    /// Reads the record `p` a run's large pointer table named for `key` and, if it holds
+    /// `key`, takes it as the key's entry in that run (its value kept for the answer,
+    /// `Lookup::large_read`): true. False when it holds another key or cannot be read (the
+    /// caller then searches the leaf, which reports what the key's own entry meets).
+    fn took_record(
+        &mut self,
+        sv: &SuperVersion,
+        file: &Arc<LevelFile>,
+        key: &[u8],
+        p: crate::log::ptr::LogPtr,
+    ) -> Result<bool> {
+        // Under deltas the record is a base the get may fold and write back: read for the
+        // last time, not cached (as `value_of`'s `read_passing`).
+        let keep = self.found.deltas.is_empty();
+        let read = sv
+            .segments
+            .get(&p.segment)
+            .and_then(|s| s.read_if_holds(p, key, keep));
+        file.note_large_guess(read.is_some());
+        let Some(value) = read else {
+            return Ok(false);
+        };
+        self.found.large_read = Some((p, value));
+        self.more = self
+            .found
+            .take(LevelValue::Large(p), Some(file), &sv.version.buckets)?;
+        Ok(true)
     }
 }
 
