@@ -291,6 +291,23 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
                 if lookups == 0 { 0.0 } else { 100.0 * hits as f64 / lookups as f64 },
                 mib(num("/pinned_index_bytes").unwrap_or(0)),
             ));
+            let timed: Vec<String> = ["level_read", "large_log", "transient_log"]
+                .iter()
+                .filter_map(|c| {
+                    let ops = num(&format!("/read_ops/{c}"))?;
+                    let us = num(&format!("/read_us/{c}"))?;
+                    (ops > 0).then(|| {
+                        format!(
+                            "{c} {:.3} per get or scan, {:.1} us each",
+                            ops as f64 / (gets + scans) as f64,
+                            us as f64 / ops as f64
+                        )
+                    })
+                })
+                .collect();
+            if !timed.is_empty() {
+                line.push_str(&format!("\n   read calls: {}", timed.join("; ")));
+            }
         }
     }
     Some(line)
@@ -511,8 +528,16 @@ mod tests {
             "medium_values_merged": 1000,
             "bytes_written": {"transient_log": 2u64 << 20, "large_log": 5u64 << 20},
             "gc_segments_freed": 7,
+            "lookup_reads": 60, "cache_hits": 30, "cache_misses": 10, "gets": 100, "scans": 0,
+            "read_ops": {"level_read": 40, "large_log": 20, "transient_log": 0},
+            "read_us": {"level_read": 2000, "large_log": 1400, "transient_log": 0},
         }));
         let line = depth_line(&hybrid).unwrap();
+        assert!(
+            line.contains("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 70.0 us each\n")
+                || line.ends_with("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 70.0 us each"),
+            "a component that read nothing is left out: {line}"
+        );
         assert!(
             line.contains("L1 3 run(s) 3.0 MiB, L3 1 run(s) 40.0 MiB"),
             "{line}"

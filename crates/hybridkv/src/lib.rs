@@ -49,6 +49,7 @@ mod obsolete;
 mod options;
 mod options_file;
 mod placement;
+mod prefetch;
 mod range_delete;
 mod read;
 mod recovery;

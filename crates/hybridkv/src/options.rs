@@ -121,7 +121,12 @@ pub struct Options {
     /// project's 2-core machine an 8 KiB read took 86 us slept on, 58 us spun on), so
     /// a get that reads from the device returns sooner, for more processor time: the
     /// spinning thread is busy for the whole read. At most half the processors spin at
-    /// once (at least one); a read that finds them all spinning sleeps. `0` sleeps at
+    /// once (at least one); a read that finds them all spinning sleeps. Each thread spins
+    /// only where it pays: it sleeps at once while its recent reads outlast the spin, or
+    /// while a read slept on takes at most an eighth longer than one spun on (it measures
+    /// both ways, one wait in 32 taking the way it would not), as on machines whose
+    /// processors wake at once (on the project's later machine spinning bought nothing
+    /// and doubled the processor time per get). `0` sleeps at
     /// once, as a plain `pread` does. Default 200 (a device read's 99th percentile on
     /// this machine is about 150 us). Range 0 ..= 100,000. Ignored without `direct_io`
     /// and with `mmap_reads`. `docs/PERFORMANCE.md` gives its figures.

@@ -292,7 +292,7 @@ impl Engine for HybridEngine {
                 "off: a thread sleeps on each device read".into()
             } else {
                 format!(
-                    "{} us: a thread spins on a direct read's completion before sleeping",
+                    "{} us: a thread spins on a direct read's completion before sleeping (while a slept read takes over an eighth longer)",
                     o.read_spin_us
                 )
             },
@@ -362,6 +362,9 @@ impl Engine for HybridEngine {
         // tables' pinned bytes (`Options::large_pointer_table_bytes`).
         v["large_pointer_reads"] = json!([s.large_pointer_reads, s.large_pointer_misses]);
         v["large_pointer_table_bytes"] = json!(s.large_pointer_table_bytes);
+        // Microseconds the reading threads waited per component (direct I/O: the
+        // device latency each read saw).
+        v["read_us"] = json!(per(&|c| s.io.read_nanos_by(c) / 1000));
         Some(v)
     }
 }

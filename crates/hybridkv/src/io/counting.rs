@@ -1,4 +1,4 @@
-//! Byte counters per component, fed by wrappers around every opened file.
+//! Byte, call and read-time counters per component, fed by wrappers around every opened file.
 
 use super::{RawReadTarget, ReadableFile, WritableFile};
 use crate::error::Result;
@@ -123,6 +123,7 @@ pub struct IoStats {
     written: [AtomicU64; N],
     read: [AtomicU64; N],
     read_ops: [AtomicU64; N],
+    read_nanos: [AtomicU64; N],
     syncs: [AtomicU64; N],
 }
 
@@ -136,6 +137,10 @@ pub struct IoStatsSnapshot {
     pub read: Vec<(IoComponent, u64)>,
     /// Read calls per component, in [`IoComponent::ALL`] order.
     pub read_ops: Vec<(IoComponent, u64)>,
+    /// Nanoseconds the calling threads waited in read calls, per component, in
+    /// [`IoComponent::ALL`] order (the wall time of each `read_exact_at`, so with direct
+    /// I/O a device read's latency as the engine sees it; batched reads are not timed).
+    pub read_nanos: Vec<(IoComponent, u64)>,
     /// `sync_data` calls (fdatasync) per component, in [`IoComponent::ALL`] order.
     pub syncs: Vec<(IoComponent, u64)>,
 }
@@ -158,6 +163,13 @@ impl IoStatsSnapshot {
     /// Read calls made by one component.
     pub fn read_ops_by(&self, c: IoComponent) -> u64 {
         self.read_ops
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, v)| *v)
+    }
+    /// Nanoseconds spent in read calls by one component.
+    pub fn read_nanos_by(&self, c: IoComponent) -> u64 {
+        self.read_nanos
             .iter()
             .find(|(k, _)| *k == c)
             .map_or(0, |(_, v)| *v)
@@ -193,6 +205,12 @@ impl IoStats {
             a.fetch_add(1, Ordering::Relaxed);
         }
     }
+    fn add_read_time(&self, c: IoComponent, elapsed: std::time::Duration) {
+        if let Some(a) = self.read_nanos.get(c.index()) {
+            let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+            a.fetch_add(nanos, Ordering::Relaxed);
+        }
+    }
     fn add_sync(&self, c: IoComponent) {
         if let Some(a) = self.syncs.get(c.index()) {
             a.fetch_add(1, Ordering::Relaxed);
@@ -216,6 +234,10 @@ impl IoStats {
             read_ops: IoComponent::ALL
                 .iter()
                 .map(|&c| (c, get(&self.read_ops, c)))
+                .collect(),
+            read_nanos: IoComponent::ALL
+                .iter()
+                .map(|&c| (c, get(&self.read_nanos, c)))
                 .collect(),
             syncs: IoComponent::ALL
                 .iter()
@@ -294,10 +316,12 @@ impl CountingReader {
 
 impl ReadableFile for CountingReader {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let start = std::time::Instant::now();
         match self.spin {
             Some(spin) => self.inner.read_exact_at_spinning(offset, buf, spin)?,
             None => self.inner.read_exact_at(offset, buf)?,
         }
+        self.stats.add_read_time(self.component, start.elapsed());
         self.stats.add_read(self.component, buf.len() as u64);
         Ok(())
     }
@@ -320,7 +344,9 @@ impl ReadableFile for CountingReader {
         buf: &mut [u8],
         spin: std::time::Duration,
     ) -> Result<()> {
+        let start = std::time::Instant::now();
         self.inner.read_exact_at_spinning(offset, buf, spin)?;
+        self.stats.add_read_time(self.component, start.elapsed());
         self.stats.add_read(self.component, buf.len() as u64);
         Ok(())
     }

@@ -914,26 +914,42 @@ const WAIT_SAMPLE_MAX: usize = 16 << 10;
 
 /// A thread's recent waits for its reads' completions, in nanoseconds: a moving average
 /// (each new wait weighs an eighth) for one read of up to [`WAIT_SAMPLE_MAX`] bytes, and
-/// one for a batch. Whether to spin is decided from them ([`plan_wait`]): a spin pays
-/// where the read completes within it (it saves the wake-up of a halted processor), and
-/// where the reads of late took longer than the spin allows, the thread would spin its
-/// whole budget and then sleep anyway, so it sleeps at once (a slow device then costs no
-/// processor time spent polling). Slept waits are measured too, but they include the
-/// wake-up, so every [`PROBE_EVERY`]th wait the thread would sleep on it spins instead,
-/// and a probe that ends within the spin sets the average to its wait: the thread spins
-/// again once the device answers within the budget. Per thread, so that one thread's
-/// slow files do not decide for another's.
+/// one for a batch. Whether to spin is decided from them ([`plan_wait`]) in two steps.
+///
+/// - **Does a spin end in time?** Where the reads of late took longer than the spin
+///   allows, the thread would spin its whole budget and then sleep anyway, so it sleeps
+///   at once (a slow device then costs no processor time spent polling). Every
+///   [`PROBE_EVERY`]th wait it would sleep on it spins instead, and a probe that ends
+///   within the spin sets the average to its wait: the thread spins again once the
+///   device answers within the budget.
+/// - **Does the spin pay?** A spin pays where a slept read waits longer: on a virtual
+///   machine whose idle processors halt, for the hypervisor to wake the processor. It
+///   does not everywhere (on the machine of `docs/PERFORMANCE.md`'s forty-fourth round a
+///   slept read took no longer than a spun one, and spinning doubled the processor time
+///   per get). So the thread keeps a slower average of each way's waits (each new one
+///   weighs a sixty-fourth: a wait that began with a spin, whole, and one slept on at
+///   once), waits the way the averages favour, and every [`PROBE_EVERY`]th
+///   wait goes the other way to keep the other average current. It sleeps when a slept
+///   wait averages at most [`SLEEP_COST_LIMIT`] more than a spun one.
+///
+/// Per thread, so that one thread's slow files do not decide for another's.
 #[derive(Clone, Copy, Default)]
 struct Waits {
     one: Wait,
     batch: Wait,
 }
 
-/// One kind of wait's average, and how many waits of that kind were planned to sleep.
+/// One kind of wait's averages, and a count of its waits (which of them probe).
 #[derive(Clone, Copy, Default)]
 struct Wait {
+    /// Every wait's (each weighs an eighth): does a spin end in time.
     avg_ns: u64,
-    slept: u32,
+    /// Waits that began with a spin, whole (each weighs a sixty-fourth; 0: none yet).
+    spun_ns: u64,
+    /// Waits slept on at once (each weighs a sixty-fourth; 0: none yet).
+    slept_ns: u64,
+    /// Waits planned so far (every [`PROBE_EVERY`]th probes the way not taken).
+    planned: u32,
 }
 
 impl Waits {
@@ -945,17 +961,42 @@ impl Waits {
     }
 }
 
+impl Wait {
+    /// Whether spinning is worth its processor time: a slept wait averages more than
+    /// [`SLEEP_COST_LIMIT`] over a spun one, or either way has no average yet (a thread
+    /// spins first, as it did before it could compare).
+    fn spin_pays(&self) -> bool {
+        self.spun_ns == 0
+            || self.slept_ns == 0
+            || self.slept_ns.saturating_mul(SLEEP_COST_LIMIT.1)
+                > self
+                    .spun_ns
+                    .saturating_mul(SLEEP_COST_LIMIT.0 + SLEEP_COST_LIMIT.1)
+    }
+}
+
 thread_local! {
     static WAITS: std::cell::Cell<Waits> = const {
         std::cell::Cell::new(Waits {
-            one: Wait { avg_ns: 0, slept: 0 },
-            batch: Wait { avg_ns: 0, slept: 0 },
+            one: Wait { avg_ns: 0, spun_ns: 0, slept_ns: 0, planned: 0 },
+            batch: Wait { avg_ns: 0, spun_ns: 0, slept_ns: 0, planned: 0 },
         })
     };
 }
 
-/// Every this many waits a thread would sleep on, it spins instead ([`Waits`]).
+/// Every this many waits a thread goes the way it would not ([`Waits`]).
 const PROBE_EVERY: u32 = 32;
+
+/// The spun and slept averages weigh each new wait one in this many ([`Waits`]): the way
+/// not taken gets one wait in [`PROBE_EVERY`], so its average spans some 2,000 waits (a
+/// fraction of a second of gets), smooth enough that a device read's spread (a slow
+/// read may take several times the usual) rarely tips the choice.
+const SLOW_WEIGHT: u64 = 64;
+
+/// How much longer (numerator, denominator) a slept wait may average than a spun one for
+/// the thread to sleep: an eighth. Within it the processor time a spin burns (about the
+/// whole wait) buys too little.
+const SLEEP_COST_LIMIT: (u64, u64) = (1, 8);
 
 /// Which of a thread's wait averages ([`Waits`]).
 #[derive(Clone, Copy)]
@@ -967,11 +1008,12 @@ enum WaitKind {
 /// How a thread waits for a read ([`plan_wait`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WaitPlan {
-    /// Its recent waits ended within the spin.
+    /// Its recent waits ended within the spin, and a spin pays.
     Spin,
-    /// They did not, but this one spins to see whether they do again.
+    /// They did not, or a spin did not pay, but this one spins to see whether it does.
     Probe,
-    /// They did not: it sleeps at once.
+    /// They did not, or a spin did not pay (or this wait probes sleeping): it sleeps at
+    /// once.
     Sleep,
 }
 
@@ -986,25 +1028,39 @@ fn plan_wait(kind: WaitKind, spin: std::time::Duration) -> WaitPlan {
     WAITS.with(|c| {
         let mut w = c.get();
         let k = w.of(kind);
-        let plan = if u128::from(k.avg_ns) <= spin.as_nanos() {
-            WaitPlan::Spin
-        } else {
-            k.slept = k.slept.wrapping_add(1);
-            if k.slept.is_multiple_of(PROBE_EVERY) {
-                WaitPlan::Probe
-            } else {
-                WaitPlan::Sleep
-            }
+        k.planned = k.planned.wrapping_add(1);
+        let probe = k.planned.is_multiple_of(PROBE_EVERY);
+        let in_time = u128::from(k.avg_ns) <= spin.as_nanos();
+        let plan = match (in_time && k.spin_pays(), probe) {
+            (true, false) => WaitPlan::Spin,
+            // Sleeping probed, to keep the slept average current (only once the device
+            // answers within the spin: a slow one's waits are all slept anyway).
+            (true, true) => WaitPlan::Sleep,
+            (false, false) => WaitPlan::Sleep,
+            (false, true) => WaitPlan::Probe,
         };
         c.set(w);
         plan
     })
 }
 
-/// Counts a wait of `waited`, waited for as `plan` said, in this thread's average of kind
-/// `kind`; a probe that ended while the thread still spun (`within`) sets the average.
+/// Counts a wait of `waited`, waited for as `plan` said, in this thread's averages of
+/// kind `kind`: every wait in the average that says whether a spin ends in time (a probe
+/// that ended while the thread still spun, `within`, sets it); a wait that began with a
+/// spin in the spun average, whole (a spin that ran out and slept for the rest is what
+/// spinning cost that read: leaving out the slow reads would flatter the spin), and one
+/// slept on at once in the slept average. A caller whose planned spin found no spinning
+/// place notes its wait as slept.
 fn note_wait(kind: WaitKind, waited: std::time::Duration, plan: WaitPlan, within: bool) {
     let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+    // The first wait sets the average (1: never 0 again).
+    let slow = |avg: u64| {
+        if avg == 0 {
+            ns.max(1)
+        } else {
+            (avg - avg / SLOW_WEIGHT + ns / SLOW_WEIGHT).max(1)
+        }
+    };
     WAITS.with(|c| {
         let mut w = c.get();
         let k = w.of(kind);
@@ -1013,6 +1069,11 @@ fn note_wait(kind: WaitKind, waited: std::time::Duration, plan: WaitPlan, within
         } else {
             k.avg_ns - k.avg_ns / 8 + ns / 8
         };
+        if plan.spins() {
+            k.spun_ns = slow(k.spun_ns);
+        } else {
+            k.slept_ns = slow(k.slept_ns);
+        }
         c.set(w);
     });
 }
@@ -1278,6 +1339,8 @@ fn submit_round(
     let plan = spin.map(|s| plan_wait(WaitKind::Batch, s));
     let spin = spin.filter(|_| plan.is_some_and(WaitPlan::spins));
     let mut place = spin.and_then(|s| Some((SpinPlace::take()?, s)));
+    // A planned spin that found no spinning place sleeps, and is noted so.
+    let plan = plan.map(|p| if place.is_some() { p } else { WaitPlan::Sleep });
     #[cfg(test)]
     if place.is_some() {
         POLLED_ROUNDS.with(|c| c.set(c.get() + 1));
@@ -2386,18 +2449,21 @@ mod tests {
         assert_eq!(plan_wait(WaitKind::One, ms(0)), WaitPlan::Spin);
         note_wait(WaitKind::One, ms(80), WaitPlan::Spin, true);
         assert_eq!(avg_of(WaitKind::One), 10_000_000);
-        note_wait(WaitKind::One, ms(0), WaitPlan::Sleep, false);
+        note_wait(WaitKind::One, ms(0), WaitPlan::Spin, false);
         assert_eq!(avg_of(WaitKind::One), 8_750_000);
         // The other kind is its own.
         assert_eq!(avg_of(WaitKind::Batch), 0);
         assert_eq!(plan_wait(WaitKind::Batch, ms(0)), WaitPlan::Spin);
+        // (No slept wait yet: a spin is taken to pay.)
+        forget_waits();
+        note_wait(WaitKind::One, ms(70), WaitPlan::Spin, false);
         assert_eq!(plan_wait(WaitKind::One, ms(9)), WaitPlan::Spin);
         // Past the spin: 31 waits sleep, the 32nd probes, and so on.
-        let plans: Vec<WaitPlan> = (0..2 * PROBE_EVERY)
+        let plans: Vec<WaitPlan> = (1..2 * PROBE_EVERY)
             .map(|_| plan_wait(WaitKind::One, ms(8)))
             .collect();
         for (i, plan) in plans.iter().enumerate() {
-            let probe = (i + 1) % PROBE_EVERY as usize == 0;
+            let probe = (i + 2) % PROBE_EVERY as usize == 0;
             assert_eq!(*plan == WaitPlan::Probe, probe, "wait {i}");
             assert_eq!(plan.spins(), probe, "wait {i}");
         }
@@ -2416,6 +2482,100 @@ mod tests {
             false,
         );
         assert_ne!(plan_wait(WaitKind::Batch, ms(1 << 40)), WaitPlan::Spin);
+        forget_waits();
+    }
+
+    /// This thread's (spun, slept) averages of kind `kind`, in nanoseconds.
+    fn ways_of(kind: WaitKind) -> (u64, u64) {
+        WAITS.with(|c| {
+            let w = *c.get().of(kind);
+            (w.spun_ns, w.slept_ns)
+        })
+    }
+
+    #[test]
+    fn a_thread_spins_only_while_a_slept_wait_takes_an_eighth_longer_than_a_spun_one() {
+        let us = std::time::Duration::from_micros;
+        let spin = us(200);
+        forget_waits();
+        // The first wait of each way sets its average; later ones weigh a sixty-fourth.
+        note_wait(WaitKind::One, us(64), WaitPlan::Spin, true);
+        note_wait(WaitKind::One, us(128), WaitPlan::Sleep, false);
+        assert_eq!(ways_of(WaitKind::One), (64_000, 128_000));
+        note_wait(WaitKind::One, us(128), WaitPlan::Spin, true);
+        assert_eq!(ways_of(WaitKind::One), (65_000, 128_000));
+        // A spin that ran out of its budget counts whole (it slept for the rest), and so
+        // does a probe that spun.
+        note_wait(WaitKind::One, us(1_024), WaitPlan::Spin, false);
+        assert_eq!(ways_of(WaitKind::One), (65_000 - 1_015 + 16_000, 128_000));
+        note_wait(WaitKind::One, us(64), WaitPlan::Probe, true);
+        assert_eq!(ways_of(WaitKind::One).0, 79_985 - 1_249 + 1_000);
+        assert_eq!(
+            ways_of(WaitKind::Batch),
+            (0, 0),
+            "the other kind is its own"
+        );
+
+        // Sleeping costs twice the spin: the thread spins, and every 32nd wait sleeps
+        // to keep the slept average current.
+        let plans = |n: u32| -> Vec<WaitPlan> {
+            (0..n)
+                .map(|_| {
+                    let plan = plan_wait(WaitKind::One, spin);
+                    note_wait(WaitKind::One, us(60), plan, plan.spins());
+                    plan
+                })
+                .collect()
+        };
+        forget_waits();
+        note_wait(WaitKind::One, us(50), WaitPlan::Spin, true);
+        note_wait(WaitKind::One, us(100), WaitPlan::Sleep, false);
+        WAITS.with(|c| {
+            let mut w = c.get();
+            w.one.avg_ns = 60_000;
+            c.set(w);
+        });
+        let got = plans(PROBE_EVERY);
+        for (i, plan) in got.iter().enumerate() {
+            let probe = i + 1 == PROBE_EVERY as usize;
+            let want = if probe {
+                WaitPlan::Sleep
+            } else {
+                WaitPlan::Spin
+            };
+            assert_eq!(*plan, want, "wait {i}");
+        }
+
+        // Sleeping costs at most an eighth more (at 60 us each way, after the waits
+        // above pulled the averages there): the thread sleeps, and every 32nd wait
+        // spins to see whether a spin pays again.
+        forget_waits();
+        note_wait(WaitKind::One, us(60), WaitPlan::Spin, true);
+        note_wait(WaitKind::One, us(67), WaitPlan::Sleep, false);
+        let got = plans(2 * PROBE_EVERY);
+        for (i, plan) in got.iter().enumerate() {
+            let probe = (i + 1) % PROBE_EVERY as usize == 0;
+            let want = if probe {
+                WaitPlan::Probe
+            } else {
+                WaitPlan::Sleep
+            };
+            assert_eq!(*plan, want, "wait {i}");
+        }
+        // The line between: an eighth more is still too little, a few nanoseconds past it pays.
+        forget_waits();
+        note_wait(WaitKind::One, us(80), WaitPlan::Spin, true);
+        note_wait(WaitKind::One, us(90), WaitPlan::Sleep, false);
+        assert_eq!(plan_wait(WaitKind::One, spin), WaitPlan::Sleep);
+        forget_waits();
+        note_wait(WaitKind::One, us(80), WaitPlan::Spin, true);
+        note_wait(
+            WaitKind::One,
+            us(90) + std::time::Duration::from_nanos(8),
+            WaitPlan::Sleep,
+            false,
+        );
+        assert_eq!(plan_wait(WaitKind::One, spin), WaitPlan::Spin);
         forget_waits();
     }
 
@@ -2439,7 +2599,7 @@ mod tests {
             }
         };
         let fast = |kind| {
-            for _ in 0..400 {
+            for _ in 0..4_000 {
                 note_wait(
                     kind,
                     std::time::Duration::from_micros(1),
@@ -2715,6 +2875,32 @@ mod tests {
         for (i, buf) in bufs.iter().enumerate() {
             let o = i * 7919 % 900_000;
             assert_eq!(&buf[..], &data[o..o + buf.len()], "read {i}");
+        }
+    }
+
+    #[test]
+    fn read_time_is_counted_for_the_component_that_read() {
+        use crate::io::{Io, IoComponent};
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..1_048_576u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        for direct in [false, true] {
+            let io = Io::new(Arc::new(RealFs), direct);
+            let f = io
+                .open(&dir.path().join("f"), IoComponent::LevelRead)
+                .unwrap();
+            let mut buf = vec![0u8; 65_536];
+            let outer = std::time::Instant::now();
+            for i in 0..16u64 {
+                f.read_exact_at(i * 65_536, &mut buf).unwrap();
+            }
+            let outer = u64::try_from(outer.elapsed().as_nanos()).unwrap();
+            let s = io.stats().snapshot();
+            let timed = s.read_nanos_by(IoComponent::LevelRead);
+            // The reads ran one after another inside the outer interval.
+            assert!(timed > 0 && timed <= outer, "{timed} of {outer} ns");
+            assert_eq!(s.read_ops_by(IoComponent::LevelRead), 16);
+            assert_eq!(s.read_nanos_by(IoComponent::LargeLog), 0);
         }
     }
 

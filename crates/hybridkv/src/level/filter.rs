@@ -104,7 +104,7 @@ impl BloomBuilder {
         }
         let (block, _) = blocked_probe(hash, self.blocks.len());
         if let Some(b) = self.blocks.get(block) {
-            prefetch(b);
+            crate::prefetch::prefetch(std::ptr::from_ref(b));
         }
         self.keys += 1;
     }
@@ -168,22 +168,6 @@ pub(crate) enum FilterError {
     Corrupt(&'static str),
     /// A unit version this build does not read (a newer build wrote it).
     Version(u8),
-}
-
-/// Asks the processor to bring `block`'s cache line in (a hint: no effect on what the
-/// program computes; nothing where the target has no such instruction, or under Miri).
-#[inline(always)]
-fn prefetch(block: &Block) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: a prefetch never faults and reads nothing the program sees; the address is
-    // a live reference's.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            std::ptr::from_ref(block).cast::<i8>(),
-        )
-    };
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    let _ = block;
 }
 
 /// A filter's bits as held in memory, by unit version.

@@ -26,6 +26,7 @@
 
 mod spots;
 
+use crate::prefetch::prefetch;
 use parking_lot::Mutex;
 use spots::{SpotTable, LEVELS as SPOT_LEVELS};
 use std::cmp::Ordering;
@@ -165,23 +166,6 @@ unsafe fn next_of<'a>(n: *const Node, i: usize) -> &'a AtomicPtr<Node> {
             .cast::<AtomicPtr<Node>>()
             .add(i)
     }
-}
-
-/// Asks the processor to bring node `n`'s first cache line in (a hint: no effect on
-/// what the program computes; nothing where the target has no such instruction, or under
-/// Miri).
-#[inline(always)]
-fn prefetch(n: *const Node) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    if !n.is_null() {
-        // SAFETY: a prefetch never faults, whatever the address; it reads nothing the
-        // program sees.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(n.cast::<i8>())
-        };
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    let _ = n;
 }
 
 /// The key of node `n`.
