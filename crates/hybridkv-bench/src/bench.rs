@@ -296,11 +296,21 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
                 .filter_map(|c| {
                     let ops = num(&format!("/read_ops/{c}"))?;
                     let us = num(&format!("/read_us/{c}"))?;
+                    let timed = num(&format!("/timed_reads/{c}"))?;
                     (ops > 0).then(|| {
+                        let each = if timed == 0 {
+                            "all in batches, not timed".to_string()
+                        } else {
+                            format!("{:.1} us each", us as f64 / timed as f64)
+                        };
+                        let batched = if timed < ops {
+                            format!(" ({} in batches, not timed)", ops - timed)
+                        } else {
+                            String::new()
+                        };
                         format!(
-                            "{c} {:.3} per get or scan, {:.1} us each",
+                            "{c} {:.3} per get or scan, {each}{batched}",
                             ops as f64 / (gets + scans) as f64,
-                            us as f64 / ops as f64
                         )
                     })
                 })
@@ -531,11 +541,11 @@ mod tests {
             "lookup_reads": 60, "cache_hits": 30, "cache_misses": 10, "gets": 100, "scans": 0,
             "read_ops": {"level_read": 40, "large_log": 20, "transient_log": 0},
             "read_us": {"level_read": 2000, "large_log": 1400, "transient_log": 0},
+            "timed_reads": {"level_read": 40, "large_log": 14, "transient_log": 0},
         }));
         let line = depth_line(&hybrid).unwrap();
         assert!(
-            line.contains("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 70.0 us each\n")
-                || line.ends_with("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 70.0 us each"),
+            line.ends_with("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 100.0 us each (6 in batches, not timed)"),
             "a component that read nothing is left out: {line}"
         );
         assert!(

@@ -124,6 +124,7 @@ pub struct IoStats {
     read: [AtomicU64; N],
     read_ops: [AtomicU64; N],
     read_nanos: [AtomicU64; N],
+    timed_reads: [AtomicU64; N],
     syncs: [AtomicU64; N],
 }
 
@@ -141,6 +142,9 @@ pub struct IoStatsSnapshot {
     /// [`IoComponent::ALL`] order (the wall time of each `read_exact_at`, so with direct
     /// I/O a device read's latency as the engine sees it; batched reads are not timed).
     pub read_nanos: Vec<(IoComponent, u64)>,
+    /// The read calls `read_nanos` timed, per component, in [`IoComponent::ALL`] order
+    /// (`read_ops` less the reads of batches).
+    pub timed_reads: Vec<(IoComponent, u64)>,
     /// `sync_data` calls (fdatasync) per component, in [`IoComponent::ALL`] order.
     pub syncs: Vec<(IoComponent, u64)>,
 }
@@ -170,6 +174,13 @@ impl IoStatsSnapshot {
     /// Nanoseconds spent in read calls by one component.
     pub fn read_nanos_by(&self, c: IoComponent) -> u64 {
         self.read_nanos
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, v)| *v)
+    }
+    /// Read calls timed in `read_nanos` for one component.
+    pub fn timed_reads_by(&self, c: IoComponent) -> u64 {
+        self.timed_reads
             .iter()
             .find(|(k, _)| *k == c)
             .map_or(0, |(_, v)| *v)
@@ -210,6 +221,9 @@ impl IoStats {
             let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
             a.fetch_add(nanos, Ordering::Relaxed);
         }
+        if let Some(a) = self.timed_reads.get(c.index()) {
+            a.fetch_add(1, Ordering::Relaxed);
+        }
     }
     fn add_sync(&self, c: IoComponent) {
         if let Some(a) = self.syncs.get(c.index()) {
@@ -238,6 +252,10 @@ impl IoStats {
             read_nanos: IoComponent::ALL
                 .iter()
                 .map(|&c| (c, get(&self.read_nanos, c)))
+                .collect(),
+            timed_reads: IoComponent::ALL
+                .iter()
+                .map(|&c| (c, get(&self.timed_reads, c)))
                 .collect(),
             syncs: IoComponent::ALL
                 .iter()

@@ -2880,7 +2880,7 @@ mod tests {
 
     #[test]
     fn read_time_is_counted_for_the_component_that_read() {
-        use crate::io::{Io, IoComponent};
+        use crate::io::{BatchRead, Io, IoComponent};
         let dir = tempfile::tempdir().unwrap();
         let data: Vec<u8> = (0..1_048_576u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.path().join("f"), &data).unwrap();
@@ -2900,7 +2900,36 @@ mod tests {
             // The reads ran one after another inside the outer interval.
             assert!(timed > 0 && timed <= outer, "{timed} of {outer} ns");
             assert_eq!(s.read_ops_by(IoComponent::LevelRead), 16);
+            assert_eq!(s.timed_reads_by(IoComponent::LevelRead), 16);
             assert_eq!(s.read_nanos_by(IoComponent::LargeLog), 0);
+            // A batch's reads through the ring are counted, not timed (their waits
+            // overlap); without a ring they are read one by one, and timed.
+            let (mut x, mut y) = (vec![0u8; 4096], vec![0u8; 4096]);
+            let mut reqs = [
+                BatchRead {
+                    file: f.as_ref(),
+                    offset: 8192,
+                    buf: &mut x,
+                },
+                BatchRead {
+                    file: f.as_ref(),
+                    offset: 65_536,
+                    buf: &mut y,
+                },
+            ];
+            assert!(io.read_batch(&mut reqs).iter().all(Result::is_ok));
+            assert_eq!(
+                (&x[..], &y[..]),
+                (&data[8192..12_288], &data[65_536..69_632])
+            );
+            let s = io.stats().snapshot();
+            assert_eq!(s.read_ops_by(IoComponent::LevelRead), 18);
+            let through_ring = !uring_unavailable();
+            assert_eq!(
+                s.timed_reads_by(IoComponent::LevelRead),
+                if through_ring { 16 } else { 18 },
+                "direct {direct}"
+            );
         }
     }
 
