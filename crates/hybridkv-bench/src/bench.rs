@@ -303,7 +303,7 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
                         } else {
                             format!("{:.1} us each", us as f64 / timed as f64)
                         };
-                        let batched = if timed < ops {
+                        let batched = if timed > 0 && timed < ops {
                             format!(" ({} in batches, not timed)", ops - timed)
                         } else {
                             String::new()

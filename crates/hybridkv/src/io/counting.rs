@@ -140,10 +140,12 @@ pub struct IoStatsSnapshot {
     pub read_ops: Vec<(IoComponent, u64)>,
     /// Nanoseconds the calling threads waited in read calls, per component, in
     /// [`IoComponent::ALL`] order (the wall time of each `read_exact_at`, so with direct
-    /// I/O a device read's latency as the engine sees it; batched reads are not timed).
+    /// I/O, over `timed_reads`, a device read's latency as the engine sees it; the reads
+    /// of a batch the ring filled are not timed, their waits overlap).
     pub read_nanos: Vec<(IoComponent, u64)>,
     /// The read calls `read_nanos` timed, per component, in [`IoComponent::ALL`] order
-    /// (`read_ops` less the reads of batches).
+    /// (`read_ops` less the reads of batches the ring filled; a batch's read the ring did
+    /// not fill is read alone, and timed).
     pub timed_reads: Vec<(IoComponent, u64)>,
     /// `sync_data` calls (fdatasync) per component, in [`IoComponent::ALL`] order.
     pub syncs: Vec<(IoComponent, u64)>,

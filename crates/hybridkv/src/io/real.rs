@@ -506,8 +506,8 @@ impl RealReader {
             return self.file.read_at(dst, at);
         };
         // A larger read follows the plan of the small ones (it takes longer still), but
-        // does not count in their average.
-        let plan = plan_wait(WaitKind::One, spin);
+        // counts neither in their averages nor towards their probes.
+        let plan = plan_wait(WaitKind::One, spin, dst.len() <= WAIT_SAMPLE_MAX);
         if plan.spins() {
             if let Some(n) = spin_read(self.file.as_raw_fd(), dst, at, spin, plan) {
                 return Ok(n);
@@ -857,6 +857,10 @@ impl SpinPlace {
     /// A place among the threads spinning on reads, if fewer than [`max_spinning`] are.
     fn take() -> Option<SpinPlace> {
         #[cfg(test)]
+        if NO_PLACE.with(std::cell::Cell::get) {
+            return None;
+        }
+        #[cfg(test)]
         if UNCAPPED.with(std::cell::Cell::get) {
             return Self::take_from(&SPINNING, usize::MAX);
         }
@@ -889,6 +893,8 @@ thread_local! {
     /// This thread spins whatever the number of spinning threads (a test that checks its
     /// reads go through the ring, while other tests' threads spin).
     static UNCAPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread never finds a spinning place free (as when others hold them all).
+    static NO_PLACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Batch rounds this thread began by polling (with a spinning place).
     static POLLED_ROUNDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// This thread's rings are made plain, as on a kernel without cooperative completion
@@ -919,18 +925,24 @@ const WAIT_SAMPLE_MAX: usize = 16 << 10;
 /// - **Does a spin end in time?** Where the reads of late took longer than the spin
 ///   allows, the thread would spin its whole budget and then sleep anyway, so it sleeps
 ///   at once (a slow device then costs no processor time spent polling). Every
-///   [`PROBE_EVERY`]th wait it would sleep on it spins instead, and a probe that ends
-///   within the spin sets the average to its wait: the thread spins again once the
-///   device answers within the budget.
+///   [`PROBE_EVERY`]th wait it spins instead, and a probe that ends within the spin sets
+///   the average to its wait: the thread spins again once the device answers within the
+///   budget.
 /// - **Does the spin pay?** A spin pays where a slept read waits longer: on a virtual
 ///   machine whose idle processors halt, for the hypervisor to wake the processor. It
 ///   does not everywhere (on the machine of `docs/PERFORMANCE.md`'s forty-fourth round a
 ///   slept read took no longer than a spun one, and spinning doubled the processor time
-///   per get). So the thread keeps a slower average of each way's waits (each new one
-///   weighs a sixty-fourth: a wait that began with a spin, whole, and one slept on at
-///   once), waits the way the averages favour, and every [`PROBE_EVERY`]th
-///   wait goes the other way to keep the other average current. It sleeps when a slept
-///   wait averages at most [`SLEEP_COST_LIMIT`] more than a spun one.
+///   per get). So while its waits end in time the thread keeps an average of each way's
+///   waits ([`Way`]: those that began with a spin, whole, and those slept on at once),
+///   waits the way the averages favour, and every [`PROBE_EVERY`]th wait, of either way,
+///   goes the other way to keep the other average current. It sleeps when a slept wait
+///   averages at most [`SLEEP_COST_LIMIT`] more than a spun one. Waits planned while the
+///   device was slow count in neither, and the end of a slow spell (a probe that ends in
+///   time) forgets both: the thread spins first and compares afresh.
+///
+/// Only waits of reads that are timed count towards the probes (a larger read follows
+/// the plan without counting), so that a pattern of reads cannot put every probe on a
+/// read whose wait is never noted.
 ///
 /// Per thread, so that one thread's slow files do not decide for another's.
 #[derive(Clone, Copy, Default)]
@@ -944,12 +956,31 @@ struct Waits {
 struct Wait {
     /// Every wait's (each weighs an eighth): does a spin end in time.
     avg_ns: u64,
-    /// Waits that began with a spin, whole (each weighs a sixty-fourth; 0: none yet).
-    spun_ns: u64,
-    /// Waits slept on at once (each weighs a sixty-fourth; 0: none yet).
-    slept_ns: u64,
+    /// Waits that began with a spin, whole.
+    spun: Way,
+    /// Waits slept on at once.
+    slept: Way,
     /// Waits planned so far (every [`PROBE_EVERY`]th probes the way not taken).
     planned: u32,
+    /// The last plan was made while the waits outlasted the spin: its wait counts in
+    /// neither [`Way`].
+    planned_slow: bool,
+}
+
+/// The average of one way of waiting: the mean of its first [`SLOW_WEIGHT`] waits, then
+/// each new wait weighing one in [`SLOW_WEIGHT`].
+#[derive(Clone, Copy, Default)]
+struct Way {
+    ns: u64,
+    /// Waits counted, up to [`SLOW_WEIGHT`] (0: none yet).
+    n: u64,
+}
+
+impl Way {
+    fn add(&mut self, ns: u64) {
+        self.n = (self.n + 1).min(SLOW_WEIGHT);
+        self.ns = self.ns - self.ns / self.n + ns / self.n;
+    }
 }
 
 impl Waits {
@@ -966,31 +997,36 @@ impl Wait {
     /// [`SLEEP_COST_LIMIT`] over a spun one, or either way has no average yet (a thread
     /// spins first, as it did before it could compare).
     fn spin_pays(&self) -> bool {
-        self.spun_ns == 0
-            || self.slept_ns == 0
-            || self.slept_ns.saturating_mul(SLEEP_COST_LIMIT.1)
+        self.spun.n == 0
+            || self.slept.n == 0
+            || self.slept.ns.saturating_mul(SLEEP_COST_LIMIT.1)
                 > self
-                    .spun_ns
+                    .spun
+                    .ns
                     .saturating_mul(SLEEP_COST_LIMIT.0 + SLEEP_COST_LIMIT.1)
     }
 }
 
 thread_local! {
     static WAITS: std::cell::Cell<Waits> = const {
-        std::cell::Cell::new(Waits {
-            one: Wait { avg_ns: 0, spun_ns: 0, slept_ns: 0, planned: 0 },
-            batch: Wait { avg_ns: 0, spun_ns: 0, slept_ns: 0, planned: 0 },
-        })
+        let wait = Wait {
+            avg_ns: 0,
+            spun: Way { ns: 0, n: 0 },
+            slept: Way { ns: 0, n: 0 },
+            planned: 0,
+            planned_slow: false,
+        };
+        std::cell::Cell::new(Waits { one: wait, batch: wait })
     };
 }
 
 /// Every this many waits a thread goes the way it would not ([`Waits`]).
 const PROBE_EVERY: u32 = 32;
 
-/// The spun and slept averages weigh each new wait one in this many ([`Waits`]): the way
-/// not taken gets one wait in [`PROBE_EVERY`], so its average spans some 2,000 waits (a
-/// fraction of a second of gets), smooth enough that a device read's spread (a slow
-/// read may take several times the usual) rarely tips the choice.
+/// A [`Way`]'s average is the mean of its first this many waits, then each new one
+/// weighs one in this many. The way not taken gets one wait in [`PROBE_EVERY`], so its average
+/// spans some 2,000 waits (a fraction of a second of gets), smooth enough that a device
+/// read's spread (a slow read may take several times the usual) rarely tips the choice.
 const SLOW_WEIGHT: u64 = 64;
 
 /// How much longer (numerator, denominator) a slept wait may average than a spun one for
@@ -1023,14 +1059,19 @@ impl WaitPlan {
     }
 }
 
-/// How this thread waits for a wait of kind `kind` with a spin of up to `spin`.
-fn plan_wait(kind: WaitKind, spin: std::time::Duration) -> WaitPlan {
+/// How this thread waits for a wait of kind `kind` with a spin of up to `spin`; `timed`:
+/// its wait will be noted ([`note_wait`]), so it counts towards the probes and may be
+/// one.
+fn plan_wait(kind: WaitKind, spin: std::time::Duration, timed: bool) -> WaitPlan {
     WAITS.with(|c| {
         let mut w = c.get();
         let k = w.of(kind);
-        k.planned = k.planned.wrapping_add(1);
-        let probe = k.planned.is_multiple_of(PROBE_EVERY);
         let in_time = u128::from(k.avg_ns) <= spin.as_nanos();
+        let probe = timed && {
+            k.planned = k.planned.wrapping_add(1);
+            k.planned.is_multiple_of(PROBE_EVERY)
+        };
+        k.planned_slow = !in_time;
         let plan = match (in_time && k.spin_pays(), probe) {
             (true, false) => WaitPlan::Spin,
             // Sleeping probed, to keep the slept average current (only once the device
@@ -1046,33 +1087,34 @@ fn plan_wait(kind: WaitKind, spin: std::time::Duration) -> WaitPlan {
 
 /// Counts a wait of `waited`, waited for as `plan` said, in this thread's averages of
 /// kind `kind`: every wait in the average that says whether a spin ends in time (a probe
-/// that ended while the thread still spun, `within`, sets it); a wait that began with a
-/// spin in the spun average, whole (a spin that ran out and slept for the rest is what
-/// spinning cost that read: leaving out the slow reads would flatter the spin), and one
-/// slept on at once in the slept average. A caller whose planned spin found no spinning
-/// place notes its wait as slept.
+/// that ended while the thread still spun, `within`, sets it, and when the plan was made
+/// while the device was slow, forgets both ways); a wait planned while waits ended in time
+/// in its [`Way`]: one that began with a spin in the spun average, whole (a spin that ran
+/// out and slept for the rest is what spinning cost that read: leaving out the slow reads
+/// would flatter the spin), one slept on at once in the slept average. A caller whose
+/// planned spin found no spinning place notes its wait as slept.
 fn note_wait(kind: WaitKind, waited: std::time::Duration, plan: WaitPlan, within: bool) {
     let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-    // The first wait sets the average (1: never 0 again).
-    let slow = |avg: u64| {
-        if avg == 0 {
-            ns.max(1)
-        } else {
-            (avg - avg / SLOW_WEIGHT + ns / SLOW_WEIGHT).max(1)
-        }
-    };
     WAITS.with(|c| {
         let mut w = c.get();
         let k = w.of(kind);
-        k.avg_ns = if plan == WaitPlan::Probe && within {
+        let slow_spell_over = plan == WaitPlan::Probe && within;
+        k.avg_ns = if slow_spell_over {
             ns
         } else {
             k.avg_ns - k.avg_ns / 8 + ns / 8
         };
-        if plan.spins() {
-            k.spun_ns = slow(k.spun_ns);
-        } else {
-            k.slept_ns = slow(k.slept_ns);
+        if slow_spell_over && k.planned_slow {
+            k.spun = Way::default();
+            k.slept = Way::default();
+            k.planned_slow = false;
+        }
+        if !k.planned_slow {
+            if plan.spins() {
+                k.spun.add(ns);
+            } else {
+                k.slept.add(ns);
+            }
         }
         c.set(w);
     });
@@ -1113,6 +1155,9 @@ fn spin_read(
     }
     let len = u32::try_from(dst.len()).ok()?;
     let mut place = Some(SpinPlace::take()?);
+    // The wait noted runs from here, as a slept read's runs over its whole `pread`: the
+    // submission (a doorbell on a virtual disk) is part of either.
+    let began = std::time::Instant::now();
     RING.try_with(|cell| {
         let mut slot = cell.try_borrow_mut().ok()?;
         let ring = ring_in(&mut slot)?;
@@ -1182,7 +1227,7 @@ fn spin_read(
         let within = place.take().is_some();
         if result >= 0 && dst.len() <= WAIT_SAMPLE_MAX {
             // (A read the ring failed is read again by the caller, and counted there.)
-            note_wait(WaitKind::One, started.elapsed(), plan, within);
+            note_wait(WaitKind::One, began.elapsed(), plan, within);
         }
         let n = match usize::try_from(result) {
             Ok(n) => n.min(dst.len()),
@@ -1336,7 +1381,7 @@ fn submit_round(
 ) -> bool {
     use io_uring::{opcode, types};
     // Taken before any read is queued: nothing between queueing and submitting may fail.
-    let plan = spin.map(|s| plan_wait(WaitKind::Batch, s));
+    let plan = spin.map(|s| plan_wait(WaitKind::Batch, s, true));
     let spin = spin.filter(|_| plan.is_some_and(WaitPlan::spins));
     let mut place = spin.and_then(|s| Some((SpinPlace::take()?, s)));
     // A planned spin that found no spinning place sleeps, and is noted so.
@@ -2446,21 +2491,21 @@ mod tests {
     fn a_wait_average_weighs_each_new_wait_an_eighth_per_kind_and_a_probe_resets_it() {
         let ms = std::time::Duration::from_millis;
         forget_waits();
-        assert_eq!(plan_wait(WaitKind::One, ms(0)), WaitPlan::Spin);
+        assert_eq!(plan_wait(WaitKind::One, ms(0), true), WaitPlan::Spin);
         note_wait(WaitKind::One, ms(80), WaitPlan::Spin, true);
         assert_eq!(avg_of(WaitKind::One), 10_000_000);
         note_wait(WaitKind::One, ms(0), WaitPlan::Spin, false);
         assert_eq!(avg_of(WaitKind::One), 8_750_000);
         // The other kind is its own.
         assert_eq!(avg_of(WaitKind::Batch), 0);
-        assert_eq!(plan_wait(WaitKind::Batch, ms(0)), WaitPlan::Spin);
+        assert_eq!(plan_wait(WaitKind::Batch, ms(0), true), WaitPlan::Spin);
         // (No slept wait yet: a spin is taken to pay.)
         forget_waits();
         note_wait(WaitKind::One, ms(70), WaitPlan::Spin, false);
-        assert_eq!(plan_wait(WaitKind::One, ms(9)), WaitPlan::Spin);
+        assert_eq!(plan_wait(WaitKind::One, ms(9), true), WaitPlan::Spin);
         // Past the spin: 31 waits sleep, the 32nd probes, and so on.
         let plans: Vec<WaitPlan> = (1..2 * PROBE_EVERY)
-            .map(|_| plan_wait(WaitKind::One, ms(8)))
+            .map(|_| plan_wait(WaitKind::One, ms(8), true))
             .collect();
         for (i, plan) in plans.iter().enumerate() {
             let probe = (i + 2) % PROBE_EVERY as usize == 0;
@@ -2473,7 +2518,7 @@ mod tests {
         assert_eq!(avg_of(WaitKind::One), 8_656_250);
         note_wait(WaitKind::One, ms(1), WaitPlan::Probe, true);
         assert_eq!(avg_of(WaitKind::One), 1_000_000);
-        assert_eq!(plan_wait(WaitKind::One, ms(8)), WaitPlan::Spin);
+        assert_eq!(plan_wait(WaitKind::One, ms(8), true), WaitPlan::Spin);
         // Waits past any duration do not overflow.
         note_wait(
             WaitKind::Batch,
@@ -2481,7 +2526,10 @@ mod tests {
             WaitPlan::Spin,
             false,
         );
-        assert_ne!(plan_wait(WaitKind::Batch, ms(1 << 40)), WaitPlan::Spin);
+        assert_ne!(
+            plan_wait(WaitKind::Batch, ms(1 << 40), true),
+            WaitPlan::Spin
+        );
         forget_waits();
     }
 
@@ -2489,7 +2537,7 @@ mod tests {
     fn ways_of(kind: WaitKind) -> (u64, u64) {
         WAITS.with(|c| {
             let w = *c.get().of(kind);
-            (w.spun_ns, w.slept_ns)
+            (w.spun.ns, w.slept.ns)
         })
     }
 
@@ -2497,31 +2545,36 @@ mod tests {
     fn a_thread_spins_only_while_a_slept_wait_takes_an_eighth_longer_than_a_spun_one() {
         let us = std::time::Duration::from_micros;
         let spin = us(200);
+        let weigh = |avg: u64, ns: u64| avg - avg / SLOW_WEIGHT + ns / SLOW_WEIGHT;
         forget_waits();
-        // The first wait of each way sets its average; later ones weigh a sixty-fourth.
-        note_wait(WaitKind::One, us(64), WaitPlan::Spin, true);
-        note_wait(WaitKind::One, us(128), WaitPlan::Sleep, false);
-        assert_eq!(ways_of(WaitKind::One), (64_000, 128_000));
-        note_wait(WaitKind::One, us(128), WaitPlan::Spin, true);
-        assert_eq!(ways_of(WaitKind::One), (65_000, 128_000));
+        // Each way's average is the mean of its first waits, then each new one weighs a
+        // sixty-fourth.
+        note_wait(WaitKind::One, us(100), WaitPlan::Sleep, false);
+        note_wait(WaitKind::One, us(200), WaitPlan::Sleep, false);
+        assert_eq!(ways_of(WaitKind::One), (0, 150_000));
+        for _ in 0..SLOW_WEIGHT {
+            note_wait(WaitKind::One, us(100), WaitPlan::Spin, true);
+        }
+        assert_eq!(ways_of(WaitKind::One).0, 100_000);
+        note_wait(WaitKind::One, us(164), WaitPlan::Spin, true);
+        assert_eq!(ways_of(WaitKind::One).0, weigh(100_000, 164_000));
         // A spin that ran out of its budget counts whole (it slept for the rest), and so
         // does a probe that spun.
+        let before = ways_of(WaitKind::One).0;
         note_wait(WaitKind::One, us(1_024), WaitPlan::Spin, false);
-        assert_eq!(ways_of(WaitKind::One), (65_000 - 1_015 + 16_000, 128_000));
-        note_wait(WaitKind::One, us(64), WaitPlan::Probe, true);
-        assert_eq!(ways_of(WaitKind::One).0, 79_985 - 1_249 + 1_000);
+        assert_eq!(ways_of(WaitKind::One).0, weigh(before, 1_024_000));
         assert_eq!(
             ways_of(WaitKind::Batch),
             (0, 0),
             "the other kind is its own"
         );
 
-        // Sleeping costs twice the spin: the thread spins, and every 32nd wait sleeps
+        // Sleeping costs twice a spun wait: the thread spins, and every 32nd wait sleeps
         // to keep the slept average current.
         let plans = |n: u32| -> Vec<WaitPlan> {
             (0..n)
                 .map(|_| {
-                    let plan = plan_wait(WaitKind::One, spin);
+                    let plan = plan_wait(WaitKind::One, spin, true);
                     note_wait(WaitKind::One, us(60), plan, plan.spins());
                     plan
                 })
@@ -2530,11 +2583,6 @@ mod tests {
         forget_waits();
         note_wait(WaitKind::One, us(50), WaitPlan::Spin, true);
         note_wait(WaitKind::One, us(100), WaitPlan::Sleep, false);
-        WAITS.with(|c| {
-            let mut w = c.get();
-            w.one.avg_ns = 60_000;
-            c.set(w);
-        });
         let got = plans(PROBE_EVERY);
         for (i, plan) in got.iter().enumerate() {
             let probe = i + 1 == PROBE_EVERY as usize;
@@ -2546,8 +2594,7 @@ mod tests {
             assert_eq!(*plan, want, "wait {i}");
         }
 
-        // Sleeping costs at most an eighth more (at 60 us each way, after the waits
-        // above pulled the averages there): the thread sleeps, and every 32nd wait
+        // Sleeping costs at most an eighth more: the thread sleeps, and every 32nd wait
         // spins to see whether a spin pays again.
         forget_waits();
         note_wait(WaitKind::One, us(60), WaitPlan::Spin, true);
@@ -2562,11 +2609,20 @@ mod tests {
             };
             assert_eq!(*plan, want, "wait {i}");
         }
-        // The line between: an eighth more is still too little, a few nanoseconds past it pays.
+        // A read whose wait is not noted (over 16 KiB) follows the plan but neither
+        // probes nor counts towards the next probe.
+        let planned = WAITS.with(|c| c.get().one.planned);
+        for _ in 0..3 * PROBE_EVERY {
+            assert_eq!(plan_wait(WaitKind::One, spin, false), WaitPlan::Sleep);
+        }
+        assert_eq!(WAITS.with(|c| c.get().one.planned), planned);
+
+        // The line between: an eighth more is still too little, a few nanoseconds past
+        // it pays.
         forget_waits();
         note_wait(WaitKind::One, us(80), WaitPlan::Spin, true);
         note_wait(WaitKind::One, us(90), WaitPlan::Sleep, false);
-        assert_eq!(plan_wait(WaitKind::One, spin), WaitPlan::Sleep);
+        assert_eq!(plan_wait(WaitKind::One, spin, true), WaitPlan::Sleep);
         forget_waits();
         note_wait(WaitKind::One, us(80), WaitPlan::Spin, true);
         note_wait(
@@ -2575,8 +2631,75 @@ mod tests {
             WaitPlan::Sleep,
             false,
         );
-        assert_eq!(plan_wait(WaitKind::One, spin), WaitPlan::Spin);
+        assert_eq!(plan_wait(WaitKind::One, spin, true), WaitPlan::Spin);
+
+        // A slow spell: waits planned while they outlast the spin count in neither way,
+        // and the probe that ends in time forgets both (the thread spins first again).
         forget_waits();
+        note_wait(WaitKind::One, us(60), WaitPlan::Spin, true);
+        note_wait(WaitKind::One, us(61), WaitPlan::Sleep, false);
+        assert_eq!(plan_wait(WaitKind::One, spin, true), WaitPlan::Sleep);
+        WAITS.with(|c| {
+            let mut w = c.get();
+            w.one.avg_ns = 900_000;
+            c.set(w);
+        });
+        let mut probed = false;
+        for _ in 0..PROBE_EVERY {
+            let plan = plan_wait(WaitKind::One, spin, true);
+            if plan == WaitPlan::Probe {
+                probed = true;
+                note_wait(WaitKind::One, us(40), plan, true);
+                break;
+            }
+            assert_eq!(plan, WaitPlan::Sleep);
+            note_wait(WaitKind::One, us(900), plan, false);
+            assert_eq!(ways_of(WaitKind::One), (60_000, 61_000));
+        }
+        assert!(probed);
+        assert_eq!(avg_of(WaitKind::One), 40_000);
+        assert_eq!(ways_of(WaitKind::One), (40_000, 0));
+        assert_eq!(plan_wait(WaitKind::One, spin, true), WaitPlan::Spin);
+        forget_waits();
+    }
+
+    #[test]
+    fn a_planned_spin_that_finds_no_spinning_place_is_noted_as_slept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data) = patterned_file(dir.path(), 40_000);
+        let r = RealFs.open(&p, true).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                NO_PLACE.with(|c| c.set(true));
+                forget_waits();
+                let mut buf = vec![0u8; 4096];
+                r.read_exact_at_spinning(4096, &mut buf, std::time::Duration::from_millis(50))
+                    .unwrap();
+                assert_eq!(buf, &data[4096..8192]);
+                let w = WAITS.with(|c| c.get().one);
+                assert_eq!((w.spun.n, w.slept.n), (0, 1));
+                let (mut x, mut y) = (vec![0u8; 4096], vec![0u8; 4096]);
+                let mut reqs = [
+                    BatchRead {
+                        file: r.as_ref(),
+                        offset: 0,
+                        buf: &mut x,
+                    },
+                    BatchRead {
+                        file: r.as_ref(),
+                        offset: 20_480,
+                        buf: &mut y,
+                    },
+                ];
+                let filled = submit_batch(&mut reqs, Some(std::time::Duration::from_millis(50)));
+                if filled.iter().all(|&f| f) {
+                    assert_eq!((&x[..], &y[..]), (&data[..4096], &data[20_480..24_576]));
+                    let w = WAITS.with(|c| c.get().batch);
+                    assert_eq!((w.spun.n, w.slept.n), (0, 1));
+                }
+                NO_PLACE.with(|c| c.set(false));
+            });
+        });
     }
 
     #[test]
@@ -2599,7 +2722,7 @@ mod tests {
             }
         };
         let fast = |kind| {
-            for _ in 0..4_000 {
+            for _ in 0..400 {
                 note_wait(
                     kind,
                     std::time::Duration::from_micros(1),
@@ -2924,12 +3047,13 @@ mod tests {
             );
             let s = io.stats().snapshot();
             assert_eq!(s.read_ops_by(IoComponent::LevelRead), 18);
-            let through_ring = !uring_unavailable();
-            assert_eq!(
-                s.timed_reads_by(IoComponent::LevelRead),
-                if through_ring { 16 } else { 18 },
-                "direct {direct}"
-            );
+            // (A ring may fail a read, which is then read alone, and timed.)
+            let timed = s.timed_reads_by(IoComponent::LevelRead);
+            if uring_unavailable() {
+                assert_eq!(timed, 18, "direct {direct}");
+            } else {
+                assert!((16..18).contains(&timed), "direct {direct}: {timed}");
+            }
         }
     }
 
