@@ -548,6 +548,14 @@ mod tests {
             line.ends_with("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 100.0 us each (6 in batches, not timed)"),
             "a component that read nothing is left out: {line}"
         );
+        // A component whose reads all went in batches has no time to show.
+        let mut batched = hybrid.clone();
+        batched.engine_stats["read_ops"]["transient_log"] = json!(5);
+        let line = depth_line(&batched).unwrap();
+        assert!(
+            line.ends_with("; transient_log 0.050 per get or scan, all in batches, not timed"),
+            "{line}"
+        );
         assert!(
             line.contains("L1 3 run(s) 3.0 MiB, L3 1 run(s) 40.0 MiB"),
             "{line}"

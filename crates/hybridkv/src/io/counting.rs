@@ -154,45 +154,27 @@ pub struct IoStatsSnapshot {
 impl IoStatsSnapshot {
     /// Bytes written by one component.
     pub fn written_by(&self, c: IoComponent) -> u64 {
-        self.written
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map_or(0, |(_, v)| *v)
+        of(&self.written, c)
     }
     /// Bytes read by one component.
     pub fn read_by(&self, c: IoComponent) -> u64 {
-        self.read
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map_or(0, |(_, v)| *v)
+        of(&self.read, c)
     }
     /// Read calls made by one component.
     pub fn read_ops_by(&self, c: IoComponent) -> u64 {
-        self.read_ops
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map_or(0, |(_, v)| *v)
+        of(&self.read_ops, c)
     }
     /// Nanoseconds spent in read calls by one component.
     pub fn read_nanos_by(&self, c: IoComponent) -> u64 {
-        self.read_nanos
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map_or(0, |(_, v)| *v)
+        of(&self.read_nanos, c)
     }
     /// Read calls timed in `read_nanos` for one component.
     pub fn timed_reads_by(&self, c: IoComponent) -> u64 {
-        self.timed_reads
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map_or(0, |(_, v)| *v)
+        of(&self.timed_reads, c)
     }
     /// `sync_data` calls made by one component.
     pub fn syncs_by(&self, c: IoComponent) -> u64 {
-        self.syncs
-            .iter()
-            .find(|(k, _)| *k == c)
-            .map_or(0, |(_, v)| *v)
+        of(&self.syncs, c)
     }
     /// Bytes written by all components.
     pub fn total_written(&self) -> u64 {
@@ -204,65 +186,58 @@ impl IoStatsSnapshot {
     }
 }
 
+/// Component `c`'s figure in a snapshot's list (0 if it is not there).
+fn of(list: &[(IoComponent, u64)], c: IoComponent) -> u64 {
+    list.iter().find(|(k, _)| *k == c).map_or(0, |(_, v)| *v)
+}
+
+/// Adds `n` to component `c`'s counter in `counters`.
+fn add(counters: &[AtomicU64; N], c: IoComponent, n: u64) {
+    if let Some(a) = counters.get(c.index()) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
 impl IoStats {
     fn add_written(&self, c: IoComponent, n: u64) {
-        if let Some(a) = self.written.get(c.index()) {
-            a.fetch_add(n, Ordering::Relaxed);
-        }
+        add(&self.written, c, n);
     }
     fn add_read(&self, c: IoComponent, n: u64) {
-        if let Some(a) = self.read.get(c.index()) {
-            a.fetch_add(n, Ordering::Relaxed);
-        }
-        if let Some(a) = self.read_ops.get(c.index()) {
-            a.fetch_add(1, Ordering::Relaxed);
-        }
+        add(&self.read, c, n);
+        add(&self.read_ops, c, 1);
     }
     fn add_read_time(&self, c: IoComponent, elapsed: std::time::Duration) {
-        if let Some(a) = self.read_nanos.get(c.index()) {
-            let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-            a.fetch_add(nanos, Ordering::Relaxed);
-        }
-        if let Some(a) = self.timed_reads.get(c.index()) {
-            a.fetch_add(1, Ordering::Relaxed);
-        }
+        add(
+            &self.read_nanos,
+            c,
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+        );
+        add(&self.timed_reads, c, 1);
     }
     fn add_sync(&self, c: IoComponent) {
-        if let Some(a) = self.syncs.get(c.index()) {
-            a.fetch_add(1, Ordering::Relaxed);
-        }
+        add(&self.syncs, c, 1);
     }
 
     /// Copies the counters.
     pub fn snapshot(&self) -> IoStatsSnapshot {
-        let get = |arr: &[AtomicU64; N], c: IoComponent| {
-            arr.get(c.index()).map_or(0, |a| a.load(Ordering::Relaxed))
+        let per = |counters: &[AtomicU64; N]| -> Vec<(IoComponent, u64)> {
+            IoComponent::ALL
+                .iter()
+                .map(|&c| {
+                    let v = counters
+                        .get(c.index())
+                        .map_or(0, |a| a.load(Ordering::Relaxed));
+                    (c, v)
+                })
+                .collect()
         };
         IoStatsSnapshot {
-            written: IoComponent::ALL
-                .iter()
-                .map(|&c| (c, get(&self.written, c)))
-                .collect(),
-            read: IoComponent::ALL
-                .iter()
-                .map(|&c| (c, get(&self.read, c)))
-                .collect(),
-            read_ops: IoComponent::ALL
-                .iter()
-                .map(|&c| (c, get(&self.read_ops, c)))
-                .collect(),
-            read_nanos: IoComponent::ALL
-                .iter()
-                .map(|&c| (c, get(&self.read_nanos, c)))
-                .collect(),
-            timed_reads: IoComponent::ALL
-                .iter()
-                .map(|&c| (c, get(&self.timed_reads, c)))
-                .collect(),
-            syncs: IoComponent::ALL
-                .iter()
-                .map(|&c| (c, get(&self.syncs, c)))
-                .collect(),
+            written: per(&self.written),
+            read: per(&self.read),
+            read_ops: per(&self.read_ops),
+            read_nanos: per(&self.read_nanos),
+            timed_reads: per(&self.timed_reads),
+            syncs: per(&self.syncs),
         }
     }
 }
