@@ -318,6 +318,22 @@ pub fn depth_line(r: &PhaseRecord) -> Option<String> {
             if !timed.is_empty() {
                 line.push_str(&format!("\n   read calls: {}", timed.join("; ")));
             }
+            if let Some(by) = s
+                .pointer("/gets_by_reads")
+                .and_then(serde_json::Value::as_array)
+            {
+                let by: Vec<u64> = by.iter().filter_map(serde_json::Value::as_u64).collect();
+                if gets > 0 && by.len() == 4 {
+                    let share = |n: u64| 100.0 * n as f64 / gets as f64;
+                    line.push_str(&format!(
+                        "\n   gets by read calls: none {:.1}%, one {:.1}%, two {:.2}%, three or more {:.2}%",
+                        share(by[0]),
+                        share(by[1]),
+                        share(by[2]),
+                        share(by[3]),
+                    ));
+                }
+            }
         }
     }
     Some(line)
@@ -545,7 +561,7 @@ mod tests {
         }));
         let line = depth_line(&hybrid).unwrap();
         assert!(
-            line.ends_with("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 100.0 us each (6 in batches, not timed)"),
+            line.contains("read calls: level_read 0.400 per get or scan, 50.0 us each; large_log 0.200 per get or scan, 100.0 us each (6 in batches, not timed)"),
             "a component that read nothing is left out: {line}"
         );
         // A component whose reads all went in batches has no time to show.
@@ -554,6 +570,16 @@ mod tests {
         let line = depth_line(&batched).unwrap();
         assert!(
             line.ends_with("; transient_log 0.050 per get or scan, all in batches, not timed"),
+            "{line}"
+        );
+        // Gets by the read calls each made, as shares of the gets.
+        let mut counted = hybrid.clone();
+        counted.engine_stats["gets_by_reads"] = json!([50, 40, 8, 2]);
+        let line = depth_line(&counted).unwrap();
+        assert!(
+            line.ends_with(
+                "\n   gets by read calls: none 50.0%, one 40.0%, two 8.00%, three or more 2.00%"
+            ),
             "{line}"
         );
         assert!(

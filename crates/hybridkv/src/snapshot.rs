@@ -100,6 +100,7 @@ pub(crate) fn get_noting_folds(
 ) -> Result<(Option<Value>, bool)> {
     engine.check_open()?;
     check_key(key)?;
+    let reads_before = crate::io::thread_read_calls();
     let (v, folded) = crate::read::get(
         sv,
         engine.opts.merge_operator.as_ref(),
@@ -109,6 +110,11 @@ pub(crate) fn get_noting_folds(
     )?;
     let c = &engine.counters;
     Counters::add(&c.gets, 1);
+    let reads = crate::io::thread_read_calls().wrapping_sub(reads_before);
+    let bucket = usize::try_from(reads).map_or(3, |r| r.min(3));
+    if let Some(n) = c.gets_by_reads.get(bucket) {
+        Counters::add(n, 1);
+    }
     // Only `prepopulate_cache` asks which keys were read (`BlockCache::read_lately`).
     if engine.opts.prepopulate_cache {
         engine.cache.note_read(crate::format::key_hash(key));

@@ -19,6 +19,8 @@ pub(crate) struct Counters {
     pub deltas_folded: AtomicU64,
     pub reads_folded_back: AtomicU64,
     pub gets: AtomicU64,
+    /// Gets by the read calls they made: none, one, two, three or more.
+    pub gets_by_reads: [AtomicU64; 4],
     pub scans: AtomicU64,
     pub user_bytes_written: AtomicU64,
     pub user_bytes_read: AtomicU64,
@@ -120,6 +122,11 @@ pub struct Stats {
     pub reads_folded_back: u64,
     /// Point lookups.
     pub gets: u64,
+    /// Gets by the read calls they made themselves (level nodes, log records, a warm
+    /// read of a leaf's neighbours counting one): none, one, two, three or more. With
+    /// `direct_io` each call is a device read; through the page cache some are served
+    /// from memory.
+    pub gets_by_reads: [u64; 4],
     /// Key and value bytes written by users.
     pub user_bytes_written: u64,
     /// Key and value bytes returned to users by gets.
@@ -278,6 +285,8 @@ impl Stats {
         self.deltas_folded = Counters::get(&c.deltas_folded);
         self.reads_folded_back = Counters::get(&c.reads_folded_back);
         self.gets = Counters::get(&c.gets);
+        self.gets_by_reads =
+            std::array::from_fn(|i| c.gets_by_reads.get(i).map_or(0, Counters::get));
         self.scans = Counters::get(&c.scans);
         self.user_bytes_written = Counters::get(&c.user_bytes_written);
         self.user_bytes_read = Counters::get(&c.user_bytes_read);
@@ -402,8 +411,12 @@ impl fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "reads: {} gets, {} scans; {} lookup reads ({:.1} MiB); node cache {} hits, {} misses ({:.1}% hits); {} reads around a leaf or record cached {} more; {} large values read without their leaf ({} guesses missed)",
+            "reads: {} gets ({} made no read, {} one, {} two, {} three or more), {} scans; {} lookup reads ({:.1} MiB); node cache {} hits, {} misses ({:.1}% hits); {} reads around a leaf or record cached {} more; {} large values read without their leaf ({} guesses missed)",
             self.gets,
+            self.gets_by_reads[0],
+            self.gets_by_reads[1],
+            self.gets_by_reads[2],
+            self.gets_by_reads[3],
             self.scans,
             self.lookup_reads(),
             mib(self.io.read_by(IoComponent::LevelRead)

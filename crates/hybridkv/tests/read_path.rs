@@ -87,6 +87,44 @@ fn a_lookup_reads_at_most_one_leaf_per_run_with_pinned_indexes() {
     );
 }
 
+/// `Stats::gets_by_reads` sorts each get by the reads it made: the same histogram as one
+/// built get by get from the lookup reads counted before and after it.
+#[test]
+fn gets_are_counted_by_the_reads_each_made() {
+    let n = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let db = build(dir.path(), n, 256 << 20);
+    // One key in the memtable: its get reads nothing.
+    db.put(b"in the memtable", b"v").unwrap();
+    let start = db.stats().unwrap();
+    let mut expected = [0u64; 4];
+    let mut note = |db: &Db, f: &dyn Fn(&Db)| {
+        let before = db.stats().unwrap().lookup_reads();
+        f(db);
+        let reads = db.stats().unwrap().lookup_reads() - before;
+        expected[usize::try_from(reads.min(3)).unwrap()] += 1;
+    };
+    note(&db, &|db| {
+        assert_eq!(db.get(b"in the memtable").unwrap(), Some(b"v".to_vec()));
+    });
+    for i in (0..n).step_by(101) {
+        note(&db, &|db| {
+            assert_eq!(db.get(key(i)).unwrap(), Some(vec![(i % 251) as u8; 60]));
+        });
+    }
+    let s = db.stats().unwrap();
+    let counted: Vec<u64> = (0..4)
+        .map(|b| s.gets_by_reads[b] - start.gets_by_reads[b])
+        .collect();
+    assert_eq!(counted, expected.to_vec());
+    assert_eq!(counted.iter().sum::<u64>(), s.gets - start.gets);
+    // Without a cache every get of a flushed key reads at least its leaf.
+    assert_eq!(
+        counted[0], 1,
+        "only the memtable's key read nothing: {counted:?}"
+    );
+}
+
 #[test]
 fn cache_hits_misses_and_scans_are_counted() {
     let dir = tempfile::tempdir().unwrap();

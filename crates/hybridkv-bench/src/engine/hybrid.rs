@@ -367,6 +367,8 @@ impl Engine for HybridEngine {
         v["read_us"] = json!(per(&|c| s.io.read_nanos_by(c) / 1000));
         // The read calls `read_us` timed (a batch's reads are counted, not timed).
         v["timed_reads"] = json!(per(&|c| s.io.timed_reads_by(c)));
+        // Gets by the read calls each made: none, one, two, three or more.
+        v["gets_by_reads"] = json!(s.gets_by_reads);
         Some(v)
     }
 }

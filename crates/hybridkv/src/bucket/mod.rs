@@ -260,7 +260,7 @@ impl BucketSegment {
         if len < SEGMENT_HEADER {
             return Err(self.corrupt(0, "committed length shorter than the segment header"));
         }
-        let mut buf = vec![0u8; len];
+        let mut buf = crate::io::read_buf(len);
         self.file.read_exact_at(0, &mut buf)?;
         let header = buf.get(..SEGMENT_HEADER).unwrap_or_default();
         if header.get(..8) != Some(SEGMENT_MAGIC.as_slice())
@@ -444,7 +444,7 @@ impl BucketTable {
             if loc.offset + u64::from(loc.len) > *committed {
                 continue; // written after this table, or by a flush that failed
             }
-            let mut buf = vec![0u8; loc.len as usize];
+            let mut buf = crate::io::read_buf(loc.len as usize);
             seg.file.read_exact_at(loc.offset, &mut buf)?;
             let (rec, _) = decode_record(&buf).map_err(|what| seg.corrupt(loc.offset, what))?;
             if rec.key != key || rec.lo < lo || rec.hi > hi {

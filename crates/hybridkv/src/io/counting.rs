@@ -117,6 +117,19 @@ impl IoComponent {
 /// How many components there are.
 const N: usize = IoComponent::ALL.len();
 
+thread_local! {
+    /// Read calls this thread made through counted files since it started, each read of a
+    /// batch one (what [`thread_read_calls`] reports).
+    static THREAD_READ_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Read calls the calling thread has made through counted files, each read of a batch
+/// one: a get takes the difference across itself to learn how many device reads it made
+/// (with direct I/O; through the page cache some are served from memory).
+pub(crate) fn thread_read_calls() -> u64 {
+    THREAD_READ_CALLS.with(std::cell::Cell::get)
+}
+
 /// Live counters (shared by all files of one database).
 #[derive(Debug, Default)]
 pub struct IoStats {
@@ -205,6 +218,7 @@ impl IoStats {
     fn add_read(&self, c: IoComponent, n: u64) {
         add(&self.read, c, n);
         add(&self.read_ops, c, 1);
+        THREAD_READ_CALLS.with(|calls| calls.set(calls.get().wrapping_add(1)));
     }
     fn add_read_time(&self, c: IoComponent, elapsed: std::time::Duration) {
         add(

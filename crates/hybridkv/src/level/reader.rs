@@ -18,6 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+thread_local! {
+    /// The buffer of this thread's group reads (`LevelFile::read_leaves_around`).
+    static GROUP_SPAN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Read size of the compaction scanner (the paper reads levels in 2 MiB segments).
 const SCAN_WINDOW: usize = 2 << 20;
 
@@ -87,7 +92,7 @@ pub(crate) fn prefetch_leaves(wanted: &[(&LevelFile, &[u8])]) {
             offset.is_multiple_of(IO_ALIGN as u64)
                 && offset.saturating_add(u64::from(f.footer.leaf_size)) <= f.data_end
         })
-        .map(|(f, offset)| (f, offset, vec![0u8; f.footer.leaf_size as usize]))
+        .map(|(f, offset)| (f, offset, crate::io::read_buf(f.footer.leaf_size as usize)))
         .collect();
     let Some(io) = bufs.first().map(|(f, _, _)| f.io.clone()) else {
         return;
@@ -592,7 +597,28 @@ impl LevelFile {
         if hi - lo < 2 {
             return None;
         }
-        let span = self.read_leaf_span(fences, lo, hi)?;
+        // The group's leaves are copied out of the span, each into its own allocation, so
+        // the span's buffer is this thread's, used again by its next group read rather
+        // than 64 KiB allocated and zeroed for each.
+        GROUP_SPAN.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => self.cache_group(fences, pos, lo, hi, &mut buf),
+            Err(_) => self.cache_group(fences, pos, lo, hi, &mut Vec::new()),
+        })
+    }
+
+    /// Reads leaves `lo..hi` (holding leaf `pos`) in one device read into `buf` and caches
+    /// each that verifies and the cache lacks; leaf `pos`, if it verified, is handed back.
+    fn cache_group(
+        &self,
+        fences: &Fences,
+        pos: usize,
+        lo: usize,
+        hi: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<BlockBytes> {
+        let leaf = u64::from(self.footer.leaf_size);
+        let range = self.read_leaf_span_into(fences, lo, hi, buf)?;
+        let span = buf.get(range)?;
         let mut wanted = None;
         let mut added = 0;
         for (j, node) in (lo..hi).zip(span.chunks_exact(leaf as usize)) {
@@ -639,6 +665,21 @@ impl LevelFile {
     /// the span is unaligned or runs past the data, or the read fails: the caller then
     /// reads its leaf alone and reports what that read finds.
     fn read_leaf_span(&self, fences: &Fences, lo: usize, hi: usize) -> Option<BlockBytes> {
+        let mut raw = Vec::new();
+        let span = self.read_leaf_span_into(fences, lo, hi, &mut raw)?;
+        Some(BlockBytes::from(raw).slice(span))
+    }
+
+    /// [`LevelFile::read_leaf_span`] into `buf` (grown as needed, never shrunk, so a
+    /// buffer used again is neither allocated nor zeroed again): the range of `buf` that
+    /// holds the leaves, aligned for a direct read.
+    fn read_leaf_span_into(
+        &self,
+        fences: &Fences,
+        lo: usize,
+        hi: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<std::ops::Range<usize>> {
         let start = fences.leaf_offset(lo)?;
         let count = u64::try_from(hi.checked_sub(lo)?).ok()?;
         let len = u64::from(self.footer.leaf_size).checked_mul(count)?;
@@ -646,11 +687,14 @@ impl LevelFile {
             return None;
         }
         let len = usize::try_from(len).ok()?;
-        let mut raw = vec![0u8; len.checked_add(IO_ALIGN)?];
-        let at = raw.as_ptr().align_offset(IO_ALIGN);
+        let room = len.checked_add(IO_ALIGN)?;
+        if buf.len() < room {
+            buf.resize(room, 0);
+        }
+        let at = buf.as_ptr().align_offset(IO_ALIGN);
         let end = at.checked_add(len)?;
-        self.file.read_exact_at(start, raw.get_mut(at..end)?).ok()?;
-        Some(BlockBytes::from(raw).slice(at..end))
+        self.file.read_exact_at(start, buf.get_mut(at..end)?).ok()?;
+        Some(at..end)
     }
 
     /// Reads back into the cache the nodes a hint file names for this file (`nodes`:
@@ -707,7 +751,7 @@ impl LevelFile {
         {
             return Err(self.corrupt(offset, "node offset out of range"));
         }
-        let mut buf = vec![0u8; size];
+        let mut buf = crate::io::read_buf(size);
         self.file.read_exact_at(offset, &mut buf)?;
         NodeView::verify(&buf, kind).map_err(|what| self.corrupt(offset, what))?;
         // The read buffer becomes the cached node as it is, without a copy.
@@ -874,7 +918,7 @@ impl LevelFile {
         if offset.saturating_add(BLOB_HEADER as u64 + u64::from(len)) > self.data_end {
             return Err(self.corrupt(offset, "overflow value out of range"));
         }
-        let mut buf = vec![0u8; BLOB_HEADER + len as usize];
+        let mut buf = crate::io::read_buf(BLOB_HEADER + len as usize);
         file.read_exact_at(offset, &mut buf)?;
         let mut d = Decoder::new(&buf);
         let kind = d.u8();

@@ -348,7 +348,7 @@ impl SegmentFile {
     /// Reads the record `ptr` points at from the file and checks that it holds `key`.
     pub(crate) fn read(&self, ptr: LogPtr, key: &[u8]) -> Result<Vec<u8>> {
         check_ptr_len(ptr, &self.path)?;
-        let mut buf = vec![0u8; ptr.len as usize];
+        let mut buf = crate::io::read_buf(ptr.len as usize);
         self.read_into(ptr, &mut buf)?;
         decode_checked(&buf, ptr, key, &self.path)
     }
@@ -376,7 +376,7 @@ impl SegmentFile {
     /// view of the record, which is what a caller caches, so nothing is copied.
     fn read_alone(&self, ptr: LogPtr, key: &[u8]) -> Result<(Bytes, Bytes)> {
         check_ptr_len(ptr, &self.path)?;
-        let mut buf = vec![0u8; ptr.len as usize];
+        let mut buf = crate::io::read_buf(ptr.len as usize);
         self.read_into(ptr, &mut buf)?;
         let rec = Bytes::from(buf);
         let value = value_in(&rec, ptr, key, &self.path, true)?;
@@ -446,7 +446,7 @@ impl SegmentFile {
         let end = own_end
             .max(window_end - window_end % SEGMENT_BLOCK)
             .min(file_len);
-        let mut buf = vec![0u8; usize::try_from(end - start).ok()?];
+        let mut buf = crate::io::read_buf(usize::try_from(end - start).ok()?);
         self.file.read_exact_at(start, &mut buf).ok()?;
         let buf = Bytes::from(buf);
         // A read of one block is that block, as read; several are split into blocks of
