@@ -122,10 +122,12 @@ pub struct Stats {
     pub reads_folded_back: u64,
     /// Point lookups.
     pub gets: u64,
-    /// Gets by the read calls they made themselves (level nodes, log records, a warm
-    /// read of a leaf's neighbours counting one): none, one, two, three or more. With
-    /// `direct_io` each call is a device read; through the page cache some are served
-    /// from memory.
+    /// Gets by the read calls they made themselves, on their own thread (level nodes, log
+    /// records, delta bucket records; a warm read of a leaf's neighbours counts one; a
+    /// call that failed is not counted; a get a merge operator makes inside another get
+    /// counts in both): none, one, two, three or more. Reads other threads make
+    /// meanwhile (background work, other gets, scans) are not a get's. With `direct_io`
+    /// each call is a device read; through the page cache some are served from memory.
     pub gets_by_reads: [u64; 4],
     /// Key and value bytes written by users.
     pub user_bytes_written: u64,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::hooked_fs::{assert_io_error_on, FailReads, HookedFs};
+use common::hooked_fs::{assert_io_error_on, FailReads, FsCall, FsHooks, HookedFs};
 use hybridkv::io::{IoComponent, SimFs};
 use hybridkv::{Db, Options, Placement};
 use std::sync::Arc;
@@ -117,12 +117,121 @@ fn gets_are_counted_by_the_reads_each_made() {
         .map(|b| s.gets_by_reads[b] - start.gets_by_reads[b])
         .collect();
     assert_eq!(counted, expected.to_vec());
-    assert_eq!(counted.iter().sum::<u64>(), s.gets - start.gets);
     // Without a cache every get of a flushed key reads at least its leaf.
     assert_eq!(
         counted[0], 1,
         "only the memtable's key read nothing: {counted:?}"
     );
+}
+
+/// Hooks that make a helper thread read while the armed thread's read is under way: each
+/// read the armed thread makes hands the helper one get to make (a read of its own) and
+/// waits until it is done, so that the helper's read falls inside the armed thread's get
+/// every time, whatever the scheduler does.
+#[derive(Default)]
+struct ReadsBeside {
+    armed: std::sync::Mutex<Option<std::thread::ThreadId>>,
+    ask: std::sync::Mutex<Option<std::sync::mpsc::Sender<std::sync::mpsc::SyncSender<()>>>>,
+}
+
+impl FsHooks for ReadsBeside {
+    fn around<T>(
+        &self,
+        what: FsCall<'_>,
+        _path: &std::path::Path,
+        call: impl FnOnce() -> hybridkv::Result<T>,
+    ) -> hybridkv::Result<T> {
+        let mine = *self.armed.lock().unwrap() == Some(std::thread::current().id());
+        if mine && matches!(what, FsCall::Read { .. }) {
+            let ask = self.ask.lock().unwrap().clone();
+            if let Some(ask) = ask {
+                let (done, wait) = std::sync::mpsc::sync_channel(1);
+                ask.send(done).unwrap();
+                wait.recv().unwrap();
+            }
+        }
+        call()
+    }
+}
+
+/// A get's count is its own thread's reads: the same gets sort the same way whether or not
+/// another thread reads during each of their reads. Large values (a leaf and a log record
+/// each, with no pointer table) give gets of two reads.
+#[test]
+fn a_gets_read_count_leaves_out_other_threads_reads() {
+    let n = 4_000u32;
+    let opts = Options {
+        memtable_size: 256 << 10,
+        cache_bytes: 0,
+        bloom_bits_per_key: 0,
+        placement: Placement::Hybrid,
+        large_pointer_table_bytes: 0,
+        ..Options::default()
+    };
+    let value = |i: u32| vec![(i % 251) as u8; if i.is_multiple_of(2) { 60 } else { 2_000 }];
+    let fs = HookedFs::new(Arc::new(SimFs::new()), ReadsBeside::default());
+    let open = |dir: &str| {
+        let db = Db::open_with_fs(dir, opts.clone(), Arc::new(fs.clone())).unwrap();
+        for i in 0..n {
+            db.put(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        drop(db);
+        Db::open_with_fs(dir, opts.clone(), Arc::new(fs.clone())).unwrap()
+    };
+    let db = open("/db");
+    // The helper reads a database of its own, so that its gets do not count in this one's
+    // histogram; its reads still run in this process, through the same file system.
+    let other = open("/other");
+    let probes: Vec<u32> = (0..n).step_by(37).collect();
+    let histogram = |db: &Db| db.stats().unwrap().gets_by_reads;
+    let pass = |db: &Db| {
+        let before = histogram(db);
+        for &i in &probes {
+            assert_eq!(db.get(key(i)).unwrap(), Some(value(i)));
+        }
+        let after = histogram(db);
+        std::array::from_fn::<u64, 4, _>(|b| after[b] - before[b])
+    };
+
+    // Alone: a small pair's get reads its leaf, a large pair's its leaf and its record.
+    let reads_before = db.stats().unwrap().lookup_reads();
+    let alone = pass(&db);
+    let reads_alone = db.stats().unwrap().lookup_reads() - reads_before;
+    assert_eq!(alone.iter().sum::<u64>(), probes.len() as u64);
+    assert!(alone[1] > 0 && alone[2] > 0, "{alone:?}");
+
+    // With a helper reading once inside each of this thread's reads.
+    let (ask, asked) = std::sync::mpsc::channel::<std::sync::mpsc::SyncSender<()>>();
+    let helper = std::thread::spawn(move || {
+        let mut gets = 0u64;
+        for done in asked {
+            let i = u32::try_from(gets % u64::from(n)).unwrap();
+            assert_eq!(other.get(key(i)).unwrap(), Some(value(i)));
+            gets += 1;
+            done.send(()).unwrap();
+        }
+        gets
+    });
+    *fs.hooks().ask.lock().unwrap() = Some(ask);
+    *fs.hooks().armed.lock().unwrap() = Some(std::thread::current().id());
+    let reads_before = db.stats().unwrap().lookup_reads();
+    let beside = pass(&db);
+    let reads_beside = db.stats().unwrap().lookup_reads() - reads_before;
+    *fs.hooks().armed.lock().unwrap() = None;
+    *fs.hooks().ask.lock().unwrap() = None;
+    let helper_gets = helper.join().unwrap();
+
+    assert_eq!(
+        helper_gets, reads_alone,
+        "one helper get per read of this thread"
+    );
+    assert_eq!(
+        reads_beside, reads_alone,
+        "the same gets made the same reads"
+    );
+    assert_eq!(beside, alone, "a get counts only its own thread's reads");
 }
 
 #[test]

@@ -260,6 +260,16 @@ impl BucketSegment {
         if len < SEGMENT_HEADER {
             return Err(self.corrupt(0, "committed length shorter than the segment header"));
         }
+        // Checked before the buffer is allocated and zeroed: a committed length past the
+        // file's end is damage to report, not up to a GiB of memory to fill first.
+        // (The file system's length, not the reader's: a segment grows after it is opened.)
+        let file_len = self.io.fs().file_len(&self.path)?;
+        if committed > file_len {
+            return Err(self.corrupt(
+                file_len,
+                "committed length runs past the end of the segment file",
+            ));
+        }
         let mut buf = crate::io::read_buf(len);
         self.file.read_exact_at(0, &mut buf)?;
         let header = buf.get(..SEGMENT_HEADER).unwrap_or_default();

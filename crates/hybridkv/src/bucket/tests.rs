@@ -642,6 +642,32 @@ fn open_refuses_a_short_segment_and_damage_below_the_committed_length() {
     // Nothing was cut.
     assert_eq!(std::fs::metadata(&path).unwrap().len(), committed);
 
+    // A segment's scan (GC and `check` call it after open) refuses the same, before it
+    // allocates a buffer of the length it was given, however large.
+    let id = m
+        .iter()
+        .flat_map(|b| &b.segments)
+        .map(|&(id, _)| id)
+        .find(|&id| dir.path().join(file_name(id)) == path)
+        .unwrap();
+    let seg = BucketSegment::open(&io, dir.path(), id, &Arc::new(BucketIndex::default())).unwrap();
+    let mut records = 0;
+    seg.scan(committed, |_, _| {
+        records += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert!(records > 0);
+    for past in [committed + 1, 1 << 30] {
+        match seg.scan(past, |_, _| Ok(())) {
+            Err(Error::Corruption { file, what, .. }) => {
+                assert_eq!(file, path);
+                assert!(what.contains("past the end"), "{what}");
+            }
+            other => panic!("committed {past}: expected corruption, got {other:?}"),
+        }
+    }
+
     // A table that does not cover every hash.
     let mut gap = m.clone();
     gap.pop();

@@ -23,6 +23,11 @@ thread_local! {
     static GROUP_SPAN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Largest group-read buffer a thread keeps between reads: the default 64 KiB group and
+/// its alignment slack. A larger `warm_read_bytes` reads into a buffer dropped after use,
+/// so that a thread does not hold megabytes once the cache is warm and group reads stop.
+const GROUP_SPAN_KEEP: usize = (64 << 10) + 2 * IO_ALIGN;
+
 /// Read size of the compaction scanner (the paper reads levels in 2 MiB segments).
 const SCAN_WINDOW: usize = 2 << 20;
 
@@ -600,10 +605,20 @@ impl LevelFile {
         // The group's leaves are copied out of the span, each into its own allocation, so
         // the span's buffer is this thread's, used again by its next group read rather
         // than 64 KiB allocated and zeroed for each.
-        GROUP_SPAN.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut buf) => self.cache_group(fences, pos, lo, hi, &mut buf),
-            Err(_) => self.cache_group(fences, pos, lo, hi, &mut Vec::new()),
-        })
+        // A thread whose locals are being torn down, or a nested borrow, reads into a
+        // buffer of its own instead. A span larger than `GROUP_SPAN_KEEP` is not kept.
+        GROUP_SPAN
+            .try_with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => {
+                    let leaf = self.cache_group(fences, pos, lo, hi, &mut buf);
+                    if buf.capacity() > GROUP_SPAN_KEEP {
+                        *buf = Vec::new();
+                    }
+                    leaf
+                }
+                Err(_) => self.cache_group(fences, pos, lo, hi, &mut Vec::new()),
+            })
+            .unwrap_or_else(|_| self.cache_group(fences, pos, lo, hi, &mut Vec::new()))
     }
 
     /// Reads leaves `lo..hi` (holding leaf `pos`) in one device read into `buf` and caches
@@ -693,7 +708,12 @@ impl LevelFile {
         }
         let at = buf.as_ptr().align_offset(IO_ALIGN);
         let end = at.checked_add(len)?;
-        self.file.read_exact_at(start, buf.get_mut(at..end)?).ok()?;
+        let span = buf.get_mut(at..end)?;
+        // A buffer used again holds the last group's leaves, which verify: zeroed first,
+        // so that a file system that reports a read done without filling all of it hands
+        // back leaves that fail their checksums, never another file's.
+        span.fill(0);
+        self.file.read_exact_at(start, span).ok()?;
         Some(at..end)
     }
 
