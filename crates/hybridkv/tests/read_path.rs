@@ -946,6 +946,76 @@ fn a_damaged_leaf_in_a_group_is_left_out_and_reported_by_the_get_that_wants_it()
     assert_eq!(db.stats().unwrap().warm_reads, groups_before);
 }
 
+/// Hooks whose readers, once armed, answer a read of 16 KiB or more (only a group read is
+/// that long here) as done without writing a byte into the buffer: a file system that
+/// breaks the read contract.
+#[derive(Default)]
+struct GroupReadsLeftUnfilled {
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct UnfilledReader {
+    inner: Arc<dyn hybridkv::io::ReadableFile>,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl hybridkv::io::ReadableFile for UnfilledReader {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> hybridkv::Result<()> {
+        if buf.len() >= 16 << 10 && self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.inner.read_exact_at(offset, buf)
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+impl FsHooks for GroupReadsLeftUnfilled {
+    fn reader(
+        &self,
+        _path: &std::path::Path,
+        inner: Arc<dyn hybridkv::io::ReadableFile>,
+    ) -> Arc<dyn hybridkv::io::ReadableFile> {
+        Arc::new(UnfilledReader {
+            inner,
+            armed: Arc::clone(&self.armed),
+        })
+    }
+}
+
+/// A group read reads into a buffer its thread keeps, which holds the leaves of the last
+/// group, all of which verify: a read reported done without filling the buffer must not
+/// hand those out as the leaves of the new group. Each get here returns its own value.
+#[test]
+fn a_group_read_left_unfilled_never_hands_out_the_last_groups_leaves() {
+    let n = 20_000;
+    let fs = HookedFs::new(Arc::new(SimFs::new()), GroupReadsLeftUnfilled::default());
+    let open = |o| Db::open_with_fs("/db", o, Arc::new(fs.clone())).unwrap();
+    let db = one_cold_run_on(open, n, 8 * LEAF, 64 << 20);
+    let value = |i: u32| Some(vec![(i % 251) as u8; 60]);
+    let groups = |db: &Db| db.stats().unwrap().warm_reads;
+
+    // A group read that fills the buffer.
+    let before = groups(&db);
+    assert_eq!(db.get(seq_key(0)).unwrap(), value(0));
+    assert!(groups(&db) > before, "the first get read a group");
+
+    // Far from that group, every group read now comes back unfilled.
+    fs.hooks()
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    for i in (n / 2..n).step_by(997) {
+        assert_eq!(db.get(seq_key(i)).unwrap(), value(i), "key {i}");
+    }
+    fs.hooks()
+        .armed
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    for i in (0..n).step_by(499) {
+        assert_eq!(db.get(seq_key(i)).unwrap(), value(i), "key {i}");
+    }
+}
+
 /// A group read that fails (an I/O error, not damage) falls back to the wanted leaf
 /// alone; when that read fails too, the get reports the error naming the level file, and
 /// caches nothing: once the device answers again, the same get reads its value.

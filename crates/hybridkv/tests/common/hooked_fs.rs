@@ -96,6 +96,13 @@ pub trait FsHooks: Send + Sync + 'static {
         let _ = path;
         Ok(inner)
     }
+
+    /// The reader an open hands out, given the inner one (its reads still pass through
+    /// [`FsHooks::around`]): a test may hand out one that breaks the read contract.
+    fn reader(&self, path: &Path, inner: Arc<dyn ReadableFile>) -> Arc<dyn ReadableFile> {
+        let _ = path;
+        inner
+    }
 }
 
 /// An `Error::Io` a hook returns for an injected failure of `op` on `path`.
@@ -156,7 +163,7 @@ impl<H: FsHooks> HookedFs<H> {
 
     fn wrap_reader(&self, path: &Path, inner: Arc<dyn ReadableFile>) -> Arc<dyn ReadableFile> {
         Arc::new(HookedReader {
-            inner,
+            inner: self.hooks.reader(path, inner),
             path: path.to_path_buf(),
             hooks: Arc::clone(&self.hooks),
         })
