@@ -607,18 +607,18 @@ impl LevelFile {
         // than 64 KiB allocated and zeroed for each.
         // A thread whose locals are being torn down, or a nested borrow, reads into a
         // buffer of its own instead. A span larger than `GROUP_SPAN_KEEP` is not kept.
-        GROUP_SPAN
-            .try_with(|cell| match cell.try_borrow_mut() {
-                Ok(mut buf) => {
-                    let leaf = self.cache_group(fences, pos, lo, hi, &mut buf);
-                    if buf.capacity() > GROUP_SPAN_KEEP {
-                        *buf = Vec::new();
-                    }
-                    leaf
-                }
-                Err(_) => self.cache_group(fences, pos, lo, hi, &mut Vec::new()),
-            })
-            .unwrap_or_else(|_| self.cache_group(fences, pos, lo, hi, &mut Vec::new()))
+        let kept = GROUP_SPAN.try_with(|cell| {
+            let mut buf = cell.try_borrow_mut().ok()?;
+            let leaf = self.cache_group(fences, pos, lo, hi, &mut buf);
+            if buf.capacity() > GROUP_SPAN_KEEP {
+                *buf = Vec::new();
+            }
+            Some(leaf)
+        });
+        match kept {
+            Ok(Some(leaf)) => leaf,
+            _ => self.cache_group(fences, pos, lo, hi, &mut Vec::new()),
+        }
     }
 
     /// Reads leaves `lo..hi` (holding leaf `pos`) in one device read into `buf` and caches
@@ -685,9 +685,9 @@ impl LevelFile {
         Some(BlockBytes::from(raw).slice(span))
     }
 
-    /// [`LevelFile::read_leaf_span`] into `buf` (grown as needed, never shrunk, so a
-    /// buffer used again is neither allocated nor zeroed again): the range of `buf` that
-    /// holds the leaves, aligned for a direct read.
+    /// [`LevelFile::read_leaf_span`] into `buf` (grown as needed, never shrunk here, so a
+    /// buffer used again is not allocated again; the span is zeroed before each read): the
+    /// range of `buf` that holds the leaves, aligned for a direct read.
     fn read_leaf_span_into(
         &self,
         fences: &Fences,
